@@ -1,0 +1,114 @@
+#include "bench_flatten.hpp"
+
+#include <fcntl.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "ddstage/error.hpp"
+#include "ddstage/file_descriptor.hpp"
+#include "ddstage/index.hpp"
+#include "flatten_cmd.hpp"
+#include "json_writer.hpp"
+#include "progress_line.hpp"
+
+namespace ddstage::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct BenchFlattenOptions {
+  FlattenOptions flatten;
+  std::string work_dir;
+  std::string json;
+};
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+/// What `cat FILES > /dev/null` does: sequential 1 MiB reads of every file, once.
+uint64_t cat_files(const Index& index) {
+  std::vector<std::byte> buffer(1u << 20);
+  uint64_t total = 0;
+  for (uint32_t i = 0; i < index.files().size(); ++i) {
+    if (index.files()[i].kind != FileKind::source) continue;
+    auto fd = FileDescriptor::open(index.resolve(i), O_RDONLY);
+    for (ssize_t n; (n = ::read(fd.get(), buffer.data(), buffer.size())) != 0; total += static_cast<uint64_t>(n)) {
+      if (n < 0) throw IoError("read " + fd.path().string(), errno);
+    }
+  }
+  return total;
+}
+
+struct FlattenRun {
+  double seconds = 0;
+  uint64_t bytes = 0;
+  uint64_t packed = 0;
+};
+
+FlattenRun timed_flatten(const FlattenOptions& opts, const Settings& settings, const std::string& out) {
+  auto request = make_request(opts, settings);
+  const auto t0 = Clock::now();
+  IndexWriter writer({.out = out, .force = true, .pack_bytes = settings.get_size("flatten.pack_size")});
+  formats::flatten(request, writer);
+  writer.commit();
+  return {seconds_since(t0), writer.bytes_written(), writer.packed_bytes()};
+}
+
+void run_bench_flatten(const BenchFlattenOptions& opts, const CliContext& ctx) {
+  auto settings = ctx.resolve_settings();
+  std::string templ = (std::filesystem::path(opts.work_dir) / "ddstage-bench-XXXXXX").string();
+  if (!::mkdtemp(templ.data())) throw IoError("cannot create a work directory in " + opts.work_dir, errno);
+  const std::filesystem::path work = templ;
+  struct Cleanup {
+    std::filesystem::path dir;
+    ~Cleanup() {
+      std::error_code ec;
+      std::filesystem::remove_all(dir, ec);
+    }
+  } cleanup{work};
+  const std::string out = (work / "bench.ddx").string();
+
+  // First pass warms the page cache for both measurements and tells which files are sources.
+  timed_flatten(opts.flatten, settings, out);
+  auto index = Index::open(out);
+  const auto t_cat = Clock::now();
+  const uint64_t cat_bytes = cat_files(index);
+  const double cat_s = seconds_since(t_cat);
+  const auto run = timed_flatten(opts.flatten, settings, out);
+
+  const double samples_s = static_cast<double>(index.samples()) / run.seconds;
+  const double flatten_mbs = static_cast<double>(run.bytes) / run.seconds / 1e6;
+  const double cat_mbs = static_cast<double>(cat_bytes) / cat_s / 1e6;
+  fmt::print("{:<22} {:>12} {:>10} {:>12} {:>10}\n", "step", "bytes", "seconds", "samples/s", "MB/s");
+  fmt::print("{:<22} {:>12} {:>10.3f} {:>12} {:>10.1f}\n", "cat sources", cat_bytes, cat_s, "-", cat_mbs);
+  fmt::print("{:<22} {:>12} {:>10.3f} {:>12.0f} {:>10.1f}\n", run.packed ? "flatten --pack" : "flatten (in place)",
+             run.bytes, run.seconds, samples_s, flatten_mbs);
+  fmt::print("ratio: flatten reads at {:.0f}% of cat's bandwidth ({} samples, {} packed)\n",
+             100.0 * flatten_mbs / cat_mbs, index.samples(), human_bytes(static_cast<double>(run.packed)));
+  if (!opts.json.empty()) {
+    JsonWriter j;
+    j.begin_object().field("bench", "flatten").field("format", index.manifest().format);
+    j.field("samples", index.samples()).field("cat_bytes", cat_bytes).field("cat_seconds", cat_s);
+    j.field("flatten_bytes", run.bytes).field("packed_bytes", run.packed).field("flatten_seconds", run.seconds);
+    j.field("samples_per_second", samples_s).field("ratio_vs_cat", flatten_mbs / cat_mbs).end_object();
+    write_text_file(opts.json, j.str());
+  }
+}
+
+}  // namespace
+
+void setup_bench_flatten(CLI::App& bench, CliContext& ctx) {
+  auto opts = std::make_shared<BenchFlattenOptions>();
+  auto* sub = bench.add_subcommand("flatten", "Flatten throughput vs a sequential read (cat) of the same sources");
+  add_flatten_options(*sub, ctx, opts->flatten);
+  const char* tmp = std::getenv("TMPDIR");
+  opts->work_dir = tmp && *tmp ? tmp : "/tmp";
+  sub->add_option("--work-dir", opts->work_dir, "Where the throw-away index is written")->capture_default_str();
+  sub->add_option("--json", opts->json, "Also write every figure as JSON to this file");
+  sub->callback([opts, &ctx] { run_bench_flatten(*opts, ctx); });
+}
+
+}  // namespace ddstage::cli

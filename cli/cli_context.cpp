@@ -1,0 +1,79 @@
+#include "cli_context.hpp"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "ddstage/error.hpp"
+
+extern char** environ;
+
+namespace ddstage::cli {
+namespace {
+
+std::map<std::string, std::string> ddstage_environment() {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; *e; ++e) {
+    std::string_view kv(*e);
+    if (!kv.starts_with("DDSTAGE_")) continue;
+    auto eq = kv.find('=');
+    if (eq != std::string_view::npos) env.emplace(kv.substr(0, eq), kv.substr(eq + 1));
+  }
+  return env;
+}
+
+std::filesystem::path default_config_path() {
+  if (const char* xdg = std::getenv("XDG_CONFIG_HOME"); xdg && *xdg) {
+    return std::filesystem::path(xdg) / "ddstage/config.yaml";
+  }
+  if (const char* home = std::getenv("HOME"); home && *home) {
+    return std::filesystem::path(home) / ".config/ddstage/config.yaml";
+  }
+  return {};
+}
+
+}  // namespace
+
+Settings CliContext::resolve_settings() const {
+  auto flags = setting_flags;
+  if (quiet) flags["log.level"] = "error";
+  if (verbose == 1) flags["log.level"] = "debug";
+  if (verbose > 1) flags["log.level"] = "trace";
+  std::optional<std::filesystem::path> path;
+  if (!config.empty()) {
+    path = config;
+  } else if (auto p = default_config_path(); !p.empty()) {
+    path = p;
+  }
+  auto settings = Settings::resolve(flags, ddstage_environment(), path, !config.empty());
+  auto level = spdlog::level::from_str(settings.get_string("log.level"));
+  if (level == spdlog::level::off && settings.get_string("log.level") != "off") {
+    throw UsageError("bad log level '" + settings.get_string("log.level") +
+                     "' (use trace, debug, info, warn, error or off)");
+  }
+  spdlog::set_level(level);
+  return settings;
+}
+
+void add_global_options(CLI::App& app, CliContext& ctx) {
+  app.add_flag("-v,--verbose", ctx.verbose, "More log output (repeat for trace)");
+  app.add_flag("-q,--quiet", ctx.quiet, "Only errors");
+  app.add_option("--config", ctx.config, "YAML config file (default $XDG_CONFIG_HOME/ddstage/config.yaml)");
+}
+
+CLI::Option* add_setting_option(CLI::App& app, CliContext& ctx, const std::string& flag, const std::string& key,
+                                const std::string& help) {
+  return app.add_option_function<std::string>(
+      flag, [&ctx, key](const std::string& v) { ctx.setting_flags[key] = v; }, help);
+}
+
+unsigned thread_count(const Settings& settings) {
+  auto n = settings.get_int("threads");
+  if (n < 0) throw UsageError("threads must be >= 0 (0: one per core)");
+  return n > 0 ? static_cast<unsigned>(n) : std::max(1u, std::thread::hardware_concurrency());
+}
+
+}  // namespace ddstage::cli

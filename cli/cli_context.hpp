@@ -1,0 +1,35 @@
+// What every subcommand shares: global flags, resolved settings, logging.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "ddstage/settings.hpp"
+
+namespace ddstage::cli {
+
+/// Global options (before or after the subcommand) and the settings they resolve to.
+struct CliContext {
+  int verbose = 0;
+  bool quiet = false;
+  std::string config;
+  /// Setting key -> value for flags a subcommand maps onto settings (e.g. --threads).
+  std::map<std::string, std::string> setting_flags;
+
+  /// Flags > DDSTAGE_* env > config file > defaults; also sets the log level.
+  Settings resolve_settings() const;
+};
+
+/// Declares -v/-q/--config on app.
+void add_global_options(CLI::App& app, CliContext& ctx);
+
+/// Maps a CLI11 option onto a setting: when given, its value lands in ctx.setting_flags[key].
+CLI::Option* add_setting_option(CLI::App& app, CliContext& ctx, const std::string& flag,
+                                const std::string& key, const std::string& help);
+
+/// Threads to use: the "threads" setting, 0 meaning one per core.
+unsigned thread_count(const Settings& settings);
+
+}  // namespace ddstage::cli

@@ -1,0 +1,60 @@
+// ddstage: wires the subcommands together and turns every error into one line and an exit code.
+#include <csignal>
+#include <cstdio>
+
+#include <CLI/CLI.hpp>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "bench_cmd.hpp"
+#include "cli_context.hpp"
+#include "ddstage/config.hpp"
+#include "ddstage/error.hpp"
+#include "flatten_cmd.hpp"
+#include "info_cmd.hpp"
+#include "read_cmd.hpp"
+
+namespace {
+
+int fail(const std::string& message, int code) {
+  std::fprintf(stderr, "ddstage: error: %s\n", message.c_str());
+  return code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Writes past RLIMIT_FSIZE must fail with EFBIG (and be cleaned up), not kill the process.
+  std::signal(SIGXFSZ, SIG_IGN);
+  std::signal(SIGPIPE, SIG_IGN);
+  auto logger = spdlog::stderr_logger_st("ddstage");
+  logger->set_pattern("ddstage: %l: %v");
+  spdlog::set_default_logger(logger);
+
+  CLI::App app{"ddstage: stage training datasets off the parallel file system.\n"
+               "Flatten a dataset once into a byte-offset index, then read samples with one pread each.",
+               "ddstage"};
+  app.set_version_flag("--version", "ddstage " DDSTAGE_VERSION);
+  app.require_subcommand(1);
+  app.fallthrough();
+  app.footer("Exit codes: 0 success, 1 runtime error (I/O, checksum mismatch, stale source), "
+             "2 usage error (bad flag, bad id, missing file).\nSee ddstage(1) and ddstage-<command>(1).");
+  ddstage::cli::CliContext ctx;
+  ddstage::cli::add_global_options(app, ctx);
+  ddstage::cli::setup_flatten(app, ctx);
+  ddstage::cli::setup_info(app, ctx);
+  ddstage::cli::setup_read(app, ctx);
+  ddstage::cli::setup_bench(app, ctx);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);
+    return fail(std::string(e.what()) + " (see ddstage --help)", 2);
+  } catch (const ddstage::Error& e) {
+    return fail(e.what(), ddstage::exit_code(e.kind()));
+  } catch (const std::exception& e) {
+    return fail(std::string("internal error: ") + e.what(), 1);
+  }
+  return 0;
+}

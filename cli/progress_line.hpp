@@ -1,0 +1,29 @@
+// A one-line progress display on stderr for long operations.
+#pragma once
+
+#include <string>
+
+#include "ddstage/index_writer.hpp"
+#include "ddstage/settings.hpp"
+
+namespace ddstage::cli {
+
+/// Renders ProgressUpdates as "\rLABEL  done/total  N samples/s  X MB/s  ETA" on stderr, when
+/// the "progress" setting says so (auto: only when stderr is a terminal).
+class ProgressLine {
+ public:
+  ProgressLine(std::string label, const Settings& settings);
+  void operator()(const ProgressUpdate& p) const;
+  bool enabled() const noexcept { return m_enabled; }
+
+ private:
+  std::string m_label;
+  bool m_enabled;
+};
+
+/// "12.3 MB", "1.2 GB": sizes for people.
+std::string human_bytes(double bytes);
+/// "1m05s", "3.2s".
+std::string human_seconds(double seconds);
+
+}  // namespace ddstage::cli

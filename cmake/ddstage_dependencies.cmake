@@ -1,0 +1,51 @@
+# Every dependency comes from a Debian 12 package; see README "Quick start".
+find_package(PkgConfig REQUIRED)
+find_package(Threads REQUIRED)
+find_package(CLI11 REQUIRED)
+find_package(yaml-cpp REQUIRED)     # 0.7: the target is plain `yaml-cpp`
+find_package(spdlog REQUIRED)
+pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
+
+set(DDSTAGE_HAVE_MPI 0)
+if(DDSTAGE_WITH_MPI)
+  set(MPI_CXX_SKIP_MPICXX ON)
+  find_package(MPI REQUIRED COMPONENTS CXX)
+  set(DDSTAGE_HAVE_MPI 1)
+endif()
+
+set(DDSTAGE_HAVE_FABRIC 0)
+if(DDSTAGE_WITH_FABRIC)
+  # libfabric ships no CMake config; pkg-config it is.
+  pkg_check_modules(FABRIC REQUIRED IMPORTED_TARGET libfabric>=1.17)
+  set(DDSTAGE_HAVE_FABRIC 1)
+endif()
+
+set(DDSTAGE_HAVE_HDF5 0)
+if(DDSTAGE_WITH_HDF5)
+  set(HDF5_PREFER_PARALLEL OFF)
+  find_package(HDF5 REQUIRED COMPONENTS C)
+  set(DDSTAGE_HAVE_HDF5 1)
+endif()
+
+set(DDSTAGE_HAVE_CUDA 0)
+if(NOT DDSTAGE_WITH_CUDA STREQUAL "OFF")
+  find_package(CUDAToolkit QUIET)
+  if(CUDAToolkit_FOUND)
+    set(DDSTAGE_HAVE_CUDA 1)
+  elseif(DDSTAGE_WITH_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "DDSTAGE_WITH_CUDA=ON but no CUDA toolkit was found")
+  endif()
+endif()
+
+set(DDSTAGE_HAVE_HIP 0)
+if(NOT DDSTAGE_WITH_HIP STREQUAL "OFF")
+  find_program(DDSTAGE_HIPCC hipcc)
+  if(DDSTAGE_HIPCC)
+    set(DDSTAGE_HAVE_HIP 1)
+  elseif(DDSTAGE_WITH_HIP STREQUAL "ON")
+    message(FATAL_ERROR "DDSTAGE_WITH_HIP=ON but hipcc was not found")
+  endif()
+endif()
+
+message(STATUS "ddstage: MPI=${DDSTAGE_HAVE_MPI} FABRIC=${DDSTAGE_HAVE_FABRIC} HDF5=${DDSTAGE_HAVE_HDF5} "
+               "CUDA=${DDSTAGE_HAVE_CUDA} HIP=${DDSTAGE_HAVE_HIP}")

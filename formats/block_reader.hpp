@@ -1,0 +1,57 @@
+// Streams fixed-size records (rows, whole files) out of a source file with bounded memory, and
+// hands them to an IndexWriter in place or packed: what every in-place format has in common.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "ddstage/file_descriptor.hpp"
+#include "ddstage/index_writer.hpp"
+
+namespace ddstage::formats {
+
+/// Reads consecutive records of a file in blocks of whole records no larger than a memory budget,
+/// reusing one buffer across calls. A record larger than the budget is served from a read-only
+/// mapping of the file instead, so memory stays bounded however big a file or row is.
+class BlockReader {
+ public:
+  /// Called once per record, in order; `bytes` is valid only during the call.
+  using RecordFn = std::function<void(uint64_t record, std::span<const std::byte> bytes)>;
+
+  explicit BlockReader(uint64_t memory_budget);
+
+  /// Calls fn for records 0..count-1, record i being the record_bytes bytes at
+  /// offset + i * record_bytes of fd. Throws IoError/Error if the file is shorter than that.
+  void for_each_record(const FileDescriptor& fd, uint64_t offset, uint64_t record_bytes,
+                       uint64_t count, const RecordFn& fn);
+
+ private:
+  void read_blocks(const FileDescriptor& fd, uint64_t offset, uint64_t record_bytes, uint64_t count,
+                   const RecordFn& fn);
+  void read_mapped(const FileDescriptor& fd, uint64_t offset, uint64_t record_bytes, uint64_t count,
+                   const RecordFn& fn);
+
+  uint64_t m_budget;
+  std::vector<std::byte> m_buffer;
+};
+
+/// A run of equally sized records of one file that become consecutive samples of one field.
+struct RecordRange {
+  uint32_t field = 0;
+  uint64_t first_sample = 0;
+  uint64_t offset = 0;  ///< of the first record in the file
+  uint64_t record_bytes = 0;
+  uint64_t count = 0;
+};
+
+/// Puts every record of `range` into the writer (checksummed by it): referenced in place in
+/// `in_place_file` (an id from writer.add_source for fd's file), or copied into pack files when
+/// that is nullopt.
+void put_records(IndexWriter& writer, BlockReader& reader, const FileDescriptor& fd,
+                 const RecordRange& range, std::optional<uint32_t> in_place_file);
+
+}  // namespace ddstage::formats

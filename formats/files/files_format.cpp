@@ -1,0 +1,140 @@
+// The "files" format: every plain file is one sample of one opaque field, "data".
+
+#include <fcntl.h>
+
+#include <fmt/format.h>
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "block_reader.hpp"
+#include "builtin_formats.hpp"
+#include "ddstage/error.hpp"
+
+namespace ddstage::formats {
+namespace detail {
+namespace {
+
+namespace fs = std::filesystem;
+
+/// Appends the regular files under dir, sorted by relative path in byte order so the sample ids
+/// do not depend on the file system's directory order. Symlinks to files count as files;
+/// symlinked directories are not descended, so a link back up the tree cannot loop.
+void collect_directory(const fs::path& dir, const std::string& where, std::vector<fs::path>& out) {
+  std::vector<std::string> relative;
+  std::error_code ec;
+  fs::recursive_directory_iterator it(dir, fs::directory_options::none, ec);
+  for (; !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (it->is_regular_file(ec))
+      relative.push_back(it->path().lexically_relative(dir).generic_string());
+    ec.clear();  // a dangling or looping link is simply not a file
+  }
+  if (ec) throw IoError("walking directory " + dir.string(), ec.value(), {.file = dir.string()});
+  if (relative.empty())
+    throw UsageError(fmt::format("{}directory {} contains no files", where, dir.string()));
+  std::sort(relative.begin(), relative.end());
+  for (const auto& r : relative) out.push_back(dir / r);
+}
+
+/// Appends one path named on the command line or in a list; `where` prefixes errors with the
+/// list file and line it came from (empty for the command line).
+void collect_path(const fs::path& path, const std::string& where, std::vector<fs::path>& out) {
+  std::error_code ec;
+  const auto status = fs::status(path, ec);
+  if (status.type() == fs::file_type::not_found) {
+    throw UsageError(fmt::format("{}{} does not exist", where, path.string()),
+                     {.file = path.string()});
+  }
+  if (ec) throw IoError("stat " + path.string(), ec.value(), {.file = path.string()});
+  if (fs::is_directory(status)) return collect_directory(path, where, out);
+  if (!fs::is_regular_file(status)) {
+    throw UsageError(fmt::format("{}{} is not a regular file or directory", where, path.string()),
+                     {.file = path.string()});
+  }
+  out.push_back(path);
+}
+
+bool is_blank(const std::string& line) {
+  return line.find_first_not_of(" \t") == std::string::npos;
+}
+
+/// Reads "@list.txt": one path per line, blank lines and '#' comments skipped. Relative paths are
+/// relative to the list file's directory, not the working directory, so a dataset directory
+/// can carry its own list and be flattened from anywhere.
+void collect_list(const fs::path& list, std::vector<fs::path>& out) {
+  std::error_code ec;
+  if (!fs::exists(list, ec)) {
+    throw UsageError(fmt::format("list file {} does not exist", list.string()),
+                     {.file = list.string()});
+  }
+  std::ifstream in(list);
+  if (!in) throw IoError("cannot read list file " + list.string(), errno, {.file = list.string()});
+  const auto base = list.parent_path();
+  const auto before = out.size();
+  std::string line;
+  for (uint64_t number = 1; std::getline(in, line); ++number) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();  // lists written on Windows
+    if (is_blank(line) || line.front() == '#') continue;
+    collect_path(base / line, fmt::format("{} line {}: ", list.string(), number), out);
+  }
+  if (in.bad()) throw IoError("reading list file " + list.string(), errno, {.file = list.string()});
+  if (out.size() == before)
+    throw UsageError(fmt::format("list file {} names no files", list.string()));
+}
+
+std::vector<fs::path> collect_sources(const std::vector<std::string>& sources) {
+  std::vector<fs::path> files;
+  for (const auto& source : sources) {
+    if (source.starts_with('@')) {
+      collect_list(source.substr(1), files);
+    } else {
+      collect_path(source, "", files);
+    }
+  }
+  return files;
+}
+
+bool detect(const FlattenRequest& request) {
+  const auto& first = request.sources.front();
+  std::error_code ec;
+  return first.starts_with('@') || fs::is_directory(first, ec);
+}
+
+void flatten(const FlattenRequest& request, IndexWriter& writer) {
+  const auto files = collect_sources(request.sources);
+  writer.define({FieldInfo{.name = "data",
+                           .dtype = DType::bytes,
+                           .shape = {},
+                           .variable = true,
+                           .row_bytes = 0,
+                           .source = "file contents"}},
+                files.size());
+  BlockReader reader(request.memory_budget);
+  for (uint64_t sample = 0; sample < files.size(); ++sample) {
+    const auto fd = FileDescriptor::open(files[sample], O_RDONLY);
+    const uint64_t size = fd.size();
+    std::optional<uint32_t> in_place;
+    if (!request.pack) in_place = writer.add_source(files[sample]);
+    put_records(
+        writer, reader, fd,
+        RecordRange{
+            .field = 0, .first_sample = sample, .offset = 0, .record_bytes = size, .count = 1},
+        in_place);
+  }
+}
+
+}  // namespace
+}  // namespace detail
+
+Format files_format() {
+  return Format{.name = "files",
+                .help =
+                    "plain files: directories (recursive, sorted), files or @list.txt; "
+                    "each file is one sample",
+                .detect = &detail::detect,
+                .flatten = &detail::flatten};
+}
+
+}  // namespace ddstage::formats

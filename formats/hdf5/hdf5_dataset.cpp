@@ -1,0 +1,139 @@
+#include "hdf5_dataset.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+
+#include "ddstage/error.hpp"
+#include "hdf5_types.hpp"
+
+namespace ddstage::formats::detail {
+namespace {
+
+std::vector<uint64_t> dataset_dims(hid_t space, const std::string& path, const std::string& file) {
+  if (H5Sget_simple_extent_type(space) == H5S_NULL) {
+    throw UsageError(fmt::format("dataset {} in {} has no data (null dataspace)", path, file));
+  }
+  int rank = h5_check(H5Sget_simple_extent_ndims(space), "H5Sget_simple_extent_ndims", file);
+  std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
+  h5_check(H5Sget_simple_extent_dims(space, dims.data(), nullptr), "H5Sget_simple_extent_dims", file);
+  return {dims.begin(), dims.end()};
+}
+
+uint64_t chunk_rows_of(hid_t dset, std::size_t rank, const std::string& file) {
+  auto dcpl = h5_own(H5Dget_create_plist(dset), H5Pclose, "H5Dget_create_plist", file);
+  if (rank == 0 || H5Pget_layout(dcpl.get()) != H5D_CHUNKED) return 1;
+  std::vector<hsize_t> chunk(rank);
+  h5_check(H5Pget_chunk(dcpl.get(), static_cast<int>(rank), chunk.data()), "H5Pget_chunk", file);
+  return std::max<uint64_t>(chunk[0], 1);
+}
+
+}  // namespace
+
+DatasetInfo describe_dataset(hid_t dset, std::string path, const std::string& file) {
+  DatasetInfo info;
+  auto type = h5_own(H5Dget_type(dset), H5Tclose, "H5Dget_type " + path, file);
+  info.dtype = dtype_of(type.get(), path, file);
+  auto space = h5_own(H5Dget_space(dset), H5Sclose, "H5Dget_space " + path, file);
+  info.dims = dataset_dims(space.get(), path, file);
+  info.row_bytes = dtype_size(info.dtype);
+  for (std::size_t d = 1; d < info.dims.size(); ++d) info.row_bytes *= info.dims[d];
+  info.total_bytes = info.dims.empty() ? info.row_bytes : info.row_bytes * info.dims[0];
+  // HADDR_UNDEF for chunked, compact, external and not yet allocated storage; filters need
+  // chunks, so a defined offset already means contiguous and unfiltered.
+  haddr_t offset = H5Dget_offset(dset);
+  if (offset != HADDR_UNDEF && stored_as_memory(type.get()) &&
+      H5Dget_storage_size(dset) == info.total_bytes) {
+    info.offset = offset;
+  } else {
+    info.chunk_rows = chunk_rows_of(dset, info.dims.size(), file);
+  }
+  info.path = std::move(path);
+  return info;
+}
+
+std::string shape_text(const std::vector<uint64_t>& dims) {
+  return fmt::format("[{}]", fmt::join(dims, ","));
+}
+
+void read_all(hid_t dset, hid_t mem_type, std::span<std::byte> dest, const std::string& file) {
+  if (dest.empty()) return;
+  h5_check(H5Dread(dset, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, dest.data()), "H5Dread", file);
+}
+
+RowStream::RowStream(const DatasetInfo& info, uint64_t row_bytes, uint64_t granule, uint64_t budget)
+    : m_dims(info.dims), m_row_bytes(row_bytes), m_granule(granule) {
+  // Half the budget per read: rows kept from the previous block (a ragged sample that
+  // straddles two reads) can take the other half.
+  const uint64_t granule_bytes = std::max<uint64_t>(granule * row_bytes, 1);
+  m_step = granule * std::max<uint64_t>(budget / 2 / granule_bytes, 1);
+}
+
+RowStream RowStream::decoding(hid_t dset, hid_t mem_type, const DatasetInfo& info,
+                              uint64_t row_bytes, uint64_t budget, const std::string& file) {
+  RowStream s(info, row_bytes, info.chunk_rows, budget);
+  s.m_dset = dset;
+  s.m_mem_type = mem_type;
+  s.m_file = file;
+  return s;
+}
+
+RowStream RowStream::in_place(const FileDescriptor& fd, const DatasetInfo& info, uint64_t budget) {
+  RowStream s(info, info.row_bytes, 1, budget);
+  s.m_fd = &fd;
+  s.m_offset = info.offset.value();
+  s.m_file = fd.path().string();
+  return s;
+}
+
+std::span<const std::byte> RowStream::rows(uint64_t first, uint64_t last) {
+  if (first < m_begin || last < first || last > m_dims.at(0)) {
+    throw std::logic_error(fmt::format("RowStream: rows [{}, {}) out of order", first, last));
+  }
+  if (m_row_bytes == 0) return {};
+  if (last > m_end) {
+    if (first >= m_end) {
+      m_begin = m_end = first / m_granule * m_granule;
+    } else {
+      std::memmove(m_buffer.get(), m_buffer.get() + (first - m_begin) * m_row_bytes,
+                   (m_end - first) * m_row_bytes);
+      m_begin = first;
+    }
+    while (m_end < last) read_block();
+  }
+  return {m_buffer.get() + (first - m_begin) * m_row_bytes, (last - first) * m_row_bytes};
+}
+
+void RowStream::read_block() {
+  const uint64_t count = std::min(m_step, m_dims[0] - m_end);
+  const uint64_t held = (m_end - m_begin) * m_row_bytes;
+  const uint64_t needed = held + count * m_row_bytes;
+  if (needed > m_capacity) {
+    auto bigger = std::make_unique_for_overwrite<std::byte[]>(needed);
+    if (held > 0) std::memcpy(bigger.get(), m_buffer.get(), held);
+    m_buffer = std::move(bigger);
+    m_capacity = needed;
+  }
+  std::span<std::byte> dest(m_buffer.get() + held, count * m_row_bytes);
+  if (m_fd != nullptr) {
+    m_fd->pread_exact(dest, m_offset + m_end * m_row_bytes);
+  } else {
+    std::vector<hsize_t> start(m_dims.size(), 0), size(m_dims.begin(), m_dims.end());
+    start[0] = m_end;
+    size[0] = count;
+    auto file_space = h5_own(H5Dget_space(m_dset), H5Sclose, "H5Dget_space", m_file);
+    h5_check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr,
+                                 size.data(), nullptr),
+             "H5Sselect_hyperslab", m_file);
+    auto mem_space = h5_own(H5Screate_simple(static_cast<int>(size.size()), size.data(), nullptr),
+                            H5Sclose, "H5Screate_simple", m_file);
+    h5_check(H5Dread(m_dset, m_mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, dest.data()),
+             "H5Dread", m_file);
+  }
+  m_end += count;
+}
+
+}  // namespace ddstage::formats::detail

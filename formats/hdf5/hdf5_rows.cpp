@@ -1,0 +1,247 @@
+// Rows mode (--field, --ragged): sample i is row i of each dataset, or a CSR slice of it.
+#include <fcntl.h>
+#include <fmt/format.h>
+
+#include <cstring>
+#include <set>
+
+#include "ddstage/error.hpp"
+#include "hdf5_dataset.hpp"
+#include "hdf5_modes.hpp"
+#include "hdf5_types.hpp"
+
+namespace ddstage::formats::detail {
+namespace {
+
+/// One requested field: a --field (no offsets) or a --ragged.
+struct Column {
+  std::string name;
+  std::string data;
+  std::string offsets;
+  bool ragged() const { return !offsets.empty(); }
+};
+
+/// A column as found in one source file.
+struct ColumnInfo {
+  DatasetInfo data;
+  DatasetInfo offsets;  // ragged only
+  uint64_t samples = 0;
+};
+
+struct RowsSource {
+  std::string file;
+  uint64_t samples = 0;
+  std::vector<ColumnInfo> columns;
+};
+
+/// Where one source's entries go.
+struct SourceWrite {
+  IndexWriter& writer;
+  const FileDescriptor& fd;
+  uint32_t file_id;
+  uint64_t start;  // global id of the source's first sample
+  uint64_t budget;
+  bool pack;
+};
+
+Column make_column(const std::string& name, const std::string& data, const std::string& offsets) {
+  Column c{name, absolute_h5_path(data), offsets.empty() ? "" : absolute_h5_path(offsets)};
+  if (c.name.empty()) c.name = c.data.substr(c.data.find_last_of('/') + 1);
+  if (c.name.empty()) throw UsageError(fmt::format("'{}' is not a dataset path", data));
+  return c;
+}
+
+std::vector<Column> requested_columns(const FlattenRequest& request) {
+  std::vector<Column> columns;
+  for (const auto& f : request.fields) columns.push_back(make_column(f.name, f.path, ""));
+  for (const auto& r : request.ragged) columns.push_back(make_column(r.name, r.data, r.offsets));
+  std::set<std::string> seen;
+  for (const auto& c : columns) {
+    if (!seen.insert(c.name).second) {
+      throw UsageError(fmt::format("field name '{}' given twice (name them with NAME=PATH)", c.name));
+    }
+  }
+  return columns;
+}
+
+int64_t load_offset(std::span<const std::byte> bytes) {
+  int64_t v = 0;
+  std::memcpy(&v, bytes.data(), sizeof v);
+  return v;
+}
+
+bool is_integer(DType t) { return t != DType::boolean && t >= DType::int8 && t <= DType::uint64; }
+
+void check_offsets(hid_t dset, const ColumnInfo& col, const std::string& file, uint64_t budget) {
+  const auto& o = col.offsets;
+  if (!is_integer(o.dtype) || o.dims.size() != 1 || o.dims[0] == 0) {
+    throw UsageError(fmt::format("offsets {} in {} must be a 1-D integer dataset of N+1 values, not {} {}",
+                                 o.path, file, dtype_name(o.dtype), shape_text(o.dims)));
+  }
+  auto stream = RowStream::decoding(dset, H5T_NATIVE_INT64, o, sizeof(int64_t), budget, file);
+  int64_t prev = load_offset(stream.rows(0, 1));
+  if (prev < 0) throw UsageError(fmt::format("offsets {} in {} start at o[0]={} (< 0)", o.path, file, prev));
+  for (uint64_t i = 1; i < o.dims[0]; ++i) {
+    int64_t v = load_offset(stream.rows(i, i + 1));
+    if (v < prev) {
+      throw UsageError(fmt::format("offsets {} in {} not monotonic at {}: o[{}]={} > o[{}]={}", o.path,
+                                   file, i - 1, i - 1, prev, i, v));
+    }
+    prev = v;
+  }
+  if (static_cast<uint64_t>(prev) > col.data.dims[0]) {
+    throw UsageError(fmt::format("offsets {} in {} end at o[{}]={}, past the end of {} ({} rows)", o.path,
+                                 file, o.dims[0] - 1, prev, col.data.path, col.data.dims[0]));
+  }
+}
+
+ColumnInfo describe_column(hid_t file, const Column& c, const std::string& name, uint64_t budget) {
+  ColumnInfo col;
+  auto data = open_dataset(file, c.data, name);
+  col.data = describe_dataset(data.get(), c.data, name);
+  if (col.data.dims.empty()) {
+    throw UsageError(fmt::format("dataset {} in {} is a scalar (0-d): --field and --ragged need rows "
+                                 "along the first dimension (one value per group is --groups)",
+                                 c.data, name));
+  }
+  col.samples = col.data.dims[0];
+  if (c.ragged()) {
+    auto offsets = open_dataset(file, c.offsets, name);
+    col.offsets = describe_dataset(offsets.get(), c.offsets, name);
+    check_offsets(offsets.get(), col, name, budget);
+    col.samples = col.offsets.dims[0] - 1;
+  }
+  return col;
+}
+
+std::string length_text(const Column& c, const ColumnInfo& col) {
+  return c.ragged() ? fmt::format("{} ({}: {} offsets)", c.name, c.offsets, col.samples + 1)
+                    : fmt::format("{} ({}: {} rows)", c.name, c.data, col.samples);
+}
+
+RowsSource describe_source(const std::string& path, const std::vector<Column>& columns, uint64_t budget) {
+  RowsSource src{.file = path};
+  auto file = open_file(path);
+  for (const auto& c : columns) src.columns.push_back(describe_column(file.get(), c, path, budget));
+  src.samples = src.columns.front().samples;
+  for (std::size_t k = 1; k < columns.size(); ++k) {
+    if (src.columns[k].samples != src.samples) {
+      throw UsageError(fmt::format("fields {} and {} in {} have different first dimensions",
+                                   length_text(columns[0], src.columns[0]),
+                                   length_text(columns[k], src.columns[k]), path));
+    }
+  }
+  return src;
+}
+
+std::vector<uint64_t> row_shape(const DatasetInfo& info) { return {info.dims.begin() + 1, info.dims.end()}; }
+
+void check_same_layout(const RowsSource& first, const RowsSource& other, const std::vector<Column>& columns) {
+  for (std::size_t k = 0; k < columns.size(); ++k) {
+    const auto& a = first.columns[k].data;
+    const auto& b = other.columns[k].data;
+    if (a.dtype != b.dtype || row_shape(a) != row_shape(b)) {
+      throw UsageError(fmt::format("field {}: {} is {} rows of {} in {} but {} rows of {} in {}", columns[k].name,
+                                   a.path, dtype_name(b.dtype), shape_text(row_shape(b)), other.file,
+                                   dtype_name(a.dtype), shape_text(row_shape(a)), first.file));
+    }
+  }
+}
+
+std::vector<FieldInfo> field_infos(const std::vector<Column>& columns, const RowsSource& first) {
+  std::vector<FieldInfo> fields;
+  for (std::size_t k = 0; k < columns.size(); ++k) {
+    const auto& c = columns[k];
+    const auto& data = first.columns[k].data;
+    fields.push_back({.name = c.name,
+                      .dtype = data.dtype,
+                      .shape = row_shape(data),
+                      .variable = c.ragged(),
+                      .row_bytes = c.ragged() ? 0 : data.row_bytes,
+                      .source = c.ragged() ? c.data + ":" + c.offsets : c.data});
+  }
+  return fields;
+}
+
+// Contiguous data is read with pread even under --pack: decoding it through HDF5 gives the
+// same bytes, slower.
+RowStream open_rows(const SourceWrite& s, hid_t dset, const DatasetInfo& info, uint64_t budget,
+                    H5Handle& mem_type) {
+  if (info.offset) return RowStream::in_place(s.fd, info, budget);
+  const std::string file = s.fd.path().string();
+  auto type = h5_own(H5Dget_type(dset), H5Tclose, "H5Dget_type " + info.path, file);
+  mem_type = memory_type(type.get(), file);
+  return RowStream::decoding(dset, mem_type.get(), info, info.row_bytes, budget, file);
+}
+
+void put(const SourceWrite& s, uint64_t local, uint32_t field, const DatasetInfo& info, uint64_t row,
+         std::span<const std::byte> bytes) {
+  if (!s.pack && info.offset) {
+    s.writer.put_in_place(s.start + local, field, s.file_id, *info.offset + row * info.row_bytes, bytes);
+  } else {
+    s.writer.put_packed(s.start + local, field, bytes);
+  }
+}
+
+void put_fixed(const SourceWrite& s, uint32_t field, hid_t dset, const ColumnInfo& col) {
+  H5Handle mem_type;
+  auto stream = open_rows(s, dset, col.data, s.budget, mem_type);
+  for (uint64_t i = 0; i < col.samples; ++i) put(s, i, field, col.data, i, stream.rows(i, i + 1));
+}
+
+void put_ragged(const SourceWrite& s, uint32_t field, hid_t data, hid_t offsets, const ColumnInfo& col) {
+  H5Handle mem_type;
+  auto rows = open_rows(s, data, col.data, s.budget - s.budget / 4, mem_type);
+  auto offs = RowStream::decoding(offsets, H5T_NATIVE_INT64, col.offsets, sizeof(int64_t), s.budget / 4,
+                                  s.fd.path().string());
+  auto begin = static_cast<uint64_t>(load_offset(offs.rows(0, 1)));
+  for (uint64_t i = 0; i < col.samples; ++i) {
+    auto end = static_cast<uint64_t>(load_offset(offs.rows(i + 1, i + 2)));
+    put(s, i, field, col.data, begin, rows.rows(begin, end));
+    begin = end;
+  }
+}
+
+void write_source(const RowsSource& src, const std::vector<Column>& columns, const SourceWrite& s) {
+  auto file = open_file(src.file);
+  for (uint32_t f = 0; f < columns.size(); ++f) {
+    auto data = open_dataset(file.get(), columns[f].data, src.file);
+    if (!columns[f].ragged()) {
+      put_fixed(s, f, data.get(), src.columns[f]);
+    } else {
+      auto offsets = open_dataset(file.get(), columns[f].offsets, src.file);
+      put_ragged(s, f, data.get(), offsets.get(), src.columns[f]);
+    }
+  }
+}
+
+}  // namespace
+
+void flatten_rows(const FlattenRequest& request, IndexWriter& writer) {
+  auto columns = requested_columns(request);
+  std::vector<RowsSource> sources;
+  for (const auto& path : request.sources) {
+    sources.push_back(describe_source(path, columns, request.memory_budget));
+    check_same_layout(sources.front(), sources.back(), columns);
+  }
+  std::vector<uint64_t> starts;
+  uint64_t total = 0;
+  for (const auto& s : sources) {
+    starts.push_back(total);
+    total += s.samples;
+  }
+  writer.define(field_infos(columns, sources.front()), total);
+  writer.set_attribute(std::string(attr_mode), "rows");
+  writer.set_attribute(std::string(attr_source_starts), join_numbers(starts));
+  std::vector<uint32_t> file_ids;
+  for (const auto& s : sources) file_ids.push_back(writer.add_source(s.file));
+  writer.set_attribute(std::string(attr_source_files),
+                       join_numbers(std::vector<uint64_t>(file_ids.begin(), file_ids.end())));
+  for (std::size_t k = 0; k < sources.size(); ++k) {
+    auto fd = FileDescriptor::open(sources[k].file, O_RDONLY);
+    write_source(sources[k], columns,
+                 {writer, fd, file_ids[k], starts[k], request.memory_budget, request.pack});
+  }
+}
+
+}  // namespace ddstage::formats::detail

@@ -1,0 +1,44 @@
+// Owning wrapper for a POSIX file descriptor.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <span>
+
+namespace ddstage {
+
+/// Move-only owner of an fd; closes it on destruction. I/O helpers throw IoError naming the path.
+class FileDescriptor {
+ public:
+  FileDescriptor() = default;
+  FileDescriptor(int fd, std::filesystem::path path) noexcept : m_fd(fd), m_path(std::move(path)) {}
+  FileDescriptor(FileDescriptor&& other) noexcept;
+  FileDescriptor& operator=(FileDescriptor&& other) noexcept;
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+  ~FileDescriptor();
+
+  /// Opens path with open(2) flags; throws IoError (usage kind when the file does not exist).
+  static FileDescriptor open(const std::filesystem::path& path, int flags, int mode = 0644);
+
+  int get() const noexcept { return m_fd; }
+  explicit operator bool() const noexcept { return m_fd >= 0; }
+  const std::filesystem::path& path() const noexcept { return m_path; }
+
+  /// Reads exactly dest.size() bytes at offset (retries short reads); throws on EOF or error.
+  void pread_exact(std::span<std::byte> dest, uint64_t offset) const;
+  /// Writes all of src at the current position; throws IoError (ENOSPC, EFBIG, ...).
+  void write_all(std::span<const std::byte> src) const;
+  /// Writes all of src at offset.
+  void pwrite_all(std::span<const std::byte> src, uint64_t offset) const;
+  uint64_t size() const;
+  void sync() const;
+
+ private:
+  void reset() noexcept;
+  int m_fd = -1;
+  std::filesystem::path m_path;
+};
+
+}  // namespace ddstage

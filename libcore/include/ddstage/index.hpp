@@ -1,0 +1,107 @@
+// The dataset index: an immutable, mmap'd map (sample, field) -> (file, offset, length, checksum).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ddstage/dtype.hpp"
+#include "ddstage/mapped_file.hpp"
+
+namespace ddstage {
+
+/// Version of the on-disk index this build writes; it reads this one and older.
+inline constexpr uint32_t index_format_version = 1;
+
+/// Where one (sample, field) lives. Exactly the 32-byte on-disk record (man ddstage-index(5)).
+struct Entry {
+  uint32_t file;      ///< row of the file table
+  uint32_t reserved;  ///< zero
+  uint64_t offset;    ///< byte offset in that file
+  uint64_t length;    ///< bytes
+  uint64_t checksum;  ///< xxh3-64 of the bytes
+};
+static_assert(sizeof(Entry) == 32);
+
+/// One field of every sample: its element type and row shape.
+struct FieldInfo {
+  std::string name;
+  DType dtype = DType::bytes;
+  /// Shape of one row. For a variable field, the shape of one element of the
+  /// variable first dimension (empty for scalars or opaque bytes).
+  std::vector<uint64_t> shape;
+  bool variable = false;
+  /// Bytes per row when fixed, 0 when variable.
+  uint64_t row_bytes = 0;
+  /// Where it came from (an HDF5 path, a pattern, "file contents").
+  std::string source;
+};
+
+/// Whether a file-table row is an origin file or a pack file inside the .ddx directory.
+enum class FileKind : uint32_t { source = 0, pack = 1 };
+
+/// One file an entry can point at, with its size and mtime at flatten time.
+struct FileInfo {
+  std::string path;  ///< relative to the source root (source) or to the .ddx directory (pack)
+  FileKind kind = FileKind::source;
+  uint64_t size = 0;
+  int64_t mtime_ns = 0;
+};
+
+/// What manifest.yaml says beyond fields and files.
+struct ManifestInfo {
+  std::string name;
+  std::string format;          ///< hdf5, files, npy
+  std::filesystem::path root;  ///< absolute directory source paths are relative to
+  std::string tool_version;
+  std::string created;
+  uint64_t total_bytes = 0;
+  /// Format-specific settings recorded at flatten time (e.g. "groups": "/samples/*").
+  std::map<std::string, std::string> attributes;
+};
+
+/// A flattened dataset (DATASET.ddx/). Immutable after open, safe to share between threads.
+class Index {
+ public:
+  /// Opens and validates manifest.yaml and index.bin (magic, version, header and body checksums,
+  /// counts). Throws IndexError for damage, UsageError when dir is not an index.
+  static Index open(const std::filesystem::path& dir);
+
+  const std::filesystem::path& dir() const noexcept { return m_dir; }
+  const ManifestInfo& manifest() const noexcept { return m_manifest; }
+  uint64_t samples() const noexcept { return m_samples; }
+  std::span<const FieldInfo> fields() const noexcept { return m_fields; }
+  std::span<const FileInfo> files() const noexcept { return m_files; }
+
+  /// Field id by name; throws UsageError listing the fields if there is none.
+  uint32_t field_id(std::string_view name) const;
+  /// The only field, or UsageError asking for --field when there are several.
+  uint32_t default_field() const;
+
+  /// O(1). Caller checks sample < samples() and field < fields().size().
+  const Entry& entry(uint64_t sample, uint32_t field) const noexcept {
+    return m_entries[sample * m_fields.size() + field];
+  }
+  /// Absolute path of a file-table row.
+  std::filesystem::path resolve(uint32_t file) const;
+  /// Throws StaleError naming the file if its size or mtime differ from flatten time.
+  void check_fresh(uint32_t file) const;
+  /// check_fresh for every file; the first stale one throws.
+  void check_all_fresh() const;
+
+ private:
+  Index() = default;
+  std::filesystem::path m_dir;
+  ManifestInfo m_manifest;
+  std::vector<FieldInfo> m_fields;
+  std::vector<FileInfo> m_files;
+  uint64_t m_samples = 0;
+  MappedFile m_map;
+  const Entry* m_entries = nullptr;
+};
+
+}  // namespace ddstage

@@ -1,0 +1,75 @@
+// Builds a DATASET.ddx directory atomically: everything goes to a temporary sibling first.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ddstage/index.hpp"
+
+namespace ddstage {
+
+/// Progress of a long operation; total_items is 0 when unknown.
+struct ProgressUpdate {
+  uint64_t items_done = 0;
+  uint64_t total_items = 0;
+  uint64_t bytes_done = 0;
+  double seconds = 0;
+  bool final = false;
+};
+using ProgressFn = std::function<void(const ProgressUpdate&)>;
+
+/// How to write an index.
+struct IndexWriterOptions {
+  std::filesystem::path out;         ///< the DATASET.ddx directory to create
+  bool force = false;                ///< replace an existing index once the new one is complete
+  uint64_t pack_bytes = 256ull << 20;  ///< start a new pack file past this size
+  std::string name;                  ///< dataset name (default: out's stem)
+  ProgressFn progress;               ///< called at most ~5 times a second, and once at the end
+};
+
+/// Writes manifest.yaml, index.bin and pack files into a temporary directory next to `out`, and
+/// renames it into place in commit(). Destroying an uncommitted writer removes the temporary
+/// directory, so a failed or interrupted flatten leaves any previous index untouched.
+/// Single-threaded: a Format feeds it sample by sample or field by field, in any order.
+class IndexWriter {
+ public:
+  /// Refuses (UsageError) an existing `out` unless force; creates the temporary directory.
+  explicit IndexWriter(IndexWriterOptions options);
+  IndexWriter(const IndexWriter&) = delete;
+  IndexWriter& operator=(const IndexWriter&) = delete;
+  ~IndexWriter();
+
+  /// Declares the fields and sample count; must come before any put. Allocates the entry table
+  /// on disk up front (fallocate), so running out of space fails here, not halfway.
+  void define(std::vector<FieldInfo> fields, uint64_t samples);
+  /// Adds an origin file (records its size and mtime now) and returns its file id.
+  uint32_t add_source(const std::filesystem::path& path);
+  /// Records an entry whose bytes stay in place in a source file; checksums `bytes`.
+  void put_in_place(uint64_t sample, uint32_t field, uint32_t file, uint64_t offset,
+                    std::span<const std::byte> bytes);
+  /// Appends `bytes` to the current pack file and records the entry.
+  void put_packed(uint64_t sample, uint32_t field, std::span<const std::byte> bytes);
+  /// The source format's name, recorded in the manifest (formats::flatten sets it).
+  void set_format(const std::string& name);
+  /// A format-specific fact for the manifest (e.g. the groups pattern).
+  void set_attribute(const std::string& key, const std::string& value);
+
+  /// Checks every entry was put, writes header, checksums and manifest, fsyncs, and renames the
+  /// temporary directory to `out` (atomically exchanging with an old index under --force).
+  void commit();
+
+  uint64_t bytes_written() const noexcept;
+  uint64_t packed_bytes() const noexcept;
+
+ private:
+  struct State;
+  std::unique_ptr<State> m;
+};
+
+}  // namespace ddstage

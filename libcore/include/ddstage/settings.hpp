@@ -1,0 +1,69 @@
+// The one settings table: every tunable with its type, default, help, env name and YAML key.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ddstage {
+
+enum class SettingType { boolean, integer, size, string };
+
+/// One row of the settings table.
+struct SettingDef {
+  std::string_view key;   ///< YAML key, dotted ("flatten.pack_size")
+  SettingType type;
+  std::string_view default_value;
+  std::string_view help;
+  /// DDSTAGE_ + key upper-cased with '.' as '_' ("DDSTAGE_FLATTEN_PACK_SIZE").
+  std::string env_name() const;
+};
+
+/// Every setting ddstage knows.
+std::span<const SettingDef> setting_table();
+
+/// Where a value came from, in precedence order: flag > env > file > default.
+enum class SettingSource { flag, env, file, default_value };
+std::string_view source_name(SettingSource s);
+
+/// Resolved settings. libcore reads no environment itself: the caller passes it in.
+class Settings {
+ public:
+  /// Built-in defaults only.
+  Settings();
+  /// Merges flags > env > config file > defaults. `env` holds DDSTAGE_* variables;
+  /// `config` is a YAML file (missing is fine unless `config_required`). Unknown keys and
+  /// badly typed values are UsageErrors naming the key and where it came from.
+  static Settings resolve(const std::map<std::string, std::string>& flags,
+                          const std::map<std::string, std::string>& env,
+                          const std::optional<std::filesystem::path>& config,
+                          bool config_required);
+
+  bool get_bool(std::string_view key) const;
+  int64_t get_int(std::string_view key) const;
+  /// Sizes accept suffixes K, M, G, T (powers of 1024).
+  uint64_t get_size(std::string_view key) const;
+  const std::string& get_string(std::string_view key) const;
+  SettingSource source(std::string_view key) const;
+  /// Where the config file was looked for (empty when none).
+  const std::filesystem::path& config_path() const noexcept { return m_config; }
+
+ private:
+  struct Value {
+    std::string text;
+    SettingSource source;
+  };
+  const Value& value(std::string_view key) const;
+  std::map<std::string, Value, std::less<>> m_values;
+  std::filesystem::path m_config;
+};
+
+/// Parses "256M" style sizes; nullopt if malformed.
+std::optional<uint64_t> parse_size(std::string_view text);
+
+}  // namespace ddstage

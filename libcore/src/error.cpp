@@ -1,0 +1,34 @@
+#include "ddstage/error.hpp"
+
+#include <cstring>
+
+namespace ddstage {
+namespace {
+
+std::string with_context(const std::string& message, const ErrorContext& c) {
+  std::string out = message;
+  std::string where;
+  auto add = [&where](const std::string& part) { where += (where.empty() ? "" : ", ") + part; };
+  if (!c.file.empty() && message.find(c.file) == std::string::npos) add("file " + c.file);
+  if (c.sample) add("sample " + std::to_string(*c.sample));
+  if (!c.field.empty()) add("field " + c.field);
+  if (c.rank) add("rank " + std::to_string(*c.rank));
+  if (!where.empty()) out += " (" + where + ")";
+  return out;
+}
+
+}  // namespace
+
+Error::Error(ErrorKind kind, const std::string& message, ErrorContext context)
+    : std::runtime_error(with_context(message, context)),
+      m_kind(kind),
+      m_message(message),
+      m_context(std::move(context)) {}
+
+IoError::IoError(const std::string& call, int err, ErrorContext context)
+    // A path the user named that does not exist is their input, not a run-time failure.
+    : Error(err == ENOENT || err == ENOTDIR ? ErrorKind::usage : ErrorKind::runtime,
+            call + ": " + std::strerror(err), std::move(context)),
+      m_errno(err) {}
+
+}  // namespace ddstage

@@ -1,0 +1,97 @@
+#include "ddstage/file_descriptor.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <utility>
+
+#include <spdlog/spdlog.h>
+
+#include "ddstage/error.hpp"
+
+namespace ddstage {
+
+FileDescriptor::FileDescriptor(FileDescriptor&& other) noexcept
+    : m_fd(std::exchange(other.m_fd, -1)), m_path(std::move(other.m_path)) {}
+
+FileDescriptor& FileDescriptor::operator=(FileDescriptor&& other) noexcept {
+  if (this != &other) {
+    reset();
+    m_fd = std::exchange(other.m_fd, -1);
+    m_path = std::move(other.m_path);
+  }
+  return *this;
+}
+
+FileDescriptor::~FileDescriptor() { reset(); }
+
+void FileDescriptor::reset() noexcept {
+  if (m_fd >= 0 && ::close(m_fd) != 0) {
+    spdlog::warn("close({}) failed: errno {}", m_path.string(), errno);
+  }
+  m_fd = -1;
+}
+
+FileDescriptor FileDescriptor::open(const std::filesystem::path& path, int flags, int mode) {
+  int fd = ::open(path.c_str(), flags | O_CLOEXEC, mode);
+  if (fd < 0) throw IoError("cannot open " + path.string(), errno, {.file = path.string()});
+  return FileDescriptor(fd, path);
+}
+
+void FileDescriptor::pread_exact(std::span<std::byte> dest, uint64_t offset) const {
+  std::size_t done = 0;
+  while (done < dest.size()) {
+    ssize_t n = ::pread(m_fd, dest.data() + done, dest.size() - done,
+                        static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw IoError("pread " + m_path.string(), errno, {.file = m_path.string()});
+    }
+    if (n == 0) {
+      throw Error(ErrorKind::runtime,
+                  "unexpected end of " + m_path.string() + " at byte " + std::to_string(offset + done) +
+                      " (file shorter than the index says)",
+                  {.file = m_path.string()});
+    }
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+void FileDescriptor::write_all(std::span<const std::byte> src) const {
+  std::size_t done = 0;
+  while (done < src.size()) {
+    ssize_t n = ::write(m_fd, src.data() + done, src.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw IoError("write " + m_path.string(), errno, {.file = m_path.string()});
+    }
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+void FileDescriptor::pwrite_all(std::span<const std::byte> src, uint64_t offset) const {
+  std::size_t done = 0;
+  while (done < src.size()) {
+    ssize_t n = ::pwrite(m_fd, src.data() + done, src.size() - done,
+                         static_cast<off_t>(offset + done));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw IoError("write " + m_path.string(), errno, {.file = m_path.string()});
+    }
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+uint64_t FileDescriptor::size() const {
+  struct stat st {};
+  if (::fstat(m_fd, &st) != 0) throw IoError("fstat " + m_path.string(), errno, {.file = m_path.string()});
+  return static_cast<uint64_t>(st.st_size);
+}
+
+void FileDescriptor::sync() const {
+  if (::fsync(m_fd) != 0) throw IoError("fsync " + m_path.string(), errno, {.file = m_path.string()});
+}
+
+}  // namespace ddstage

@@ -1,0 +1,41 @@
+// On-disk layout of index.bin (man ddstage-index(5)). Little-endian, 8-byte aligned.
+#pragma once
+
+#include <bit>
+#include <cstdint>
+
+namespace ddstage::detail {
+
+static_assert(std::endian::native == std::endian::little,
+              "index.bin is little-endian and mapped in place; big-endian hosts need a converting reader");
+
+inline constexpr char index_magic[8] = {'D', 'D', 'S', 'I', 'N', 'D', 'E', 'X'};
+/// Entries start here; the gap after the header leaves later versions room to grow it.
+inline constexpr uint64_t entries_offset = 128;
+
+struct IndexHeader {
+  char magic[8];
+  uint32_t version;
+  uint32_t header_bytes;       ///< sizeof(IndexHeader) of the writer
+  uint64_t samples;
+  uint32_t fields;
+  uint32_t files;
+  uint64_t entries_offset;     ///< samples * fields Entry records, sample-major
+  uint64_t file_table_offset;  ///< files FileRecord records
+  uint64_t names_offset;       ///< UTF-8 path bytes the file records point into
+  uint64_t file_bytes;         ///< total size of index.bin
+  uint64_t body_checksum;      ///< xxh3-64 of [entries_offset, file_bytes)
+  uint64_t header_checksum;    ///< xxh3-64 of this header with this field zero
+};
+static_assert(sizeof(IndexHeader) == 80);
+
+struct FileRecord {
+  uint64_t name_offset;  ///< from names_offset
+  uint32_t name_length;
+  uint32_t kind;         ///< FileKind
+  uint64_t size;
+  int64_t mtime_ns;
+};
+static_assert(sizeof(FileRecord) == 32);
+
+}  // namespace ddstage::detail

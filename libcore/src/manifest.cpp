@@ -1,0 +1,133 @@
+#include "manifest.hpp"
+
+#include <fstream>
+
+#include <yaml-cpp/yaml.h>
+
+#include "ddstage/error.hpp"
+
+namespace ddstage::detail {
+namespace {
+
+void emit_field(YAML::Emitter& out, const FieldInfo& f) {
+  out << YAML::BeginMap;
+  out << YAML::Key << "name" << YAML::Value << f.name;
+  out << YAML::Key << "dtype" << YAML::Value << std::string(dtype_name(f.dtype));
+  out << YAML::Key << "shape" << YAML::Value << YAML::Flow << f.shape;
+  out << YAML::Key << "variable" << YAML::Value << f.variable;
+  out << YAML::Key << "row_bytes" << YAML::Value << f.row_bytes;
+  out << YAML::Key << "source" << YAML::Value << f.source;
+  out << YAML::EndMap;
+}
+
+void emit_files(YAML::Emitter& out, const std::vector<FileInfo>& files, FileKind kind) {
+  std::size_t listed = 0;
+  out << YAML::BeginSeq;
+  for (const auto& f : files) {
+    if (f.kind != kind || listed++ >= max_listed_files) continue;
+    out << YAML::Flow << YAML::BeginMap << YAML::Key << "path" << YAML::Value << f.path
+        << YAML::Key << "size" << YAML::Value << f.size << YAML::Key << "mtime_ns" << YAML::Value
+        << f.mtime_ns << YAML::EndMap;
+  }
+  out << YAML::EndSeq;
+}
+
+std::size_t count_kind(const std::vector<FileInfo>& files, FileKind kind) {
+  std::size_t n = 0;
+  for (const auto& f : files) n += f.kind == kind;
+  return n;
+}
+
+template <typename T>
+T require(const YAML::Node& node, const char* key, const std::filesystem::path& path) {
+  auto v = node[key];
+  if (!v) throw IndexError(path.string() + ": missing key '" + key + "'");
+  try {
+    return v.as<T>();
+  } catch (const YAML::Exception&) {
+    throw IndexError(path.string() + ": key '" + key + "' has a bad value");
+  }
+}
+
+FieldInfo parse_field(const YAML::Node& node, const std::filesystem::path& path) {
+  FieldInfo f;
+  f.name = require<std::string>(node, "name", path);
+  auto dtype = parse_dtype(require<std::string>(node, "dtype", path));
+  if (!dtype) throw IndexError(path.string() + ": field '" + f.name + "' has an unknown dtype");
+  f.dtype = *dtype;
+  f.shape = require<std::vector<uint64_t>>(node, "shape", path);
+  f.variable = require<bool>(node, "variable", path);
+  f.row_bytes = require<uint64_t>(node, "row_bytes", path);
+  f.source = node["source"] ? node["source"].as<std::string>() : "";
+  return f;
+}
+
+}  // namespace
+
+void write_manifest(const std::filesystem::path& path, const Manifest& m,
+                    const std::vector<FileInfo>& files) {
+  YAML::Emitter out;
+  out << YAML::Comment("ddstage dataset index; format described in ddstage-index(5)");
+  out << YAML::BeginMap;
+  out << YAML::Key << "format_version" << YAML::Value << m.format_version;
+  out << YAML::Key << "name" << YAML::Value << m.info.name;
+  out << YAML::Key << "tool_version" << YAML::Value << m.info.tool_version;
+  out << YAML::Key << "created" << YAML::Value << m.info.created;
+  out << YAML::Key << "samples" << YAML::Value << m.samples;
+  out << YAML::Key << "total_bytes" << YAML::Value << m.info.total_bytes;
+  out << YAML::Key << "checksum" << YAML::Value << "xxh3-64";
+  out << YAML::Key << "fields" << YAML::Value << YAML::BeginSeq;
+  for (const auto& f : m.fields) emit_field(out, f);
+  out << YAML::EndSeq;
+  out << YAML::Key << "source" << YAML::Value << YAML::BeginMap;
+  out << YAML::Key << "format" << YAML::Value << m.info.format;
+  out << YAML::Key << "root" << YAML::Value << m.info.root.string();
+  out << YAML::Key << "attributes" << YAML::Value << m.info.attributes;
+  out << YAML::Key << "file_count" << YAML::Value << count_kind(files, FileKind::source);
+  out << YAML::Key << "files" << YAML::Value;
+  emit_files(out, files, FileKind::source);
+  out << YAML::EndMap;
+  out << YAML::Key << "pack_count" << YAML::Value << count_kind(files, FileKind::pack);
+  out << YAML::Key << "packs" << YAML::Value;
+  emit_files(out, files, FileKind::pack);
+  out << YAML::EndMap;
+
+  std::ofstream file(path);
+  file << out.c_str() << '\n';
+  file.flush();
+  if (!file) throw IoError("write " + path.string(), errno, {.file = path.string()});
+}
+
+Manifest read_manifest(const std::filesystem::path& path) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path.string());
+  } catch (const YAML::Exception& e) {
+    throw IndexError(path.string() + " is not valid YAML: " + e.msg);
+  }
+  if (!root.IsMap()) throw IndexError(path.string() + " is not a ddstage manifest");
+  Manifest m;
+  m.format_version = require<uint32_t>(root, "format_version", path);
+  if (m.format_version > index_format_version) {
+    throw IndexError(path.string() + " was written by a newer ddstage (index format " +
+                     std::to_string(m.format_version) + "; this build reads up to " +
+                     std::to_string(index_format_version) + ")");
+  }
+  m.info.name = require<std::string>(root, "name", path);
+  m.info.tool_version = require<std::string>(root, "tool_version", path);
+  m.info.created = root["created"] ? root["created"].as<std::string>() : "";
+  m.samples = require<uint64_t>(root, "samples", path);
+  m.info.total_bytes = require<uint64_t>(root, "total_bytes", path);
+  for (const auto& f : root["fields"]) m.fields.push_back(parse_field(f, path));
+  if (m.fields.empty()) throw IndexError(path.string() + ": no fields");
+  auto source = root["source"];
+  if (!source || !source.IsMap()) throw IndexError(path.string() + ": missing key 'source'");
+  m.info.format = require<std::string>(source, "format", path);
+  m.info.root = require<std::string>(source, "root", path);
+  if (source["attributes"] && source["attributes"].IsMap()) {
+    m.info.attributes = source["attributes"].as<std::map<std::string, std::string>>();
+  }
+  return m;
+}
+
+}  // namespace ddstage::detail

@@ -1,0 +1,171 @@
+#include "ddstage/settings.hpp"
+
+#include <array>
+#include <charconv>
+
+#include <yaml-cpp/yaml.h>
+
+#include "ddstage/error.hpp"
+
+namespace ddstage {
+namespace {
+
+constexpr std::array<SettingDef, 6> table{{
+    {"log.level", SettingType::string, "info", "log level: trace, debug, info, warn, error, off"},
+    {"progress", SettingType::string, "auto", "progress line on stderr: auto (when a terminal), always, never"},
+    {"threads", SettingType::integer, "0", "threads for verification and checksums (0: one per core)"},
+    {"flatten.pack_size", SettingType::size, "256M", "start a new pack file past this size"},
+    {"flatten.memory", SettingType::size, "64M", "memory a format may use to decode (whole chunks, blocks)"},
+    {"origin.allow_stale", SettingType::boolean, "false", "read sources that changed after flattening"},
+}};
+
+const SettingDef* find_def(std::string_view key) {
+  for (const auto& d : table) {
+    if (d.key == key) return &d;
+  }
+  return nullptr;
+}
+
+std::optional<bool> parse_bool(std::string_view v) {
+  if (v == "1" || v == "true" || v == "yes" || v == "on") return true;
+  if (v == "0" || v == "false" || v == "no" || v == "off") return false;
+  return std::nullopt;
+}
+
+std::optional<int64_t> parse_int(std::string_view v) {
+  int64_t out = 0;
+  auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), out);
+  if (v.empty() || ec != std::errc() || end != v.data() + v.size()) return std::nullopt;
+  return out;
+}
+
+void check_type(const SettingDef& d, const std::string& value, std::string_view origin) {
+  bool ok = true;
+  switch (d.type) {
+    case SettingType::boolean: ok = parse_bool(value).has_value(); break;
+    case SettingType::integer: ok = parse_int(value).has_value(); break;
+    case SettingType::size: ok = parse_size(value).has_value(); break;
+    case SettingType::string: break;
+  }
+  if (!ok) {
+    throw UsageError("bad value '" + value + "' for setting " + std::string(d.key) + " from " + std::string(origin));
+  }
+}
+
+/// Flattens nested YAML maps into dotted keys ("flatten: {pack_size: 1G}" -> "flatten.pack_size").
+void flatten_yaml(const YAML::Node& node, const std::string& prefix, std::map<std::string, std::string>& out) {
+  for (const auto& kv : node) {
+    std::string key = prefix + kv.first.as<std::string>();
+    if (kv.second.IsMap()) {
+      flatten_yaml(kv.second, key + ".", out);
+    } else if (kv.second.IsScalar()) {
+      out[key] = kv.second.as<std::string>();
+    } else {
+      throw UsageError("setting " + key + " must be a single value");
+    }
+  }
+}
+
+std::map<std::string, std::string> read_config(const std::filesystem::path& path) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path.string());
+  } catch (const YAML::Exception& e) {
+    throw UsageError("config file " + path.string() + ": " + e.msg);
+  }
+  std::map<std::string, std::string> out;
+  if (root.IsMap()) {
+    flatten_yaml(root, "", out);
+  } else if (!root.IsNull()) {
+    throw UsageError("config file " + path.string() + " is not a YAML map");
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string SettingDef::env_name() const {
+  std::string out = "DDSTAGE_";
+  for (char c : key) out += c == '.' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return out;
+}
+
+std::span<const SettingDef> setting_table() { return table; }
+
+std::string_view source_name(SettingSource s) {
+  switch (s) {
+    case SettingSource::flag: return "flag";
+    case SettingSource::env: return "env";
+    case SettingSource::file: return "file";
+    case SettingSource::default_value: return "default";
+  }
+  return "?";
+}
+
+std::optional<uint64_t> parse_size(std::string_view text) {
+  if (text.empty()) return std::nullopt;
+  uint64_t mult = 1;
+  switch (text.back()) {
+    case 'K': case 'k': mult = 1ull << 10; break;
+    case 'M': case 'm': mult = 1ull << 20; break;
+    case 'G': case 'g': mult = 1ull << 30; break;
+    case 'T': case 't': mult = 1ull << 40; break;
+    default: break;
+  }
+  if (mult != 1) text.remove_suffix(1);
+  uint64_t v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return v * mult;
+}
+
+Settings::Settings() {
+  for (const auto& d : table) m_values[std::string(d.key)] = {std::string(d.default_value), SettingSource::default_value};
+}
+
+Settings Settings::resolve(const std::map<std::string, std::string>& flags,
+                           const std::map<std::string, std::string>& env,
+                           const std::optional<std::filesystem::path>& config, bool config_required) {
+  Settings s;
+  if (config) {
+    std::error_code ec;
+    if (std::filesystem::exists(*config, ec)) {
+      s.m_config = *config;
+      for (const auto& [key, value] : read_config(*config)) {
+        const SettingDef* d = find_def(key);
+        if (!d) throw UsageError("config file " + config->string() + ": unknown setting '" + key + "'");
+        check_type(*d, value, "config file " + config->string());
+        s.m_values[key] = {value, SettingSource::file};
+      }
+    } else if (config_required) {
+      throw UsageError("config file " + config->string() + " does not exist");
+    }
+  }
+  for (const auto& d : table) {
+    auto it = env.find(d.env_name());
+    if (it == env.end()) continue;
+    check_type(d, it->second, "environment variable " + d.env_name());
+    s.m_values[std::string(d.key)] = {it->second, SettingSource::env};
+  }
+  for (const auto& [key, value] : flags) {
+    const SettingDef* d = find_def(key);
+    if (!d) throw std::logic_error("flag mapped to unknown setting " + key);
+    check_type(*d, value, "the command line");
+    s.m_values[key] = {value, SettingSource::flag};
+  }
+  return s;
+}
+
+const Settings::Value& Settings::value(std::string_view key) const {
+  auto it = m_values.find(key);
+  if (it == m_values.end()) throw std::logic_error("unknown setting " + std::string(key));
+  return it->second;
+}
+
+bool Settings::get_bool(std::string_view key) const { return *parse_bool(value(key).text); }
+int64_t Settings::get_int(std::string_view key) const { return *parse_int(value(key).text); }
+uint64_t Settings::get_size(std::string_view key) const { return *parse_size(value(key).text); }
+const std::string& Settings::get_string(std::string_view key) const { return value(key).text; }
+SettingSource Settings::source(std::string_view key) const { return value(key).source; }
+
+}  // namespace ddstage

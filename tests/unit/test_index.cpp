@@ -1,0 +1,234 @@
+// Index round trip, corruption and versioning, and IndexWriter's all-or-nothing publishing.
+#include <fcntl.h>
+#include <sys/resource.h>
+
+#include <csignal>
+
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <fstream>
+
+#include "ddstage/checksum.hpp"
+#include "ddstage/error.hpp"
+#include "ddstage/index.hpp"
+#include "ddstage/index_writer.hpp"
+#include "ddstage/origin_reader.hpp"
+#include "index_layout.hpp"
+#include "test_support.hpp"
+
+using namespace ddstage;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<FieldInfo> two_fields() {
+  return {{"x", DType::float32, {4}, false, 16, "/x"}, {"y", DType::uint8, {}, true, 0, "/y"}};
+}
+
+/// A source file of 10 fixed 16-byte rows, then variable rows (sample i has i+1 bytes) packed.
+fs::path write_small_index(const test::TempDir& dir, const std::string& name = "d.ddx", bool force = false,
+                           uint64_t pack_bytes = 256ull << 20) {
+  auto src = dir / "src.bin";
+  if (!fs::exists(src)) test::write_file(src, test::pattern_bytes(160, 7));
+  auto bytes = test::pattern_bytes(160, 7);
+  IndexWriter w({.out = dir / name, .force = force, .pack_bytes = pack_bytes});
+  w.set_format("test");
+  w.define(two_fields(), 10);
+  auto file = w.add_source(src);
+  for (uint64_t i = 0; i < 10; ++i) {
+    w.put_in_place(i, 0, file, i * 16, std::span(bytes).subspan(i * 16, 16));
+    w.put_packed(i, 1, test::pattern_bytes(i + 1, 100 + i));
+  }
+  w.set_attribute("note", "unit test");
+  w.commit();
+  return dir / name;
+}
+
+void flip_byte(const fs::path& path, uint64_t offset) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(static_cast<std::streamoff>(offset));
+  char c = 0;
+  f.read(&c, 1);
+  c ^= 0x10;
+  f.seekp(static_cast<std::streamoff>(offset));
+  f.write(&c, 1);
+}
+
+}  // namespace
+
+TEST_CASE("index round trip: manifest, entries, files, reads", "[index]") {
+  test::TempDir dir;
+  auto path = write_small_index(dir);
+  auto index = Index::open(path);
+  REQUIRE(index.samples() == 10);
+  REQUIRE(index.fields().size() == 2);
+  CHECK(index.fields()[0].name == "x");
+  CHECK(index.fields()[0].shape == std::vector<uint64_t>{4});
+  CHECK(index.fields()[1].variable);
+  CHECK(index.manifest().name == "d");
+  CHECK(index.manifest().format == "test");
+  CHECK(index.manifest().attributes.at("note") == "unit test");
+  CHECK(index.manifest().root == dir.path());
+  CHECK(index.manifest().total_bytes == 160 + 55);
+  REQUIRE(index.files().size() == 2);
+  CHECK(index.files()[0].path == "src.bin");
+  CHECK(index.files()[1].kind == FileKind::pack);
+  CHECK(index.resolve(1) == path / "pack-00000.bin");
+  CHECK(index.entry(3, 0).offset == 48);
+  CHECK(index.entry(3, 1).length == 4);
+  CHECK_NOTHROW(index.check_all_fresh());
+
+  OriginReader reader(index, {.verify = true});
+  std::vector<uint64_t> ids{9, 0, 3, 3};
+  std::vector<std::byte> out(reader.batch_bytes(1, ids));
+  reader.read(1, ids, out);
+  std::vector<std::byte> expect;
+  for (auto id : ids) {
+    auto b = test::pattern_bytes(id + 1, 100 + id);
+    expect.insert(expect.end(), b.begin(), b.end());
+  }
+  CHECK(out == expect);
+  CHECK(index.field_id("y") == 1);
+  CHECK_THROWS_WITH(index.field_id("z"), Catch::Contains("no field 'z'") && Catch::Contains("x, y"));
+  CHECK_THROWS_WITH(index.default_field(), Catch::Contains("--field"));
+}
+
+TEST_CASE("pack files rotate at the configured size", "[index]") {
+  test::TempDir dir;
+  auto path = write_small_index(dir, "d.ddx", false, 20);
+  auto index = Index::open(path);
+  std::size_t packs = 0;
+  for (const auto& f : index.files()) packs += f.kind == FileKind::pack;
+  CHECK(packs > 2);
+  OriginReader reader(index, {.verify = true});
+  std::vector<std::byte> out(10);
+  uint64_t id = 9;
+  reader.read(1, {&id, 1}, out);
+  CHECK(out == test::pattern_bytes(10, 109));
+}
+
+TEST_CASE("a truncated index.bin is refused", "[index]") {
+  test::TempDir dir;
+  auto path = write_small_index(dir);
+  fs::resize_file(path / "index.bin", fs::file_size(path / "index.bin") - 8);
+  CHECK_THROWS_AS(Index::open(path), IndexError);
+  fs::resize_file(path / "index.bin", 20);
+  CHECK_THROWS_WITH(Index::open(path), Catch::Contains("truncated"));
+}
+
+TEST_CASE("a bit flip anywhere in index.bin is detected", "[index]") {
+  test::TempDir dir;
+  auto path = write_small_index(dir);
+  const auto size = fs::file_size(path / "index.bin");
+  for (uint64_t offset : {uint64_t{12}, detail::entries_offset + 40, size - 3}) {
+    flip_byte(path / "index.bin", offset);
+    CHECK_THROWS_WITH(Index::open(path), Catch::Contains("corrupt"));
+    flip_byte(path / "index.bin", offset);
+  }
+  CHECK_NOTHROW(Index::open(path));
+}
+
+TEST_CASE("an index from a newer format version is refused by name", "[index]") {
+  test::TempDir dir;
+  auto path = write_small_index(dir);
+  detail::IndexHeader h{};
+  {
+    std::ifstream in(path / "index.bin", std::ios::binary);
+    in.read(reinterpret_cast<char*>(&h), sizeof h);
+  }
+  h.version = index_format_version + 1;
+  h.header_checksum = 0;
+  h.header_checksum = checksum(std::as_bytes(std::span(&h, 1)));
+  {
+    std::fstream out(path / "index.bin", std::ios::in | std::ios::out | std::ios::binary);
+    out.write(reinterpret_cast<const char*>(&h), sizeof h);
+  }
+  CHECK_THROWS_WITH(Index::open(path), Catch::Contains("newer ddstage"));
+}
+
+TEST_CASE("a manifest from a newer version or missing keys is refused", "[index]") {
+  test::TempDir dir;
+  auto path = write_small_index(dir);
+  std::string text;
+  {
+    std::ifstream in(path / "manifest.yaml");
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  auto pos = text.find("format_version: 1");
+  REQUIRE(pos != std::string::npos);
+  std::ofstream(path / "manifest.yaml") << std::string(text).replace(pos, 17, "format_version: 9");
+  CHECK_THROWS_WITH(Index::open(path), Catch::Contains("newer ddstage"));
+  std::ofstream(path / "manifest.yaml") << "name: x\n";
+  CHECK_THROWS_AS(Index::open(path), IndexError);
+  fs::remove(path / "manifest.yaml");
+  CHECK_THROWS_AS(Index::open(path), UsageError);
+}
+
+TEST_CASE("a changed or missing source is stale", "[index]") {
+  test::TempDir dir;
+  auto path = write_small_index(dir);
+  auto index = Index::open(path);
+  test::write_file(dir / "src.bin", test::pattern_bytes(161, 7));
+  CHECK_THROWS_WITH(index.check_all_fresh(), Catch::Contains("src.bin") && Catch::Contains("changed"));
+  OriginReader strict(index);
+  std::vector<std::byte> out(16);
+  uint64_t id = 0;
+  CHECK_THROWS_AS(strict.read(0, {&id, 1}, out), StaleError);
+  OriginReader lenient(index, {.allow_stale = true});
+  CHECK_NOTHROW(lenient.read(0, {&id, 1}, out));
+  fs::remove(dir / "src.bin");
+  CHECK_THROWS_WITH(index.check_all_fresh(), Catch::Contains("missing"));
+}
+
+TEST_CASE("verify catches bytes that changed in place", "[index]") {
+  test::TempDir dir;
+  auto path = write_small_index(dir);
+  auto index = Index::open(path);
+  flip_byte(path / "pack-00000.bin", 3);  // sample 2 of field y: bytes 1..3 of the pack
+  OriginReader reader(index, {.verify = true, .allow_stale = true});
+  std::vector<uint64_t> ids{2};
+  std::vector<std::byte> out(3);
+  CHECK_THROWS_WITH(reader.read(1, ids, out), Catch::Contains("checksum mismatch") && Catch::Contains("sample 2"));
+}
+
+TEST_CASE("an existing output is kept unless forced, and replaced only when complete", "[index]") {
+  test::TempDir dir;
+  auto path = write_small_index(dir);
+  CHECK_THROWS_WITH(IndexWriter({.out = path}), Catch::Contains("already exists") && Catch::Contains("--force"));
+  {
+    IndexWriter w({.out = path, .force = true});
+    w.define(two_fields(), 10);
+    // Abandoned half-way: the old index must survive and no temporary directory may remain.
+  }
+  CHECK_NOTHROW(Index::open(path));
+  std::size_t entries = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir.path())) ++entries;
+  CHECK(entries == 2);  // src.bin and d.ddx
+
+  write_small_index(dir, "d.ddx", true);
+  CHECK(Index::open(path).samples() == 10);
+  test::write_file(dir / "plain", test::pattern_bytes(4, 1));
+  CHECK_THROWS_WITH(IndexWriter({.out = dir / "plain", .force = true}), Catch::Contains("not a ddstage index"));
+}
+
+TEST_CASE("running out of file size while packing removes the temporary directory", "[index]") {
+  test::TempDir dir;
+  auto path = write_small_index(dir);
+  rlimit old{};
+  getrlimit(RLIMIT_FSIZE, &old);
+  std::signal(SIGXFSZ, SIG_IGN);
+  {
+    IndexWriter w({.out = path, .force = true});
+    w.define(two_fields(), 10);
+    rlimit small{1 << 20, old.rlim_max};
+    setrlimit(RLIMIT_FSIZE, &small);
+    auto big = test::pattern_bytes(5 << 20, 3);  // larger than the write buffer: written at once
+    CHECK_THROWS_AS(w.put_packed(0, 1, big), IoError);
+    setrlimit(RLIMIT_FSIZE, &old);
+  }
+  auto index = Index::open(path);
+  CHECK(index.samples() == 10);
+  std::size_t entries = 0;
+  for ([[maybe_unused]] const auto& e : fs::directory_iterator(dir.path())) ++entries;
+  CHECK(entries == 2);
+}

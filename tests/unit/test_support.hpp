@@ -1,0 +1,64 @@
+// Helpers shared by the unit tests: scratch directories and byte vectors.
+#pragma once
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cstddef>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace ddstage::test {
+
+/// A fresh directory under $DDSTAGE_TEST_TMP (or /tmp), removed with everything in it.
+class TempDir {
+ public:
+  TempDir() {
+    static std::atomic<int> counter{0};
+    const char* base = std::getenv("DDSTAGE_TEST_TMP");
+    auto root = std::filesystem::path(base ? base : std::filesystem::temp_directory_path().string());
+    m_path = root / ("ddstage-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    std::filesystem::remove_all(m_path);
+    std::filesystem::create_directories(m_path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(m_path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::filesystem::path& path() const { return m_path; }
+  std::filesystem::path operator/(const std::string& name) const { return m_path / name; }
+
+ private:
+  std::filesystem::path m_path;
+};
+
+/// Deterministic pseudo-random bytes (splitmix64), so failures reproduce.
+inline std::vector<std::byte> pattern_bytes(std::size_t n, uint64_t seed) {
+  std::vector<std::byte> out(n);
+  uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i % 8 == 0) {
+      x += 0x9E3779B97F4A7C15ull;
+      uint64_t z = x;
+      z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+      z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+      x = z ^ (z >> 31);
+    }
+    out[i] = static_cast<std::byte>((x >> (8 * (i % 8))) & 0xff);
+  }
+  return out;
+}
+
+inline void write_file(const std::filesystem::path& path, const std::vector<std::byte>& bytes) {
+  std::filesystem::create_directories(path.parent_path());
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+}  // namespace ddstage::test
