@@ -33,7 +33,7 @@ uint64_t cat_files(const Index& index) {
   std::vector<std::byte> buffer(1u << 20);
   uint64_t total = 0;
   for (uint32_t i = 0; i < index.files().size(); ++i) {
-    if (index.files()[i].kind != FileKind::source) continue;
+    if (index.files()[i].kind == FileKind::pack) continue;
     auto fd = FileDescriptor::open(index.resolve(i), O_RDONLY);
     for (ssize_t n; (n = ::read(fd.get(), buffer.data(), buffer.size())) != 0; total += static_cast<uint64_t>(n)) {
       if (n < 0) throw IoError("read " + fd.path().string(), errno);

@@ -60,8 +60,9 @@ void print_text(const Index& index, const std::vector<FieldStats>& stats) {
   const auto& m = index.manifest();
   fmt::print("dataset   {}\nformat    {} (root {})\nsamples   {}\nbytes     {}\n", m.name, m.format,
              m.root.string(), index.samples(), human_bytes(static_cast<double>(m.total_bytes)));
-  fmt::print("files     {} source, {} pack\ncreated   {} by ddstage {}\n", count_files(index, FileKind::source),
-             count_files(index, FileKind::pack), m.created, m.tool_version);
+  fmt::print("files     {} source ({} copied into packs), {} pack\ncreated   {} by ddstage {}\n",
+             count_files(index, FileKind::source) + count_files(index, FileKind::copied),
+             count_files(index, FileKind::copied), count_files(index, FileKind::pack), m.created, m.tool_version);
   if (!m.attributes.empty()) fmt::print("attributes\n");
   for (const auto& [k, v] : m.attributes) fmt::print("  {:<16} {}\n", k, v);
   fmt::print("fields\n  {:<16} {:<8} {:<16} {:<24} {}\n", "name", "dtype", "shape", "bytes/row", "source");
@@ -79,7 +80,9 @@ void print_json(const Index& index, const std::vector<FieldStats>& stats, const 
   JsonWriter j;
   j.begin_object().field("dataset", m.name).field("path", index.dir().string()).field("format", m.format);
   j.field("root", m.root.string()).field("samples", index.samples()).field("total_bytes", m.total_bytes);
-  j.field("source_files", count_files(index, FileKind::source)).field("pack_files", count_files(index, FileKind::pack));
+  j.field("source_files", count_files(index, FileKind::source) + count_files(index, FileKind::copied));
+  j.field("copied_source_files", count_files(index, FileKind::copied));
+  j.field("pack_files", count_files(index, FileKind::pack));
   j.field("created", m.created).field("tool_version", m.tool_version);
   j.key("attributes").begin_object();
   for (const auto& [k, v] : m.attributes) j.field(k, v);

@@ -115,8 +115,10 @@ void flatten(const FlattenRequest& request, IndexWriter& writer) {
   for (uint64_t sample = 0; sample < files.size(); ++sample) {
     const auto fd = FileDescriptor::open(files[sample], O_RDONLY);
     const uint64_t size = fd.size();
+    // Recorded even when packed: the manifest names every source, and bench compares against it.
+    const uint32_t file = writer.add_source(files[sample]);
     std::optional<uint32_t> in_place;
-    if (!request.pack) in_place = writer.add_source(files[sample]);
+    if (!request.pack) in_place = file;
     put_records(
         writer, reader, fd,
         RecordRange{

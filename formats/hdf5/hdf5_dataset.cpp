@@ -19,7 +19,8 @@ std::vector<uint64_t> dataset_dims(hid_t space, const std::string& path, const s
   }
   int rank = h5_check(H5Sget_simple_extent_ndims(space), "H5Sget_simple_extent_ndims", file);
   std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
-  h5_check(H5Sget_simple_extent_dims(space, dims.data(), nullptr), "H5Sget_simple_extent_dims", file);
+  h5_check(H5Sget_simple_extent_dims(space, dims.data(), nullptr), "H5Sget_simple_extent_dims",
+           file);
   return {dims.begin(), dims.end()};
 }
 
@@ -130,8 +131,9 @@ void RowStream::read_block() {
              "H5Sselect_hyperslab", m_file);
     auto mem_space = h5_own(H5Screate_simple(static_cast<int>(size.size()), size.data(), nullptr),
                             H5Sclose, "H5Screate_simple", m_file);
-    h5_check(H5Dread(m_dset, m_mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, dest.data()),
-             "H5Dread", m_file);
+    h5_check(
+        H5Dread(m_dset, m_mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, dest.data()),
+        "H5Dread", m_file);
   }
   m_end += count;
 }

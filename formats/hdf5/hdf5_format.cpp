@@ -36,9 +36,11 @@ std::string describe_object(hid_t root, const std::string& name) {
   if (H5Iget_type(object.get()) != H5I_DATASET) return "/" + name;
   H5Handle space(H5Dget_space(object.get()), H5Sclose);
   H5Handle type(H5Dget_type(object.get()), H5Tclose);
-  std::vector<hsize_t> dims(static_cast<std::size_t>(std::max(H5Sget_simple_extent_ndims(space.get()), 0)));
+  std::vector<hsize_t> dims(
+      static_cast<std::size_t>(std::max(H5Sget_simple_extent_ndims(space.get()), 0)));
   H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
-  return fmt::format("/{} {} {}", name, shape_text({dims.begin(), dims.end()}), describe_type(type.get()));
+  return fmt::format("/{} {} {}", name, shape_text({dims.begin(), dims.end()}),
+                     describe_type(type.get()));
 }
 
 /// Nothing says what to index: show what the file holds so the user can pick.
@@ -52,10 +54,12 @@ std::string describe_object(hid_t root, const std::string& name) {
   for (std::size_t i = 0; i < listing.names.size() && i < max_listed; ++i) {
     contents += (i == 0 ? "" : ", ") + describe_object(root.get(), listing.names[i]);
   }
-  if (listing.names.size() > max_listed) contents += fmt::format(", ... ({} in all)", listing.names.size());
-  throw UsageError(fmt::format("say what to index in {}: --field NAME=PATH (rows of a dataset), --ragged "
-                               "NAME=DATA:OFFSETS or --groups PATTERN; it holds: {}",
-                               path, contents.empty() ? "nothing" : contents));
+  if (listing.names.size() > max_listed)
+    contents += fmt::format(", ... ({} in all)", listing.names.size());
+  throw UsageError(
+      fmt::format("say what to index in {}: --field NAME=PATH (rows of a dataset), --ragged "
+                  "NAME=DATA:OFFSETS or --groups PATTERN; it holds: {}",
+                  path, contents.empty() ? "nothing" : contents));
 }
 
 bool detect(const FlattenRequest& request) {
@@ -67,7 +71,8 @@ void flatten(const FlattenRequest& request, IndexWriter& writer) {
   if (request.sources.empty()) throw UsageError("no source given");
   if (!request.groups.empty()) {
     if (!request.fields.empty() || !request.ragged.empty()) {
-      throw UsageError("--groups cannot be combined with --field or --ragged (one sample per group, or rows)");
+      throw UsageError(
+          "--groups cannot be combined with --field or --ragged (one sample per group, or rows)");
     }
     return flatten_groups(request, writer);
   }
@@ -102,10 +107,11 @@ std::vector<uint64_t> parse_numbers(const std::string& text, std::string_view ke
 }  // namespace detail
 
 Format hdf5_format() {
-  return {.name = "hdf5",
-          .help = "HDF5 files: rows of datasets (--field, --ragged) or one sample per group (--groups)",
-          .detect = &detail::detect,
-          .flatten = &detail::flatten};
+  return {
+      .name = "hdf5",
+      .help = "HDF5 files: rows of datasets (--field, --ragged) or one sample per group (--groups)",
+      .detect = &detail::detect,
+      .flatten = &detail::flatten};
 }
 
 }  // namespace ddstage::formats

@@ -29,10 +29,12 @@ herr_t collect_matching_link(hid_t, const char* name, const H5L_info_t*, void* d
   }
 }
 
-bool has_glob(const std::string& part) { return part.find_first_of("*?[") != std::string::npos; }
+bool has_glob(const std::string& part) {
+  return part.find_first_of("*?[") != std::string::npos;
+}
 
-std::vector<std::string> matching_links(hid_t group, const std::string& part, const std::string& path,
-                                        const std::string& file) {
+std::vector<std::string> matching_links(hid_t group, const std::string& part,
+                                        const std::string& path, const std::string& file) {
   if (!has_glob(part)) {
     return H5Lexists(group, part.c_str(), H5P_DEFAULT) > 0 ? std::vector<std::string>{part}
                                                            : std::vector<std::string>{};

@@ -83,10 +83,11 @@ class GroupScan {
 GroupsSource GroupScan::scan(const std::string& path) {
   GroupsSource src{.file = path, .groups = {}, .entries = {}};
   auto file = open_file(path);
-  for_each_matching_group(file.get(), m_request.groups, path, [&](const std::string& group_path, hid_t group) {
-    if (m_fields.empty()) take_fields_from(group, group_path, path);
-    scan_group(group, group_path, src);
-  });
+  for_each_matching_group(file.get(), m_request.groups, path,
+                          [&](const std::string& group_path, hid_t group) {
+                            if (m_fields.empty()) take_fields_from(group, group_path, path);
+                            scan_group(group, group_path, src);
+                          });
   if (src.groups.empty()) {
     throw UsageError(fmt::format("--groups '{}' matches no group in {}", m_request.groups, path));
   }
@@ -99,11 +100,13 @@ void GroupScan::take_fields_from(hid_t group, const std::string& path, const std
            "H5Literate " + path, file);
   for (auto& name : names) {
     H5Handle object(H5Oopen(group, name.c_str(), H5P_DEFAULT), H5Oclose);
-    if (object && H5Iget_type(object.get()) == H5I_DATASET) m_fields.push_back({.name = std::move(name)});
+    if (object && H5Iget_type(object.get()) == H5I_DATASET)
+      m_fields.push_back({.name = std::move(name)});
   }
   if (m_fields.empty()) {
-    throw UsageError(fmt::format("group {} in {} (the first match of --groups '{}') has no datasets",
-                                 path, file, m_request.groups));
+    throw UsageError(
+        fmt::format("group {} in {} (the first match of --groups '{}') has no datasets", path, file,
+                    m_request.groups));
   }
   m_first_group = fmt::format("{} in {}", path, file);
 }
@@ -122,13 +125,14 @@ void GroupScan::scan_group(hid_t group, const std::string& path, GroupsSource& s
 void GroupScan::missing_field(hid_t group, const std::string& path, const std::string& field,
                               const std::string& file) const {
   if (H5Lexists(group, field.c_str(), H5P_DEFAULT) > 0) {
-    throw UsageError(fmt::format("{}/{} in {} is not a dataset (it is one in {})", path, field, file,
-                                 m_first_group));
+    throw UsageError(fmt::format("{}/{} in {} is not a dataset (it is one in {})", path, field,
+                                 file, m_first_group));
   }
   std::string names;
   for (const auto& f : m_fields) names += (names.empty() ? "" : ", ") + f.name;
-  throw UsageError(fmt::format("group {} in {} has no dataset '{}' (fields come from the first group, {}: {})",
-                               path, file, field, m_first_group, names));
+  throw UsageError(
+      fmt::format("group {} in {} has no dataset '{}' (fields come from the first group, {}: {})",
+                  path, file, field, m_first_group, names));
 }
 
 void GroupScan::note(FieldStats& field, const DatasetInfo& info, const std::string& file) const {
@@ -140,8 +144,9 @@ void GroupScan::note(FieldStats& field, const DatasetInfo& info, const std::stri
     return;
   }
   if (info.dtype != field.dtype) {
-    throw UsageError(fmt::format("dataset {} in {} is {} but {} is {}: a field's dtype must agree across groups",
-                                 info.path, file, dtype_name(info.dtype), field.first, dtype_name(field.dtype)));
+    throw UsageError(
+        fmt::format("dataset {} in {} is {} but {} is {}: a field's dtype must agree across groups",
+                    info.path, file, dtype_name(info.dtype), field.first, dtype_name(field.dtype)));
   }
   if (info.dims != field.dims) field.same_shape = false;
   if (!same_tail(info.dims, field.dims)) field.same_tail = false;
@@ -150,7 +155,11 @@ void GroupScan::note(FieldStats& field, const DatasetInfo& info, const std::stri
 std::vector<FieldInfo> GroupScan::field_infos() const {
   std::vector<FieldInfo> out;
   for (const auto& f : m_fields) {
-    FieldInfo info{.name = f.name, .dtype = f.dtype, .shape = {}, .variable = !f.same_shape, .row_bytes = 0,
+    FieldInfo info{.name = f.name,
+                   .dtype = f.dtype,
+                   .shape = {},
+                   .variable = !f.same_shape,
+                   .row_bytes = 0,
                    .source = m_request.groups + "/" + f.name};
     if (f.same_shape) {
       info.shape = f.dims;
@@ -181,7 +190,8 @@ void write_contiguous(const SourceWrite& s) {
   for (uint64_t i = 0; i < entries.size(); ++i) {
     if (entries[i].offset != decode_marker) order.push_back(i);
   }
-  std::sort(order.begin(), order.end(), [&](uint64_t a, uint64_t b) { return entries[a].offset < entries[b].offset; });
+  std::sort(order.begin(), order.end(),
+            [&](uint64_t a, uint64_t b) { return entries[a].offset < entries[b].offset; });
   auto fd = FileDescriptor::open(s.src.file, O_RDONLY);
   std::vector<std::byte> block;
   for (std::size_t b = 0; b < order.size();) {
@@ -198,7 +208,8 @@ void write_contiguous(const SourceWrite& s) {
     fd.pread_exact(block, begin);
     for (; b < e; ++b) {
       const uint64_t i = order[b];
-      std::span<const std::byte> bytes(block.data() + (entries[i].offset - begin), entries[i].bytes);
+      std::span<const std::byte> bytes(block.data() + (entries[i].offset - begin),
+                                       entries[i].bytes);
       const uint64_t sample = s.start + i / s.fields;
       const auto field = static_cast<uint32_t>(i % s.fields);
       if (s.pack) {
@@ -221,7 +232,8 @@ void write_decoded(const SourceWrite& s, const std::vector<FieldStats>& fields) 
       continue;
     }
     const auto& path = s.src.groups[g];
-    auto group = h5_own(H5Gopen2(file.get(), path.c_str(), H5P_DEFAULT), H5Gclose, "H5Gopen2 " + path, file_name);
+    auto group = h5_own(H5Gopen2(file.get(), path.c_str(), H5P_DEFAULT), H5Gclose,
+                        "H5Gopen2 " + path, file_name);
     for (std::size_t f = 0; f < s.fields; ++f) {
       const auto& entry = first[static_cast<std::ptrdiff_t>(f)];
       if (entry.offset != decode_marker) continue;
@@ -258,8 +270,9 @@ void flatten_groups(const FlattenRequest& request, IndexWriter& writer) {
   writer.set_attribute(std::string(attr_source_files),
                        join_numbers(std::vector<uint64_t>(file_ids.begin(), file_ids.end())));
   for (std::size_t k = 0; k < sources.size(); ++k) {
-    SourceWrite s{writer,    sources[k], scan.field_count(), file_ids[k],
-                  starts[k], request.memory_budget, request.pack};
+    SourceWrite s{writer,      sources[k], scan.field_count(),
+                  file_ids[k], starts[k],  request.memory_budget,
+                  request.pack};
     write_contiguous(s);
     write_decoded(s, scan.fields());
   }

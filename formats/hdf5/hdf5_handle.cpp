@@ -50,7 +50,8 @@ herr_t keep_innermost(unsigned n, const H5E_error2_t* err, void* out) {
 
 bool has_hdf5_extension(const std::filesystem::path& path) {
   auto ext = path.extension().string();
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return std::tolower(c); });
+  std::transform(ext.begin(), ext.end(), ext.begin(),
+                 [](unsigned char c) { return std::tolower(c); });
   return ext == ".h5" || ext == ".hdf5" || ext == ".hdf";
 }
 
@@ -108,7 +109,7 @@ std::string absolute_h5_path(std::string_view path) {
 
 bool path_exists(hid_t loc, const std::string& path) {
   // H5Lexists fails, rather than answering false, when a parent is missing: test each prefix.
-  for (std::size_t end = path.find('/', 1); ; end = path.find('/', end + 1)) {
+  for (std::size_t end = path.find('/', 1);; end = path.find('/', end + 1)) {
     auto prefix = path.substr(0, end);
     if (!prefix.empty() && prefix != "/" && H5Lexists(loc, prefix.c_str(), H5P_DEFAULT) <= 0) {
       return false;

@@ -58,7 +58,8 @@ std::vector<Column> requested_columns(const FlattenRequest& request) {
   std::set<std::string> seen;
   for (const auto& c : columns) {
     if (!seen.insert(c.name).second) {
-      throw UsageError(fmt::format("field name '{}' given twice (name them with NAME=PATH)", c.name));
+      throw UsageError(
+          fmt::format("field name '{}' given twice (name them with NAME=PATH)", c.name));
     }
   }
   return columns;
@@ -70,28 +71,33 @@ int64_t load_offset(std::span<const std::byte> bytes) {
   return v;
 }
 
-bool is_integer(DType t) { return t != DType::boolean && t >= DType::int8 && t <= DType::uint64; }
+bool is_integer(DType t) {
+  return t != DType::boolean && t >= DType::int8 && t <= DType::uint64;
+}
 
 void check_offsets(hid_t dset, const ColumnInfo& col, const std::string& file, uint64_t budget) {
   const auto& o = col.offsets;
   if (!is_integer(o.dtype) || o.dims.size() != 1 || o.dims[0] == 0) {
-    throw UsageError(fmt::format("offsets {} in {} must be a 1-D integer dataset of N+1 values, not {} {}",
-                                 o.path, file, dtype_name(o.dtype), shape_text(o.dims)));
+    throw UsageError(
+        fmt::format("offsets {} in {} must be a 1-D integer dataset of N+1 values, not {} {}",
+                    o.path, file, dtype_name(o.dtype), shape_text(o.dims)));
   }
   auto stream = RowStream::decoding(dset, H5T_NATIVE_INT64, o, sizeof(int64_t), budget, file);
   int64_t prev = load_offset(stream.rows(0, 1));
-  if (prev < 0) throw UsageError(fmt::format("offsets {} in {} start at o[0]={} (< 0)", o.path, file, prev));
+  if (prev < 0)
+    throw UsageError(fmt::format("offsets {} in {} start at o[0]={} (< 0)", o.path, file, prev));
   for (uint64_t i = 1; i < o.dims[0]; ++i) {
     int64_t v = load_offset(stream.rows(i, i + 1));
     if (v < prev) {
-      throw UsageError(fmt::format("offsets {} in {} not monotonic at {}: o[{}]={} > o[{}]={}", o.path,
-                                   file, i - 1, i - 1, prev, i, v));
+      throw UsageError(fmt::format("offsets {} in {} not monotonic at {}: o[{}]={} > o[{}]={}",
+                                   o.path, file, i - 1, i - 1, prev, i, v));
     }
     prev = v;
   }
   if (static_cast<uint64_t>(prev) > col.data.dims[0]) {
-    throw UsageError(fmt::format("offsets {} in {} end at o[{}]={}, past the end of {} ({} rows)", o.path,
-                                 file, o.dims[0] - 1, prev, col.data.path, col.data.dims[0]));
+    throw UsageError(fmt::format("offsets {} in {} end at o[{}]={}, past the end of {} ({} rows)",
+                                 o.path, file, o.dims[0] - 1, prev, col.data.path,
+                                 col.data.dims[0]));
   }
 }
 
@@ -100,9 +106,10 @@ ColumnInfo describe_column(hid_t file, const Column& c, const std::string& name,
   auto data = open_dataset(file, c.data, name);
   col.data = describe_dataset(data.get(), c.data, name);
   if (col.data.dims.empty()) {
-    throw UsageError(fmt::format("dataset {} in {} is a scalar (0-d): --field and --ragged need rows "
-                                 "along the first dimension (one value per group is --groups)",
-                                 c.data, name));
+    throw UsageError(
+        fmt::format("dataset {} in {} is a scalar (0-d): --field and --ragged need rows "
+                    "along the first dimension (one value per group is --groups)",
+                    c.data, name));
   }
   col.samples = col.data.dims[0];
   if (c.ragged()) {
@@ -119,7 +126,8 @@ std::string length_text(const Column& c, const ColumnInfo& col) {
                     : fmt::format("{} ({}: {} rows)", c.name, c.data, col.samples);
 }
 
-RowsSource describe_source(const std::string& path, const std::vector<Column>& columns, uint64_t budget) {
+RowsSource describe_source(const std::string& path, const std::vector<Column>& columns,
+                           uint64_t budget) {
   RowsSource src{.file = path};
   auto file = open_file(path);
   for (const auto& c : columns) src.columns.push_back(describe_column(file.get(), c, path, budget));
@@ -134,16 +142,20 @@ RowsSource describe_source(const std::string& path, const std::vector<Column>& c
   return src;
 }
 
-std::vector<uint64_t> row_shape(const DatasetInfo& info) { return {info.dims.begin() + 1, info.dims.end()}; }
+std::vector<uint64_t> row_shape(const DatasetInfo& info) {
+  return {info.dims.begin() + 1, info.dims.end()};
+}
 
-void check_same_layout(const RowsSource& first, const RowsSource& other, const std::vector<Column>& columns) {
+void check_same_layout(const RowsSource& first, const RowsSource& other,
+                       const std::vector<Column>& columns) {
   for (std::size_t k = 0; k < columns.size(); ++k) {
     const auto& a = first.columns[k].data;
     const auto& b = other.columns[k].data;
     if (a.dtype != b.dtype || row_shape(a) != row_shape(b)) {
-      throw UsageError(fmt::format("field {}: {} is {} rows of {} in {} but {} rows of {} in {}", columns[k].name,
-                                   a.path, dtype_name(b.dtype), shape_text(row_shape(b)), other.file,
-                                   dtype_name(a.dtype), shape_text(row_shape(a)), first.file));
+      throw UsageError(fmt::format("field {}: {} is {} rows of {} in {} but {} rows of {} in {}",
+                                   columns[k].name, a.path, dtype_name(b.dtype),
+                                   shape_text(row_shape(b)), other.file, dtype_name(a.dtype),
+                                   shape_text(row_shape(a)), first.file));
     }
   }
 }
@@ -174,10 +186,11 @@ RowStream open_rows(const SourceWrite& s, hid_t dset, const DatasetInfo& info, u
   return RowStream::decoding(dset, mem_type.get(), info, info.row_bytes, budget, file);
 }
 
-void put(const SourceWrite& s, uint64_t local, uint32_t field, const DatasetInfo& info, uint64_t row,
-         std::span<const std::byte> bytes) {
+void put(const SourceWrite& s, uint64_t local, uint32_t field, const DatasetInfo& info,
+         uint64_t row, std::span<const std::byte> bytes) {
   if (!s.pack && info.offset) {
-    s.writer.put_in_place(s.start + local, field, s.file_id, *info.offset + row * info.row_bytes, bytes);
+    s.writer.put_in_place(s.start + local, field, s.file_id, *info.offset + row * info.row_bytes,
+                          bytes);
   } else {
     s.writer.put_packed(s.start + local, field, bytes);
   }
@@ -189,11 +202,12 @@ void put_fixed(const SourceWrite& s, uint32_t field, hid_t dset, const ColumnInf
   for (uint64_t i = 0; i < col.samples; ++i) put(s, i, field, col.data, i, stream.rows(i, i + 1));
 }
 
-void put_ragged(const SourceWrite& s, uint32_t field, hid_t data, hid_t offsets, const ColumnInfo& col) {
+void put_ragged(const SourceWrite& s, uint32_t field, hid_t data, hid_t offsets,
+                const ColumnInfo& col) {
   H5Handle mem_type;
   auto rows = open_rows(s, data, col.data, s.budget - s.budget / 4, mem_type);
-  auto offs = RowStream::decoding(offsets, H5T_NATIVE_INT64, col.offsets, sizeof(int64_t), s.budget / 4,
-                                  s.fd.path().string());
+  auto offs = RowStream::decoding(offsets, H5T_NATIVE_INT64, col.offsets, sizeof(int64_t),
+                                  s.budget / 4, s.fd.path().string());
   auto begin = static_cast<uint64_t>(load_offset(offs.rows(0, 1)));
   for (uint64_t i = 0; i < col.samples; ++i) {
     auto end = static_cast<uint64_t>(load_offset(offs.rows(i + 1, i + 2)));

@@ -14,9 +14,9 @@
 
 namespace ddstage::formats {
 
-using detail::H5Handle;
 using detail::h5_check;
 using detail::h5_own;
+using detail::H5Handle;
 
 namespace {
 
@@ -24,13 +24,13 @@ namespace {
 struct RowsField {
   H5Handle data;
   H5Handle mem_type;
-  H5Handle space;                // data's file space, reselected per read
-  H5Handle row_space;            // memory space of one row (fixed fields)
-  H5Handle offsets;              // ragged only
+  H5Handle space;      // data's file space, reselected per read
+  H5Handle row_space;  // memory space of one row (fixed fields)
+  H5Handle offsets;    // ragged only
   H5Handle offsets_space;
-  std::vector<hsize_t> dims;     // of data
+  std::vector<hsize_t> dims;          // of data
   std::vector<hsize_t> offsets_dims;  // N+1
-  uint64_t row_bytes = 0;        // one row of data, in memory
+  uint64_t row_bytes = 0;             // one row of data, in memory
   uint64_t row_elements = 0;
 };
 
@@ -45,8 +45,9 @@ std::string attribute(const Index& index, std::string_view key) {
   const auto& attrs = index.manifest().attributes;
   auto it = attrs.find(std::string(key));
   if (it == attrs.end()) {
-    throw UsageError(fmt::format("{} was not flattened from HDF5 (its manifest has no '{}' attribute)",
-                                 index.dir().string(), key));
+    throw UsageError(
+        fmt::format("{} was not flattened from HDF5 (its manifest has no '{}' attribute)",
+                    index.dir().string(), key));
   }
   return it->second;
 }
@@ -68,7 +69,8 @@ RowsField open_rows_field(hid_t file, const FieldInfo& info, const std::string& 
   auto type = h5_own(H5Dget_type(f.data.get()), H5Tclose, "H5Dget_type " + data_path, name);
   f.mem_type = detail::memory_type(type.get(), name);
   f.space = dataset_space(f.data.get(), name);
-  f.dims.resize(static_cast<std::size_t>(h5_check(H5Sget_simple_extent_ndims(f.space.get()), "H5Sget_simple_extent_ndims", name)));
+  f.dims.resize(static_cast<std::size_t>(
+      h5_check(H5Sget_simple_extent_ndims(f.space.get()), "H5Sget_simple_extent_ndims", name)));
   H5Sget_simple_extent_dims(f.space.get(), f.dims.data(), nullptr);
   f.row_elements = 1;
   for (std::size_t d = 1; d < f.dims.size(); ++d) f.row_elements *= f.dims[d];
@@ -96,7 +98,8 @@ void select_rows(hid_t space, const std::vector<hsize_t>& dims, hsize_t first, h
 void check_room(uint64_t needed, std::span<std::byte> dest) {
   if (needed > dest.size()) {
     throw Error(ErrorKind::runtime,
-                fmt::format("destination of {} bytes is too small for a sample of {} bytes", dest.size(), needed));
+                fmt::format("destination of {} bytes is too small for a sample of {} bytes",
+                            dest.size(), needed));
   }
 }
 
@@ -110,20 +113,26 @@ struct Hdf5SampleReader::Impl {
   std::vector<Source> sources;
 
   void open_sources(const Index& index);
-  uint64_t read_group(const Source& s, uint64_t local, uint32_t field, std::span<std::byte> dest) const;
-  uint64_t read_row(RowsField& f, const std::string& file, uint64_t local, std::span<std::byte> dest) const;
+  uint64_t read_group(const Source& s, uint64_t local, uint32_t field,
+                      std::span<std::byte> dest) const;
+  uint64_t read_row(RowsField& f, const std::string& file, uint64_t local,
+                    std::span<std::byte> dest) const;
 };
 
 void Hdf5SampleReader::Impl::open_sources(const Index& index) {
-  starts = detail::parse_numbers(attribute(index, detail::attr_source_starts), detail::attr_source_starts);
-  auto files = detail::parse_numbers(attribute(index, detail::attr_source_files), detail::attr_source_files);
-  const bool ordered = std::is_sorted(starts.begin(), starts.end()) && (starts.empty() || starts.back() <= samples);
+  starts = detail::parse_numbers(attribute(index, detail::attr_source_starts),
+                                 detail::attr_source_starts);
+  auto files =
+      detail::parse_numbers(attribute(index, detail::attr_source_files), detail::attr_source_files);
+  const bool ordered =
+      std::is_sorted(starts.begin(), starts.end()) && (starts.empty() || starts.back() <= samples);
   if (starts.empty() || starts.front() != 0 || !ordered || files.size() != starts.size()) {
     throw IndexError(fmt::format("{}: manifest attributes {} and {} do not describe the sources",
-                                 index.dir().string(), detail::attr_source_starts, detail::attr_source_files));
+                                 index.dir().string(), detail::attr_source_starts,
+                                 detail::attr_source_files));
   }
   for (auto file : files) {
-    if (file >= index.files().size() || index.files()[file].kind != FileKind::source) {
+    if (file >= index.files().size() || index.files()[file].kind == FileKind::pack) {
       throw IndexError(fmt::format("{}: {} names file {}, not a source file", index.dir().string(),
                                    detail::attr_source_files, file));
     }
@@ -142,14 +151,16 @@ Hdf5SampleReader::Hdf5SampleReader(const Index& index) : m(std::make_unique<Impl
   for (std::size_t k = 0; k < m->sources.size(); ++k) {
     auto& s = m->sources[k];
     if (!m->groups_mode) {
-      for (const auto& f : index.fields()) s.fields.push_back(open_rows_field(s.file.get(), f, s.name));
+      for (const auto& f : index.fields())
+        s.fields.push_back(open_rows_field(s.file.get(), f, s.name));
       continue;
     }
     s.groups = detail::matching_groups(s.file.get(), pattern, s.name);
-    const uint64_t expected = (k + 1 < m->starts.size() ? m->starts[k + 1] : m->samples) - m->starts[k];
+    const uint64_t expected =
+        (k + 1 < m->starts.size() ? m->starts[k + 1] : m->samples) - m->starts[k];
     if (s.groups.size() != expected) {
-      throw StaleError(fmt::format("{} has {} groups matching '{}' but the index recorded {}", s.name,
-                                   s.groups.size(), pattern, expected));
+      throw StaleError(fmt::format("{} has {} groups matching '{}' but the index recorded {}",
+                                   s.name, s.groups.size(), pattern, expected));
     }
   }
 }
@@ -161,16 +172,20 @@ Hdf5SampleReader::~Hdf5SampleReader() = default;
 uint64_t Hdf5SampleReader::Impl::read_group(const Source& s, uint64_t local, uint32_t field,
                                             std::span<std::byte> dest) const {
   const auto& path = s.groups[local];
-  auto group = h5_own(H5Gopen2(s.file.get(), path.c_str(), H5P_DEFAULT), H5Gclose, "H5Gopen2 " + path, s.name);
+  auto group = h5_own(H5Gopen2(s.file.get(), path.c_str(), H5P_DEFAULT), H5Gclose,
+                      "H5Gopen2 " + path, s.name);
   const auto& name = field_names[field];
-  auto dset = h5_own(H5Dopen2(group.get(), name.c_str(), H5P_DEFAULT), H5Dclose, "H5Dopen2 " + name, s.name);
+  auto dset = h5_own(H5Dopen2(group.get(), name.c_str(), H5P_DEFAULT), H5Dclose, "H5Dopen2 " + name,
+                     s.name);
   auto type = h5_own(H5Dget_type(dset.get()), H5Tclose, "H5Dget_type", s.name);
   auto mem_type = detail::memory_type(type.get(), s.name);
   auto space = dataset_space(dset.get(), s.name);
-  const uint64_t bytes = static_cast<uint64_t>(H5Sget_simple_extent_npoints(space.get())) * H5Tget_size(mem_type.get());
+  const uint64_t bytes = static_cast<uint64_t>(H5Sget_simple_extent_npoints(space.get())) *
+                         H5Tget_size(mem_type.get());
   check_room(bytes, dest);
   if (bytes > 0) {
-    h5_check(H5Dread(dset.get(), mem_type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, dest.data()), "H5Dread", s.name);
+    h5_check(H5Dread(dset.get(), mem_type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, dest.data()),
+             "H5Dread", s.name);
   }
   return bytes;
 }
@@ -180,7 +195,8 @@ uint64_t Hdf5SampleReader::Impl::read_row(RowsField& f, const std::string& file,
   if (!f.offsets) {
     check_room(f.row_bytes, dest);
     select_rows(f.space.get(), f.dims, local, 1, file);
-    h5_check(H5Dread(f.data.get(), f.mem_type.get(), f.row_space.get(), f.space.get(), H5P_DEFAULT, dest.data()),
+    h5_check(H5Dread(f.data.get(), f.mem_type.get(), f.row_space.get(), f.space.get(), H5P_DEFAULT,
+                     dest.data()),
              "H5Dread", file);
     return f.row_bytes;
   }
@@ -188,25 +204,29 @@ uint64_t Hdf5SampleReader::Impl::read_row(RowsField& f, const std::string& file,
   hsize_t two = 2;
   auto pair_space = h5_own(H5Screate_simple(1, &two, nullptr), H5Sclose, "H5Screate_simple", file);
   select_rows(f.offsets_space.get(), f.offsets_dims, local, 2, file);
-  h5_check(H5Dread(f.offsets.get(), H5T_NATIVE_INT64, pair_space.get(), f.offsets_space.get(), H5P_DEFAULT, bounds),
+  h5_check(H5Dread(f.offsets.get(), H5T_NATIVE_INT64, pair_space.get(), f.offsets_space.get(),
+                   H5P_DEFAULT, bounds),
            "H5Dread offsets", file);
   const auto rows = static_cast<hsize_t>(bounds[1] - bounds[0]);
   check_room(rows * f.row_bytes, dest);
   if (rows == 0) return 0;
   select_rows(f.space.get(), f.dims, static_cast<hsize_t>(bounds[0]), rows, file);
   hsize_t elements = rows * f.row_elements;
-  auto mem_space = h5_own(H5Screate_simple(1, &elements, nullptr), H5Sclose, "H5Screate_simple", file);
-  h5_check(H5Dread(f.data.get(), f.mem_type.get(), mem_space.get(), f.space.get(), H5P_DEFAULT, dest.data()),
+  auto mem_space =
+      h5_own(H5Screate_simple(1, &elements, nullptr), H5Sclose, "H5Screate_simple", file);
+  h5_check(H5Dread(f.data.get(), f.mem_type.get(), mem_space.get(), f.space.get(), H5P_DEFAULT,
+                   dest.data()),
            "H5Dread", file);
   return rows * f.row_bytes;
 }
 
 uint64_t Hdf5SampleReader::read(uint64_t sample, uint32_t field, std::span<std::byte> dest) {
   if (sample >= m->samples || field >= m->field_names.size()) {
-    throw UsageError(fmt::format("sample {} field {} out of range ({} samples, {} fields)", sample, field,
-                                 m->samples, m->field_names.size()));
+    throw UsageError(fmt::format("sample {} field {} out of range ({} samples, {} fields)", sample,
+                                 field, m->samples, m->field_names.size()));
   }
-  auto k = static_cast<std::size_t>(std::upper_bound(m->starts.begin(), m->starts.end(), sample) - m->starts.begin() - 1);
+  auto k = static_cast<std::size_t>(std::upper_bound(m->starts.begin(), m->starts.end(), sample) -
+                                    m->starts.begin() - 1);
   auto& s = m->sources[k];
   const uint64_t local = sample - m->starts[k];
   if (m->groups_mode) return m->read_group(s, local, field, dest);

@@ -11,11 +11,16 @@ namespace {
 
 DType integer_dtype(std::size_t size, bool is_signed) {
   switch (size) {
-    case 1: return is_signed ? DType::int8 : DType::uint8;
-    case 2: return is_signed ? DType::int16 : DType::uint16;
-    case 4: return is_signed ? DType::int32 : DType::uint32;
-    case 8: return is_signed ? DType::int64 : DType::uint64;
-    default: return DType::bytes;
+    case 1:
+      return is_signed ? DType::int8 : DType::uint8;
+    case 2:
+      return is_signed ? DType::int16 : DType::uint16;
+    case 4:
+      return is_signed ? DType::int32 : DType::uint32;
+    case 8:
+      return is_signed ? DType::int64 : DType::uint64;
+    default:
+      return DType::bytes;
   }
 }
 
@@ -66,18 +71,30 @@ DType supported_dtype(hid_t type) {
 
 std::string_view class_name(H5T_class_t c) {
   switch (c) {
-    case H5T_INTEGER: return "integer";
-    case H5T_FLOAT: return "float";
-    case H5T_TIME: return "time";
-    case H5T_STRING: return "string";
-    case H5T_BITFIELD: return "bitfield";
-    case H5T_OPAQUE: return "opaque";
-    case H5T_COMPOUND: return "compound";
-    case H5T_REFERENCE: return "reference";
-    case H5T_ENUM: return "enum";
-    case H5T_VLEN: return "variable-length";
-    case H5T_ARRAY: return "array";
-    default: return "unknown";
+    case H5T_INTEGER:
+      return "integer";
+    case H5T_FLOAT:
+      return "float";
+    case H5T_TIME:
+      return "time";
+    case H5T_STRING:
+      return "string";
+    case H5T_BITFIELD:
+      return "bitfield";
+    case H5T_OPAQUE:
+      return "opaque";
+    case H5T_COMPOUND:
+      return "compound";
+    case H5T_REFERENCE:
+      return "reference";
+    case H5T_ENUM:
+      return "enum";
+    case H5T_VLEN:
+      return "variable-length";
+    case H5T_ARRAY:
+      return "array";
+    default:
+      return "unknown";
   }
 }
 

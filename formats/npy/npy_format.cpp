@@ -120,8 +120,10 @@ void flatten(const FlattenRequest& request, IndexWriter& writer) {
   BlockReader reader(request.memory_budget);
   for (uint32_t f = 0; f < sources.size(); ++f) {
     const auto& s = sources[f];
+    // Recorded even when packed: the manifest names every source, and bench compares against it.
+    const uint32_t file = writer.add_source(s.fd.path());
     std::optional<uint32_t> in_place;
-    if (!request.pack) in_place = writer.add_source(s.fd.path());
+    if (!request.pack) in_place = file;
     put_records(writer, reader, s.fd,
                 RecordRange{.field = f,
                             .first_sample = 0,

@@ -60,7 +60,7 @@ std::vector<FileInfo> read_file_table(std::span<const std::byte> bytes, const In
   const uint64_t names_size = h.file_bytes - h.names_offset;
   for (uint32_t i = 0; i < h.files; ++i) {
     const auto& r = records[i];
-    if (r.name_offset + r.name_length > names_size || r.kind > 1) {
+    if (r.name_offset + r.name_length > names_size || r.kind > 2) {
       throw IndexError(path.string() + " is corrupt (file table row " + std::to_string(i) + ")");
     }
     files[i] = {std::string(names + r.name_offset, r.name_length), static_cast<FileKind>(r.kind), r.size,
@@ -138,7 +138,9 @@ void Index::check_fresh(uint32_t file) const {
 }
 
 void Index::check_all_fresh() const {
-  for (uint32_t i = 0; i < m_files.size(); ++i) check_fresh(i);
+  for (uint32_t i = 0; i < m_files.size(); ++i) {
+    if (m_files[i].kind != FileKind::copied) check_fresh(i);
+  }
 }
 
 }  // namespace ddstage

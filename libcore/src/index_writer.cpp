@@ -102,6 +102,7 @@ struct IndexWriter::State {
   void flush_pack();
   void close_pack();
   void open_pack();
+  void mark_copied_sources();
   void write_tables();
   void publish();
 };
@@ -250,13 +251,25 @@ void IndexWriter::State::close_pack() {
   pack_fd = FileDescriptor();
 }
 
+/// Sources no entry points into had every byte copied into packs: mark them so staleness
+/// checks skip them.
+void IndexWriter::State::mark_copied_sources() {
+  std::vector<bool> referenced(files.size(), false);
+  const uint64_t n = samples * fields.size();
+  for (uint64_t i = 0; i < n; ++i) referenced[entries[i].file] = true;
+  for (uint32_t f = 0; f < files.size(); ++f) {
+    if (files[f].kind == FileKind::source && !referenced[f]) files[f].kind = FileKind::copied;
+  }
+}
+
 /// Appends the file table and names, then the header with both checksums.
 void IndexWriter::State::write_tables() {
   const fs::path root = common_root(source_paths);
+  mark_copied_sources();
   std::vector<detail::FileRecord> records;
   std::string names;
   for (auto& f : files) {
-    if (f.kind == FileKind::source) f.path = fs::path(f.path).lexically_relative(root).string();
+    if (f.kind != FileKind::pack) f.path = fs::path(f.path).lexically_relative(root).string();
     records.push_back({names.size(), static_cast<uint32_t>(f.path.size()), static_cast<uint32_t>(f.kind), f.size,
                        f.mtime_ns});
     names += f.path;

@@ -20,21 +20,25 @@ void emit_field(YAML::Emitter& out, const FieldInfo& f) {
   out << YAML::EndMap;
 }
 
-void emit_files(YAML::Emitter& out, const std::vector<FileInfo>& files, FileKind kind) {
+bool is_pack(const FileInfo& f) { return f.kind == FileKind::pack; }
+
+void emit_files(YAML::Emitter& out, const std::vector<FileInfo>& files, bool packs) {
   std::size_t listed = 0;
   out << YAML::BeginSeq;
   for (const auto& f : files) {
-    if (f.kind != kind || listed++ >= max_listed_files) continue;
+    if (is_pack(f) != packs || listed++ >= max_listed_files) continue;
     out << YAML::Flow << YAML::BeginMap << YAML::Key << "path" << YAML::Value << f.path
         << YAML::Key << "size" << YAML::Value << f.size << YAML::Key << "mtime_ns" << YAML::Value
-        << f.mtime_ns << YAML::EndMap;
+        << f.mtime_ns;
+    if (f.kind == FileKind::copied) out << YAML::Key << "copied" << YAML::Value << true;
+    out << YAML::EndMap;
   }
   out << YAML::EndSeq;
 }
 
-std::size_t count_kind(const std::vector<FileInfo>& files, FileKind kind) {
+std::size_t count_packs(const std::vector<FileInfo>& files, bool packs) {
   std::size_t n = 0;
-  for (const auto& f : files) n += f.kind == kind;
+  for (const auto& f : files) n += is_pack(f) == packs;
   return n;
 }
 
@@ -83,13 +87,13 @@ void write_manifest(const std::filesystem::path& path, const Manifest& m,
   out << YAML::Key << "format" << YAML::Value << m.info.format;
   out << YAML::Key << "root" << YAML::Value << m.info.root.string();
   out << YAML::Key << "attributes" << YAML::Value << m.info.attributes;
-  out << YAML::Key << "file_count" << YAML::Value << count_kind(files, FileKind::source);
+  out << YAML::Key << "file_count" << YAML::Value << count_packs(files, false);
   out << YAML::Key << "files" << YAML::Value;
-  emit_files(out, files, FileKind::source);
+  emit_files(out, files, false);
   out << YAML::EndMap;
-  out << YAML::Key << "pack_count" << YAML::Value << count_kind(files, FileKind::pack);
+  out << YAML::Key << "pack_count" << YAML::Value << count_packs(files, true);
   out << YAML::Key << "packs" << YAML::Value;
-  emit_files(out, files, FileKind::pack);
+  emit_files(out, files, true);
   out << YAML::EndMap;
 
   std::ofstream file(path);

@@ -3,12 +3,18 @@
 #include <fcntl.h>
 
 #include <algorithm>
-#include <numeric>
+#include <cstring>
 
 #include "ddstage/checksum.hpp"
 #include "ddstage/error.hpp"
 
 namespace ddstage {
+namespace {
+
+/// Largest coalesced pread that goes through the scratch buffer; bounds its memory.
+constexpr uint64_t max_run_bytes = 8ull << 20;
+
+}  // namespace
 
 OriginReader::OriginReader(const Index& index, OriginReaderOptions options)
     : m_index(&index), m_options(options) {}
@@ -29,6 +35,13 @@ uint64_t OriginReader::batch_bytes(uint32_t field, std::span<const uint64_t> ids
   return total;
 }
 
+uint64_t OriginReader::sample_bytes(uint64_t sample) const {
+  check_ids({&sample, 1});
+  uint64_t total = 0;
+  for (uint32_t f = 0; f < m_index->fields().size(); ++f) total += m_index->entry(sample, f).length;
+  return total;
+}
+
 const FileDescriptor& OriginReader::fd_for(uint32_t file) {
   auto it = m_fds.find(file);
   if (it != m_fds.end()) return it->second;
@@ -43,28 +56,80 @@ void OriginReader::read(uint32_t field, std::span<const uint64_t> ids, std::span
     throw UsageError("destination holds " + std::to_string(dest.size()) + " bytes; the batch needs " +
                      std::to_string(need));
   }
-  m_dest_offsets.resize(ids.size());
-  uint64_t at = 0;
-  for (std::size_t i = 0; i < ids.size(); ++i) {
-    m_dest_offsets[i] = at;
-    at += m_index->entry(ids[i], field).length;
+  m_requests.clear();
+  std::byte* at = dest.data();
+  for (uint64_t id : ids) {
+    const Entry& e = m_index->entry(id, field);
+    m_requests.push_back({&e, at, id, field});
+    at += e.length;
   }
-  // Issue the preads in file order: sequential on disk even when the batch is shuffled.
-  m_order.resize(ids.size());
-  std::iota(m_order.begin(), m_order.end(), 0u);
-  std::sort(m_order.begin(), m_order.end(), [&](uint32_t a, uint32_t b) {
-    const auto& ea = m_index->entry(ids[a], field);
-    const auto& eb = m_index->entry(ids[b], field);
-    return ea.file != eb.file ? ea.file < eb.file : ea.offset < eb.offset;
+  execute();
+}
+
+void OriginReader::read_sample(uint64_t sample, std::span<std::byte> dest) {
+  if (dest.size() != sample_bytes(sample)) {
+    throw UsageError("destination holds " + std::to_string(dest.size()) + " bytes; sample " +
+                     std::to_string(sample) + " needs " + std::to_string(sample_bytes(sample)));
+  }
+  m_requests.clear();
+  std::byte* at = dest.data();
+  for (uint32_t f = 0; f < m_index->fields().size(); ++f) {
+    const Entry& e = m_index->entry(sample, f);
+    m_requests.push_back({&e, at, sample, f});
+    at += e.length;
+  }
+  execute();
+}
+
+void OriginReader::execute() {
+  // File order: sequential on disk even when the batch is shuffled.
+  std::sort(m_requests.begin(), m_requests.end(), [](const Request& a, const Request& b) {
+    return a.entry->file != b.entry->file ? a.entry->file < b.entry->file : a.entry->offset < b.entry->offset;
   });
-  for (uint32_t i : m_order) {
-    const Entry& e = m_index->entry(ids[i], field);
-    auto out = dest.subspan(m_dest_offsets[i], e.length);
-    fd_for(e.file).pread_exact(out, e.offset);
-    if (m_options.verify && checksum(out) != e.checksum) {
-      throw ChecksumError("checksum mismatch reading " + m_index->resolve(e.file).string(),
-                          {.sample = ids[i], .field = m_index->fields()[field].name});
+  std::size_t begin = 0;
+  while (begin < m_requests.size()) {
+    std::size_t end = begin + 1;
+    uint64_t run_bytes = m_requests[begin].entry->length;
+    while (end < m_requests.size()) {
+      const Entry& prev = *m_requests[end - 1].entry;
+      const Entry& next = *m_requests[end].entry;
+      if (next.file != prev.file || next.offset != prev.offset + prev.length ||
+          run_bytes + next.length > max_run_bytes) {
+        break;
+      }
+      run_bytes += next.length;
+      ++end;
     }
+    read_run(begin, end);
+    begin = end;
+  }
+  if (!m_options.verify) return;
+  for (const auto& r : m_requests) {
+    if (checksum({r.dest, r.entry->length}) != r.entry->checksum) {
+      throw ChecksumError("checksum mismatch reading " + m_index->resolve(r.entry->file).string(),
+                          {.sample = r.sample, .field = m_index->fields()[r.field].name});
+    }
+  }
+}
+
+/// Requests [begin, end) are adjacent in one file: one pread, straight into the destination
+/// when the destinations are adjacent too, else through the scratch buffer.
+void OriginReader::read_run(std::size_t begin, std::size_t end) {
+  const Entry& first = *m_requests[begin].entry;
+  const auto& fd = fd_for(first.file);
+  if (end - begin == 1) return fd.pread_exact({m_requests[begin].dest, first.length}, first.offset);
+  const Entry& last = *m_requests[end - 1].entry;
+  const uint64_t bytes = last.offset + last.length - first.offset;
+  bool dest_adjacent = true;
+  for (std::size_t i = begin + 1; i < end && dest_adjacent; ++i) {
+    dest_adjacent = m_requests[i].dest == m_requests[i - 1].dest + m_requests[i - 1].entry->length;
+  }
+  if (dest_adjacent) return fd.pread_exact({m_requests[begin].dest, bytes}, first.offset);
+  m_scratch.resize(bytes);
+  fd.pread_exact(m_scratch, first.offset);
+  for (std::size_t i = begin; i < end; ++i) {
+    const Entry& e = *m_requests[i].entry;
+    std::memcpy(m_requests[i].dest, m_scratch.data() + (e.offset - first.offset), e.length);
   }
 }
 

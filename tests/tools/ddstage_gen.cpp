@@ -20,7 +20,8 @@ namespace {
 /// splitmix64: tiny, fast and the same everywhere.
 class Rng {
  public:
-  Rng(uint64_t seed, uint64_t stream) : m_state(seed * 0x9E3779B97F4A7C15ull ^ (stream + 1) * 0xD1B54A32D192ED03ull) {}
+  Rng(uint64_t seed, uint64_t stream)
+      : m_state(seed * 0x9E3779B97F4A7C15ull ^ (stream + 1) * 0xD1B54A32D192ED03ull) {}
   uint64_t next() {
     uint64_t z = (m_state += 0x9E3779B97F4A7C15ull);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -36,7 +37,9 @@ class Rng {
   uint64_t m_state;
 };
 
-[[noreturn]] void fail(const std::string& what) { throw std::runtime_error(what); }
+[[noreturn]] void fail(const std::string& what) {
+  throw std::runtime_error(what);
+}
 
 /// Move-only owner of an HDF5 identifier.
 class H5Id {
@@ -72,10 +75,12 @@ struct ElementType {
 const std::vector<ElementType>& element_types() {
   using K = ElementType::Kind;
   static const std::vector<ElementType> types = {
-      {"bool", 1, "|b1", K::boolean},      {"int8", 1, "|i1", K::integer},     {"uint8", 1, "|u1", K::integer},
-      {"int16", 2, "<i2", K::integer},     {"uint16", 2, "<u2", K::integer},   {"int32", 4, "<i4", K::integer},
-      {"uint32", 4, "<u4", K::integer},    {"int64", 8, "<i8", K::integer},    {"uint64", 8, "<u8", K::integer},
-      {"float16", 2, "<f2", K::floating},  {"float32", 4, "<f4", K::floating}, {"float64", 8, "<f8", K::floating}};
+      {"bool", 1, "|b1", K::boolean},     {"int8", 1, "|i1", K::integer},
+      {"uint8", 1, "|u1", K::integer},    {"int16", 2, "<i2", K::integer},
+      {"uint16", 2, "<u2", K::integer},   {"int32", 4, "<i4", K::integer},
+      {"uint32", 4, "<u4", K::integer},   {"int64", 8, "<i8", K::integer},
+      {"uint64", 8, "<u8", K::integer},   {"float16", 2, "<f2", K::floating},
+      {"float32", 4, "<f4", K::floating}, {"float64", 8, "<f8", K::floating}};
   return types;
 }
 
@@ -93,7 +98,8 @@ uint16_t to_half(float f) {
   const uint32_t sign = (bits >> 16) & 0x8000u;
   const int exponent = static_cast<int>((bits >> 23) & 0xff) - 127 + 15;
   if (exponent <= 0) return static_cast<uint16_t>(sign);
-  return static_cast<uint16_t>(sign | (static_cast<uint32_t>(exponent) << 10) | ((bits >> 13) & 0x3ff));
+  return static_cast<uint16_t>(sign | (static_cast<uint32_t>(exponent) << 10) |
+                               ((bits >> 13) & 0x3ff));
 }
 
 void fill_random_bytes(std::byte* out, std::size_t n, Rng& rng) {
@@ -124,9 +130,10 @@ void fill(std::byte* out, std::size_t count, const ElementType& t, Rng& rng) {
 /// The HDF5 file type of an element type; booleans are h5py's (an int8 enum FALSE/TRUE).
 H5Id h5_type(const ElementType& t) {
   static const std::vector<std::pair<std::string, hid_t>> native = {
-      {"int8", H5T_STD_I8LE},   {"uint8", H5T_STD_U8LE},   {"int16", H5T_STD_I16LE},   {"uint16", H5T_STD_U16LE},
-      {"int32", H5T_STD_I32LE}, {"uint32", H5T_STD_U32LE}, {"int64", H5T_STD_I64LE},   {"uint64", H5T_STD_U64LE},
-      {"float32", H5T_IEEE_F32LE}, {"float64", H5T_IEEE_F64LE}};
+      {"int8", H5T_STD_I8LE},     {"uint8", H5T_STD_U8LE},   {"int16", H5T_STD_I16LE},
+      {"uint16", H5T_STD_U16LE},  {"int32", H5T_STD_I32LE},  {"uint32", H5T_STD_U32LE},
+      {"int64", H5T_STD_I64LE},   {"uint64", H5T_STD_U64LE}, {"float32", H5T_IEEE_F32LE},
+      {"float64", H5T_IEEE_F64LE}};
   for (const auto& [name, id] : native) {
     if (name == t.name) return H5Id(H5Tcopy(id), H5Tclose, "H5Tcopy");
   }
@@ -154,14 +161,17 @@ struct Layout {
 H5Id create_file(const std::string& path) {
   H5Id fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose, "H5Pcreate");
   // The newest object formats: compact/dense link storage keeps 100k-group files fast to build.
-  check(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_LATEST, H5F_LIBVER_LATEST), "H5Pset_libver_bounds");
+  check(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_LATEST, H5F_LIBVER_LATEST),
+        "H5Pset_libver_bounds");
   // Bigger metadata blocks and sieve buffer: fewer, larger writes for many small datasets.
   check(H5Pset_meta_block_size(fapl.get(), 1 << 20), "H5Pset_meta_block_size");
   check(H5Pset_sieve_buf_size(fapl.get(), 4 << 20), "H5Pset_sieve_buf_size");
   // No modification times (root group included): the same seed gives the same file bytes.
   H5Id fcpl(H5Pcreate(H5P_FILE_CREATE), H5Pclose, "H5Pcreate");
   check(H5Pset_obj_track_times(fcpl.get(), 0), "H5Pset_obj_track_times");
-  return H5Id(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()), H5Fclose, "H5Fcreate");
+  const std::string call = "H5Fcreate " + path;
+  return H5Id(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl.get(), fapl.get()), H5Fclose,
+              call.c_str());
 }
 
 H5Id creation_plist(const std::vector<hsize_t>& dims, std::size_t row_bytes, const Layout& layout) {
@@ -172,7 +182,8 @@ H5Id creation_plist(const std::vector<hsize_t>& dims, std::size_t row_bytes, con
   if ((layout.chunked || layout.deflate) && !dims.empty()) {
     std::vector<hsize_t> chunk(dims);
     // ~64 KiB chunks along the first dimension, like h5py's defaults aim for.
-    chunk[0] = std::clamp<hsize_t>((64 << 10) / std::max<std::size_t>(row_bytes, 1), 1, std::max<hsize_t>(dims[0], 1));
+    chunk[0] = std::clamp<hsize_t>((64 << 10) / std::max<std::size_t>(row_bytes, 1), 1,
+                                   std::max<hsize_t>(dims[0], 1));
     for (auto& c : chunk) c = std::max<hsize_t>(c, 1);
     check(H5Pset_chunk(dcpl.get(), static_cast<int>(chunk.size()), chunk.data()), "H5Pset_chunk");
     if (layout.deflate) check(H5Pset_deflate(dcpl.get(), 1), "H5Pset_deflate");
@@ -180,18 +191,21 @@ H5Id creation_plist(const std::vector<hsize_t>& dims, std::size_t row_bytes, con
   return dcpl;
 }
 
-H5Id create_dataset(hid_t loc, const char* name, hid_t type, const std::vector<hsize_t>& dims, hid_t dcpl) {
-  H5Id space(dims.empty() ? H5Screate(H5S_SCALAR) : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
+H5Id create_dataset(hid_t loc, const char* name, hid_t type, const std::vector<hsize_t>& dims,
+                    hid_t dcpl) {
+  H5Id space(dims.empty() ? H5Screate(H5S_SCALAR)
+                          : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
              H5Sclose, "H5Screate");
-  return H5Id(H5Dcreate2(loc, name, type, space.get(), H5P_DEFAULT, dcpl, H5P_DEFAULT), H5Dclose, "H5Dcreate2");
+  return H5Id(H5Dcreate2(loc, name, type, space.get(), H5P_DEFAULT, dcpl, H5P_DEFAULT), H5Dclose,
+              "H5Dcreate2");
 }
 
 /// Writes a dataset of dims (first dimension = rows) block by block, `make(first, count, dest)`
 /// producing rows [first, first + count).
 using RowMaker = std::function<void(uint64_t first, uint64_t count, std::byte* dest)>;
 
-void write_dataset(hid_t loc, const char* name, const ElementType& t, const std::vector<hsize_t>& dims,
-                   const Layout& layout, const RowMaker& make) {
+void write_dataset(hid_t loc, const char* name, const ElementType& t,
+                   const std::vector<hsize_t>& dims, const Layout& layout, const RowMaker& make) {
   std::size_t row_elements = 1;
   for (std::size_t d = 1; d < dims.size(); ++d) row_elements *= dims[d];
   const std::size_t row_bytes = row_elements * t.size;
@@ -206,17 +220,22 @@ void write_dataset(hid_t loc, const char* name, const ElementType& t, const std:
     buffer.resize(count * row_bytes);
     make(first, count, buffer.data());
     if (dims.empty()) {
-      check(H5Dwrite(dset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buffer.data()), "H5Dwrite");
+      check(H5Dwrite(dset.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buffer.data()),
+            "H5Dwrite");
       continue;
     }
     std::vector<hsize_t> start(dims.size(), 0), size(dims);
     start[0] = first;
     size[0] = count;
     H5Id file_space(H5Dget_space(dset.get()), H5Sclose, "H5Dget_space");
-    check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, size.data(), nullptr),
+    check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, size.data(),
+                              nullptr),
           "H5Sselect_hyperslab");
-    H5Id mem_space(H5Screate_simple(static_cast<int>(size.size()), size.data(), nullptr), H5Sclose, "H5Screate_simple");
-    check(H5Dwrite(dset.get(), type.get(), mem_space.get(), file_space.get(), H5P_DEFAULT, buffer.data()), "H5Dwrite");
+    H5Id mem_space(H5Screate_simple(static_cast<int>(size.size()), size.data(), nullptr), H5Sclose,
+                   "H5Screate_simple");
+    check(H5Dwrite(dset.get(), type.get(), mem_space.get(), file_space.get(), H5P_DEFAULT,
+                   buffer.data()),
+          "H5Dwrite");
   }
 }
 
@@ -267,7 +286,8 @@ void gen_hdf5_rows(const Common& o) {
   dims.insert(dims.end(), shape.begin(), shape.end());
   auto file = create_file(o.out);
   Rng features(o.seed, 1), labels(o.seed, 2);
-  write_dataset(file.get(), "features", t, dims, o.layout, random_rows(t, product(shape), features));
+  write_dataset(file.get(), "features", t, dims, o.layout,
+                random_rows(t, product(shape), features));
   write_dataset(file.get(), "labels", element_type("int64"), {o.samples}, o.layout,
                 [&labels](uint64_t, uint64_t count, std::byte* dest) {
                   for (uint64_t i = 0; i < count; ++i) {
@@ -282,7 +302,8 @@ void gen_hdf5_groups(const Common& o) {
   auto file = create_file(o.out);
   H5Id gcpl(H5Pcreate(H5P_GROUP_CREATE), H5Pclose, "H5Pcreate");
   check(H5Pset_obj_track_times(gcpl.get(), 0), "H5Pset_obj_track_times");
-  H5Id samples(H5Gcreate2(file.get(), "samples", H5P_DEFAULT, gcpl.get(), H5P_DEFAULT), H5Gclose, "H5Gcreate2");
+  H5Id samples(H5Gcreate2(file.get(), "samples", H5P_DEFAULT, gcpl.get(), H5P_DEFAULT), H5Gclose,
+               "H5Gcreate2");
   const auto& u8 = element_type("uint8");
   const auto& i64 = element_type("int64");
   auto u8_type = h5_type(u8);
@@ -298,13 +319,16 @@ void gen_hdf5_groups(const Common& o) {
   char name[32];
   for (uint64_t i = 0; i < o.samples; ++i) {
     std::snprintf(name, sizeof name, "%07llu", static_cast<unsigned long long>(i));
-    H5Id group(H5Gcreate2(samples.get(), name, H5P_DEFAULT, gcpl.get(), H5P_DEFAULT), H5Gclose, "H5Gcreate2");
+    H5Id group(H5Gcreate2(samples.get(), name, H5P_DEFAULT, gcpl.get(), H5P_DEFAULT), H5Gclose,
+               "H5Gcreate2");
     std::vector<hsize_t> x_dims{sizes.between(o.min_bytes, o.max_bytes)};
     x.resize(x_dims[0]);
     fill(x.data(), x.size(), u8, bytes);
-    auto xd = create_dataset(group.get(), "x", u8_type.get(), x_dims,
-                             chunked ? creation_plist(x_dims, 1, o.layout).get() : contiguous_dcpl.get());
-    if (!x.empty()) check(H5Dwrite(xd.get(), u8_type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, x.data()), "H5Dwrite");
+    auto xd =
+        create_dataset(group.get(), "x", u8_type.get(), x_dims,
+                       chunked ? creation_plist(x_dims, 1, o.layout).get() : contiguous_dcpl.get());
+    if (!x.empty())
+      check(H5Dwrite(xd.get(), u8_type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, x.data()), "H5Dwrite");
     int64_t label = static_cast<int64_t>(labels.between(0, 9));
     auto yd = create_dataset(group.get(), "y", i64_type.get(), y_dims, y_dcpl.get());
     check(H5Dwrite(yd.get(), i64_type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, &label), "H5Dwrite");
@@ -318,7 +342,8 @@ std::vector<int64_t> offsets_of(const std::vector<uint64_t>& counts) {
   return ptr;
 }
 
-void write_offsets(hid_t file, const char* name, const std::vector<int64_t>& ptr, const Layout& layout) {
+void write_offsets(hid_t file, const char* name, const std::vector<int64_t>& ptr,
+                   const Layout& layout) {
   write_dataset(file, name, element_type("int64"), {ptr.size()}, layout,
                 [&ptr](uint64_t first, uint64_t count, std::byte* dest) {
                   std::memcpy(dest, ptr.data() + first, count * sizeof(int64_t));
@@ -337,11 +362,13 @@ void gen_hdf5_ragged(const Common& o) {
   const auto edge_ptr = offsets_of(edge_counts);
   auto file = create_file(o.out);
   const auto& f32 = element_type("float32");
-  write_dataset(file.get(), "x", f32, {static_cast<hsize_t>(x_ptr.back()), 4}, o.layout, random_rows(f32, 4, values));
+  write_dataset(file.get(), "x", f32, {static_cast<hsize_t>(x_ptr.back()), 4}, o.layout,
+                random_rows(f32, 4, values));
   write_offsets(file.get(), "x_ptr", x_ptr, o.layout);
   // Edges join nodes of their own graph (local node ids), as PyG-style batching expects.
   uint64_t graph = 0;
-  write_dataset(file.get(), "edge_index", element_type("int64"), {static_cast<hsize_t>(edge_ptr.back()), 2}, o.layout,
+  write_dataset(file.get(), "edge_index", element_type("int64"),
+                {static_cast<hsize_t>(edge_ptr.back()), 2}, o.layout,
                 [&](uint64_t first, uint64_t count, std::byte* dest) {
                   for (uint64_t e = first; e < first + count; ++e, dest += 16) {
                     while (static_cast<int64_t>(e) >= edge_ptr[graph + 1]) ++graph;
@@ -355,11 +382,12 @@ void gen_hdf5_ragged(const Common& o) {
 }
 
 std::string npy_header(const ElementType& t, const std::vector<hsize_t>& dims) {
+  // Python tuple syntax: "(3,)" for one dimension, "(3, 4)" for more.
   std::string shape = "(";
-  for (auto d : dims) shape += std::to_string(d) + ", ";
-  if (dims.size() > 1) shape.resize(shape.size() - 2);
-  shape += ")";
-  std::string dict = "{'descr': '" + std::string(t.npy_descr) + "', 'fortran_order': False, 'shape': " + shape + ", }";
+  for (std::size_t i = 0; i < dims.size(); ++i) shape += (i ? ", " : "") + std::to_string(dims[i]);
+  shape += dims.size() == 1 ? ",)" : ")";
+  std::string dict = "{'descr': '" + std::string(t.npy_descr) +
+                     "', 'fortran_order': False, 'shape': " + shape + ", }";
   // Magic (6) + version (2) + length (2) + dict + padding + '\n' is a multiple of 64.
   const std::size_t total = (10 + dict.size() + 1 + 63) / 64 * 64;
   dict.append(total - 10 - dict.size() - 1, ' ');
@@ -386,7 +414,8 @@ void gen_npy(const Common& o) {
     const uint64_t count = std::min<uint64_t>(4096, o.samples - first);
     block.resize(count * row_elements * t.size);
     fill(block.data(), count * row_elements, t, rng);
-    out.write(reinterpret_cast<const char*>(block.data()), static_cast<std::streamsize>(block.size()));
+    out.write(reinterpret_cast<const char*>(block.data()),
+              static_cast<std::streamsize>(block.size()));
   }
   if (!out.flush()) fail("cannot write " + o.out);
 }
@@ -405,7 +434,8 @@ void gen_files(const Common& o) {
     data.resize(sizes.between(o.min_bytes, o.max_bytes));
     fill(data.data(), data.size(), u8, bytes);
     std::ofstream out(parent / name, std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(data.data()), static_cast<std::streamsize>(data.size()));
+    out.write(reinterpret_cast<const char*>(data.data()),
+              static_cast<std::streamsize>(data.size()));
     if (!out.flush()) fail("cannot write " + (parent / name).string());
   }
 }
@@ -416,18 +446,21 @@ std::string dtype_names() {
   return names;
 }
 
-CLI::App* add_generator(CLI::App& app, const char* name, const char* help, Common& o, const char* count_flag,
-                        std::function<void(const Common&)> run, std::function<void(const Common&)>& chosen) {
+CLI::App* add_generator(CLI::App& app, const char* name, const char* help, Common& o,
+                        const char* count_flag, std::function<void(const Common&)> run,
+                        std::function<void(const Common&)>& chosen) {
   auto* sub = app.add_subcommand(name, help);
   sub->add_option("out", o.out, "Output path")->required();
   sub->add_option(count_flag, o.samples, "How many samples")->capture_default_str();
-  sub->add_option("--seed", o.seed, "Seed: the same seed gives the same bytes")->capture_default_str();
+  sub->add_option("--seed", o.seed, "Seed: the same seed gives the same bytes")
+      ->capture_default_str();
   sub->callback([run, &chosen] { chosen = run; });
   return sub;
 }
 
 void add_layout(CLI::App* sub, Common& o) {
-  sub->add_flag("--chunked", o.layout.chunked, "Chunked storage (~64 KiB chunks): not indexable in place");
+  sub->add_flag("--chunked", o.layout.chunked,
+                "Chunked storage (~64 KiB chunks): not indexable in place");
   sub->add_flag("--deflate", o.layout.deflate, "Chunked and deflate-compressed");
 }
 
@@ -442,30 +475,35 @@ int main(int argc, char** argv) {
   Common o;
   std::function<void(const Common&)> chosen;
 
-  auto* rows = add_generator(app, "hdf5-rows", "/features (N x shape) and /labels (int64, N)", o, "--samples",
-                             gen_hdf5_rows, chosen);
-  rows->add_option("--shape", o.shape, "Row shape, comma-separated (empty: scalars)")->capture_default_str();
+  auto* rows = add_generator(app, "hdf5-rows", "/features (N x shape) and /labels (int64, N)", o,
+                             "--samples", gen_hdf5_rows, chosen);
+  rows->add_option("--shape", o.shape, "Row shape, comma-separated (empty: scalars)")
+      ->capture_default_str();
   rows->add_option("--dtype", o.dtype, "Element type: " + dtype_names())->capture_default_str();
   add_layout(rows, o);
 
-  auto* groups = add_generator(app, "hdf5-groups", "/samples/NNNNNNN groups with x (uint8[len]) and y (int64)", o,
-                               "--samples", gen_hdf5_groups, chosen);
+  auto* groups =
+      add_generator(app, "hdf5-groups", "/samples/NNNNNNN groups with x (uint8[len]) and y (int64)",
+                    o, "--samples", gen_hdf5_groups, chosen);
   groups->add_option("--min-bytes", o.min_bytes, "Smallest x")->capture_default_str();
   groups->add_option("--max-bytes", o.max_bytes, "Largest x")->capture_default_str();
   add_layout(groups, o);
 
-  auto* ragged = add_generator(app, "hdf5-ragged", "Graphs in CSR form: /x, /x_ptr, /edge_index, /edge_ptr, /y", o,
+  auto* ragged = add_generator(app, "hdf5-ragged",
+                               "Graphs in CSR form: /x, /x_ptr, /edge_index, /edge_ptr, /y", o,
                                "--graphs", gen_hdf5_ragged, chosen);
   ragged->add_option("--min-nodes", o.min_nodes, "Fewest nodes per graph")->capture_default_str();
   ragged->add_option("--max-nodes", o.max_nodes, "Most nodes per graph")->capture_default_str();
   add_layout(ragged, o);
 
-  auto* npy = add_generator(app, "npy", "A .npy (v1.0) array of N rows", o, "--samples", gen_npy, chosen);
-  npy->add_option("--shape", o.shape, "Row shape, comma-separated (empty: scalars)")->capture_default_str();
+  auto* npy =
+      add_generator(app, "npy", "A .npy (v1.0) array of N rows", o, "--samples", gen_npy, chosen);
+  npy->add_option("--shape", o.shape, "Row shape, comma-separated (empty: scalars)")
+      ->capture_default_str();
   npy->add_option("--dtype", o.dtype, "Element type: " + dtype_names())->capture_default_str();
 
-  auto* files = add_generator(app, "files", "DIR/NNN/NNNNNNN.bin, one file per sample", o, "--samples", gen_files,
-                              chosen);
+  auto* files = add_generator(app, "files", "DIR/NNN/NNNNNNN.bin, one file per sample", o,
+                              "--samples", gen_files, chosen);
   files->add_option("--min-bytes", o.min_bytes, "Smallest file")->capture_default_str();
   files->add_option("--max-bytes", o.max_bytes, "Largest file")->capture_default_str();
 
@@ -473,7 +511,9 @@ int main(int argc, char** argv) {
   try {
     H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
     chosen(o);
-    if (verbose) std::cerr << "ddstage-gen: wrote " << o.out << " (" << o.samples << " samples, seed " << o.seed << ")\n";
+    if (verbose)
+      std::cerr << "ddstage-gen: wrote " << o.out << " (" << o.samples << " samples, seed "
+                << o.seed << ")\n";
   } catch (const std::exception& e) {
     std::cerr << "ddstage-gen: error: " << e.what() << "\n";
     return 1;

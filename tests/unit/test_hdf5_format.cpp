@@ -40,7 +40,7 @@ struct Storage {
   hsize_t chunk_rows = 0;  // 0: contiguous
   bool deflate = false;
   bool compact = false;
-  bool unwritten = false;  // created, never written: fill values, no storage allocated
+  bool unwritten = false;             // created, never written: fill values, no storage allocated
   hid_t file_type = H5I_INVALID_HID;  // default: the memory type
 };
 
@@ -50,8 +50,9 @@ Id create_file(const fs::path& path, hsize_t userblock = 0) {
   return Id(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, fcpl, H5P_DEFAULT), H5Fclose);
 }
 
-void write_dataset(hid_t loc, const std::string& path, hid_t mem_type, const std::vector<hsize_t>& dims,
-                   const void* data, const Storage& storage = {}) {
+void write_dataset(hid_t loc, const std::string& path, hid_t mem_type,
+                   const std::vector<hsize_t>& dims, const void* data,
+                   const Storage& storage = {}) {
   Id lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
   REQUIRE(H5Pset_create_intermediate_group(lcpl, 1) >= 0);
   Id dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
@@ -67,7 +68,8 @@ void write_dataset(hid_t loc, const std::string& path, hid_t mem_type, const std
            H5Sclose);
   hid_t file_type = storage.file_type >= 0 ? storage.file_type : mem_type;
   Id dset(H5Dcreate2(loc, path.c_str(), file_type, space, lcpl, dcpl, H5P_DEFAULT), H5Dclose);
-  if (!storage.unwritten) REQUIRE(H5Dwrite(dset, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0);
+  if (!storage.unwritten)
+    REQUIRE(H5Dwrite(dset, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0);
 }
 
 /// Little-endian bytes of a whole dataset as H5Dread returns them: what the index must hold.
@@ -92,7 +94,8 @@ formats::FlattenRequest request_for(std::initializer_list<fs::path> sources) {
   return r;
 }
 
-Index flatten(const test::TempDir& dir, const formats::FlattenRequest& request, const std::string& name = "out.ddx") {
+Index flatten(const test::TempDir& dir, const formats::FlattenRequest& request,
+              const std::string& name = "out.ddx") {
   IndexWriter writer({.out = dir / name});
   formats::flatten(request, writer);
   writer.commit();
@@ -107,18 +110,21 @@ Bytes read_entry(OriginReader& reader, const Index& index, uint64_t sample, uint
 }
 
 Bytes slice(const Bytes& all, uint64_t begin, uint64_t bytes) {
-  return {all.begin() + static_cast<std::ptrdiff_t>(begin), all.begin() + static_cast<std::ptrdiff_t>(begin + bytes)};
+  return {all.begin() + static_cast<std::ptrdiff_t>(begin),
+          all.begin() + static_cast<std::ptrdiff_t>(begin + bytes)};
 }
 
 /// Every row of a fixed field equals the matching slice of `expected`.
-void check_rows(const Index& index, uint32_t field, const Bytes& expected, uint64_t first_sample = 0) {
+void check_rows(const Index& index, uint32_t field, const Bytes& expected,
+                uint64_t first_sample = 0) {
   OriginReader reader(index);
   const uint64_t row_bytes = index.fields()[field].row_bytes;
   REQUIRE(row_bytes > 0);
   const uint64_t rows = expected.size() / row_bytes;
   for (uint64_t i = 0; i < rows; ++i) {
     INFO("sample " << first_sample + i << " field " << index.fields()[field].name);
-    CHECK(read_entry(reader, index, first_sample + i, field) == slice(expected, i * row_bytes, row_bytes));
+    CHECK(read_entry(reader, index, first_sample + i, field) ==
+          slice(expected, i * row_bytes, row_bytes));
   }
 }
 
@@ -197,14 +203,16 @@ void write_graphs(const fs::path& path, const Graphs& g, const Storage& storage)
   auto file = create_file(path);
   auto x = test::pattern_bytes(static_cast<std::size_t>(g.ptr.back()) * 16, 21);
   auto y = test::pattern_bytes(g.graphs() * 8, 22);
-  write_dataset(file, "/x", H5T_NATIVE_UINT32, {static_cast<hsize_t>(g.ptr.back()), 4}, x.data(), storage);
+  write_dataset(file, "/x", H5T_NATIVE_UINT32, {static_cast<hsize_t>(g.ptr.back()), 4}, x.data(),
+                storage);
   write_dataset(file, "/graph/x_ptr", H5T_NATIVE_INT32, {g.ptr.size()}, g.ptr.data());
   write_dataset(file, "/y", H5T_NATIVE_INT64, {g.graphs()}, y.data());
 }
 
 /// /samples/NAME groups with x (uint8, length varies) and y (int64 scalar), created out of
 /// name order; every third x is chunked, so in-place and packed entries mix.
-void write_groups(const fs::path& path, const std::vector<std::string>& names, const std::string& parent = "/samples") {
+void write_groups(const fs::path& path, const std::vector<std::string>& names,
+                  const std::string& parent = "/samples") {
   auto file = create_file(path);
   for (std::size_t k = 0; k < names.size(); ++k) {
     const auto group = parent + "/" + names[k];
@@ -260,12 +268,14 @@ TEST_CASE("hdf5 rows: contiguous datasets are indexed in place", "[hdf5]") {
   check_sample_reader(index);
 }
 
-TEST_CASE("hdf5 rows: chunked, compressed, compact, big-endian and unwritten data are decoded", "[hdf5]") {
+TEST_CASE("hdf5 rows: chunked, compressed, compact, big-endian and unwritten data are decoded",
+          "[hdf5]") {
   test::TempDir dir;
   const auto src = dir / "d.h5";
   auto values = test::pattern_bytes(40 * 3 * 4, 3);
   Storage storage;
-  std::string layout = GENERATE("chunked", "deflate", "compact", "big-endian", "unwritten", "packed");
+  std::string layout =
+      GENERATE("chunked", "deflate", "compact", "big-endian", "unwritten", "packed");
   if (layout == "chunked") storage.chunk_rows = 7;
   if (layout == "deflate") storage = {.chunk_rows = 5, .deflate = true};
   if (layout == "compact") storage.compact = true;
@@ -307,8 +317,9 @@ TEST_CASE("hdf5 rows: booleans, float16 and a userblock", "[hdf5]") {
   CHECK(index.fields()[0].dtype == DType::boolean);
   CHECK(index.fields()[1].dtype == DType::float16);
   CHECK(in_place(index, 0, 1));
-  check_rows(index, 0, Bytes(reinterpret_cast<std::byte*>(flags.data()),
-                             reinterpret_cast<std::byte*>(flags.data()) + flags.size()));
+  check_rows(index, 0,
+             Bytes(reinterpret_cast<std::byte*>(flags.data()),
+                   reinterpret_cast<std::byte*>(flags.data()) + flags.size()));
   check_rows(index, 1, halves);
 }
 
@@ -342,7 +353,8 @@ TEST_CASE("hdf5 ragged: CSR slices, mixed with a fixed field", "[hdf5]") {
   for (uint64_t i = 0; i < g.graphs(); ++i) {
     INFO("graph " << i);
     CHECK(in_place(index, i, 1) == !chunked);
-    auto expected = slice(x, static_cast<uint64_t>(g.ptr[i]) * 16, static_cast<uint64_t>(g.ptr[i + 1] - g.ptr[i]) * 16);
+    auto expected = slice(x, static_cast<uint64_t>(g.ptr[i]) * 16,
+                          static_cast<uint64_t>(g.ptr[i + 1] - g.ptr[i]) * 16);
     CHECK(read_entry(reader, index, i, 1) == expected);
   }
   check_rows(index, 0, read_back(src, "/y", H5T_NATIVE_INT64));
@@ -429,14 +441,16 @@ TEST_CASE("hdf5 groups: nested patterns and several sources", "[hdf5]") {
   REQUIRE(index.samples() == 4);
   CHECK(attribute(index, "source_starts") == "0,3");
   OriginReader reader(index);
-  const std::vector<std::pair<fs::path, std::string>> order = {{dir / "a.h5", "/train/part0/sample_0"},
-                                                               {dir / "a.h5", "/train/part0/sample_1"},
-                                                               {dir / "a.h5", "/train/part1/sample_9"},
-                                                               {dir / "b.h5", "/train/p/sample_4"}};
+  const std::vector<std::pair<fs::path, std::string>> order = {
+      {dir / "a.h5", "/train/part0/sample_0"},
+      {dir / "a.h5", "/train/part0/sample_1"},
+      {dir / "a.h5", "/train/part1/sample_9"},
+      {dir / "b.h5", "/train/p/sample_4"}};
   for (uint64_t i = 0; i < order.size(); ++i) {
     INFO(order[i].second);
     CHECK_FALSE(in_place(index, i, 0));
-    CHECK(read_entry(reader, index, i, 0) == read_back(order[i].first, order[i].second + "/x", H5T_NATIVE_UINT8));
+    CHECK(read_entry(reader, index, i, 0) ==
+          read_back(order[i].first, order[i].second + "/x", H5T_NATIVE_UINT8));
   }
   check_sample_reader(index);
 }
@@ -455,80 +469,119 @@ TEST_CASE("hdf5: detection by signature and extension", "[hdf5]") {
   check_rows(index, 0, v);
 }
 
-TEST_CASE("hdf5: bad input is a one-line UsageError and leaves no index", "[hdf5]") {
+/// Files with one problem each: /a and /b differ in length, offsets that go backwards, past
+/// the end or below zero, a scalar, strings; groups.h5 has a group without x and a field whose
+/// dtype changes between groups; text.h5 is not HDF5.
+struct BadInputs {
   test::TempDir dir;
-  const auto src = dir / "bad.h5";
-  auto rows = test::pattern_bytes(10 * 8, 8);
-  std::vector<int64_t> backwards{0, 2, 5, 4, 6};
-  std::vector<int64_t> too_far{0, 2, 11};
-  std::vector<int64_t> negative{-1, 2, 3};
-  std::vector<int64_t> two_samples{0, 4, 10};
-  int64_t scalar = 3;
-  {
-    auto file = create_file(src);
-    write_dataset(file, "/a", H5T_NATIVE_INT64, {10}, rows.data());
-    write_dataset(file, "/b", H5T_NATIVE_INT64, {9}, rows.data());
-    write_dataset(file, "/backwards", H5T_NATIVE_INT64, {5}, backwards.data());
-    write_dataset(file, "/too_far", H5T_NATIVE_INT64, {3}, too_far.data());
-    write_dataset(file, "/negative", H5T_NATIVE_INT64, {3}, negative.data());
-    write_dataset(file, "/two_ptr", H5T_NATIVE_INT64, {3}, two_samples.data());
-    write_dataset(file, "/scalar", H5T_NATIVE_INT64, {}, &scalar);
-    Id str_type(H5Tcopy(H5T_C_S1), H5Tclose);
-    H5Tset_size(str_type, 4);
-    write_dataset(file, "/names", str_type, {2}, "abcdefgh");
-  }
-  write_groups(dir / "groups.h5", {"g0", "g1"});
-  {
+  fs::path src = dir / "bad.h5";
+
+  BadInputs() {
+    auto rows = test::pattern_bytes(10 * 8, 8);
+    std::vector<int64_t> backwards{0, 2, 5, 4, 6}, too_far{0, 2, 11}, negative{-1, 2, 3},
+        two{0, 4, 10};
+    int64_t scalar = 3;
+    {
+      auto file = create_file(src);
+      write_dataset(file, "/a", H5T_NATIVE_INT64, {10}, rows.data());
+      write_dataset(file, "/b", H5T_NATIVE_INT64, {9}, rows.data());
+      write_dataset(file, "/backwards", H5T_NATIVE_INT64, {5}, backwards.data());
+      write_dataset(file, "/too_far", H5T_NATIVE_INT64, {3}, too_far.data());
+      write_dataset(file, "/negative", H5T_NATIVE_INT64, {3}, negative.data());
+      write_dataset(file, "/two_ptr", H5T_NATIVE_INT64, {3}, two.data());
+      write_dataset(file, "/scalar", H5T_NATIVE_INT64, {}, &scalar);
+      Id str_type(H5Tcopy(H5T_C_S1), H5Tclose);
+      H5Tset_size(str_type, 4);
+      write_dataset(file, "/names", str_type, {2}, "abcdefgh");
+    }
+    write_groups(dir / "groups.h5", {"g0", "g1"});
     auto file = Id(H5Fopen((dir / "groups.h5").c_str(), H5F_ACC_RDWR, H5P_DEFAULT), H5Fclose);
     int64_t y = 1;
     write_dataset(file, "/samples/g2/y", H5T_NATIVE_INT64, {}, &y);  // no x
     double z = 1;
     write_dataset(file, "/other/g0/x", H5T_NATIVE_DOUBLE, {}, &z);
     write_dataset(file, "/other/g1/x", H5T_NATIVE_UINT8, {}, &z);
+    std::ofstream(dir / "text.h5") << "not hdf5\n";
   }
-  std::ofstream(dir / "text.h5") << "not hdf5\n";
 
-  auto req = [&](std::initializer_list<formats::FieldSpec> fields, std::initializer_list<formats::RaggedSpec> ragged = {},
-                 const fs::path& file = {}) {
+  formats::FlattenRequest rows(std::initializer_list<formats::FieldSpec> fields,
+                               std::initializer_list<formats::RaggedSpec> ragged = {},
+                               const fs::path& file = {}) const {
     auto r = request_for({file.empty() ? src : file});
     r.fields = fields;
     r.ragged = ragged;
     return r;
-  };
-  auto groups = [&](const std::string& pattern) {
+  }
+  formats::FlattenRequest groups(const std::string& pattern) const {
     auto r = request_for({dir / "groups.h5"});
     r.groups = pattern;
     return r;
-  };
+  }
+};
 
-  SECTION("not an HDF5 file") { expect_usage_error(dir, req({{"", "/a"}}, {}, dir / "text.h5"), {"text.h5", "not an HDF5 file"}); }
-  SECTION("missing file") { expect_usage_error(dir, req({{"", "/a"}}, {}, dir / "nope.h5"), {"nope.h5", "no such file"}); }
-  SECTION("dataset path missing") { expect_usage_error(dir, req({{"", "/missing/x"}}), {"no dataset /missing/x", "bad.h5"}); }
+TEST_CASE("hdf5: bad input is a one-line UsageError and leaves no index", "[hdf5]") {
+  BadInputs in;
+  const auto& dir = in.dir;
+  SECTION("not an HDF5 file") {
+    expect_usage_error(dir, in.rows({{"", "/a"}}, {}, dir / "text.h5"),
+                       {"text.h5", "not an HDF5 file"});
+  }
+  SECTION("missing file") {
+    expect_usage_error(dir, in.rows({{"", "/a"}}, {}, dir / "nope.h5"),
+                       {"nope.h5", "no such file"});
+  }
+  SECTION("dataset path missing") {
+    expect_usage_error(dir, in.rows({{"", "/missing/x"}}), {"no dataset /missing/x", "bad.h5"});
+  }
   SECTION("fields with different first dimension") {
-    expect_usage_error(dir, req({{"", "/a"}, {"", "/b"}}), {"a (/a: 10 rows)", "b (/b: 9 rows)", "different first"});
+    expect_usage_error(dir, in.rows({{"", "/a"}, {"", "/b"}}),
+                       {"a (/a: 10 rows)", "b (/b: 9 rows)", "different first"});
   }
   SECTION("offsets not monotonic") {
-    expect_usage_error(dir, req({}, {{"r", "/a", "/backwards"}}), {"/backwards", "not monotonic at 2", "o[2]=5 > o[3]=4"});
+    expect_usage_error(dir, in.rows({}, {{"r", "/a", "/backwards"}}),
+                       {"/backwards", "not monotonic at 2", "o[2]=5 > o[3]=4"});
   }
   SECTION("offsets past the data's end") {
-    expect_usage_error(dir, req({}, {{"r", "/a", "/too_far"}}), {"/too_far", "o[2]=11", "past the end of /a (10 rows)"});
+    expect_usage_error(dir, in.rows({}, {{"r", "/a", "/too_far"}}),
+                       {"/too_far", "o[2]=11", "past the end of /a (10 rows)"});
   }
-  SECTION("negative first offset") { expect_usage_error(dir, req({}, {{"r", "/a", "/negative"}}), {"/negative", "o[0]=-1"}); }
+  SECTION("negative first offset") {
+    expect_usage_error(dir, in.rows({}, {{"r", "/a", "/negative"}}), {"/negative", "o[0]=-1"});
+  }
   SECTION("ragged length differs from a field") {
-    expect_usage_error(dir, req({{"", "/a"}}, {{"r", "/a", "/two_ptr"}}), {"a (/a: 10 rows)", "r (/two_ptr: 3 offsets)"});
+    expect_usage_error(dir, in.rows({{"", "/a"}}, {{"r", "/a", "/two_ptr"}}),
+                       {"a (/a: 10 rows)", "r (/two_ptr: 3 offsets)"});
   }
   SECTION("unsupported dtype") {
-    expect_usage_error(dir, req({{"", "/names"}}), {"dataset /names", "unsupported type string", "supported:", "float32"});
+    expect_usage_error(dir, in.rows({{"", "/names"}}),
+                       {"dataset /names", "unsupported type string", "supported:", "float32"});
   }
-  SECTION("a scalar given as --field") { expect_usage_error(dir, req({{"", "/scalar"}}), {"/scalar", "scalar"}); }
-  SECTION("a group given as --field") { expect_usage_error(dir, req({{"", "/samples"}}, {}, dir / "groups.h5"), {"/samples", "not a dataset"}); }
-  SECTION("the same field name twice") { expect_usage_error(dir, req({{"", "/a"}, {"a", "/b"}}), {"'a' given twice"}); }
-  SECTION("nothing to index") { expect_usage_error(dir, req({}), {"--field", "--groups", "/a [10] int64", "/names [2] string"}); }
-  SECTION("pattern that matches nothing") { expect_usage_error(dir, groups("/nothing/*"), {"'/nothing/*'", "matches no group", "groups.h5"}); }
-  SECTION("a group without a field") { expect_usage_error(dir, groups("/samples/*"), {"group /samples/g2", "no dataset 'x'"}); }
-  SECTION("dtype differs between groups") { expect_usage_error(dir, groups("/other/*"), {"/other/g1/x", "uint8", "float64"}); }
+  SECTION("a scalar given as --field") {
+    expect_usage_error(dir, in.rows({{"", "/scalar"}}), {"/scalar", "scalar"});
+  }
+  SECTION("a group given as --field") {
+    expect_usage_error(dir, in.rows({{"", "/samples"}}, {}, dir / "groups.h5"),
+                       {"/samples", "not a dataset"});
+  }
+  SECTION("the same field name twice") {
+    expect_usage_error(dir, in.rows({{"", "/a"}, {"a", "/b"}}), {"'a' given twice"});
+  }
+  SECTION("nothing to index") {
+    expect_usage_error(dir, in.rows({}),
+                       {"--field", "--groups", "/a [10] int64", "/names [2] string"});
+  }
+  SECTION("pattern that matches nothing") {
+    expect_usage_error(dir, in.groups("/nothing/*"),
+                       {"'/nothing/*'", "matches no group", "groups.h5"});
+  }
+  SECTION("a group without a field") {
+    expect_usage_error(dir, in.groups("/samples/*"), {"group /samples/g2", "no dataset 'x'"});
+  }
+  SECTION("dtype differs between groups") {
+    expect_usage_error(dir, in.groups("/other/*"), {"/other/g1/x", "uint8", "float64"});
+  }
   SECTION("groups mixed with fields") {
-    auto r = groups("/samples/*");
+    auto r = in.groups("/samples/*");
     r.fields = {{"", "/a"}};
     expect_usage_error(dir, r, {"--groups", "--field"});
   }

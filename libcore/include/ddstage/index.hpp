@@ -41,12 +41,14 @@ struct FieldInfo {
   std::string source;
 };
 
-/// Whether a file-table row is an origin file or a pack file inside the .ddx directory.
-enum class FileKind : uint32_t { source = 0, pack = 1 };
+/// What a file-table row is: an origin file entries point into, a pack file inside the .ddx
+/// directory, or an origin file whose bytes were all copied into packs (listed for provenance;
+/// reads never touch it, so its changes do not make the index stale).
+enum class FileKind : uint32_t { source = 0, pack = 1, copied = 2 };
 
 /// One file an entry can point at, with its size and mtime at flatten time.
 struct FileInfo {
-  std::string path;  ///< relative to the source root (source) or to the .ddx directory (pack)
+  std::string path;  ///< relative to the source root (source, copied) or to the .ddx directory (pack)
   FileKind kind = FileKind::source;
   uint64_t size = 0;
   int64_t mtime_ns = 0;
@@ -90,7 +92,7 @@ class Index {
   std::filesystem::path resolve(uint32_t file) const;
   /// Throws StaleError naming the file if its size or mtime differ from flatten time.
   void check_fresh(uint32_t file) const;
-  /// check_fresh for every file; the first stale one throws.
+  /// check_fresh for every file reads can touch (not `copied` ones); the first stale one throws.
   void check_all_fresh() const;
 
  private:

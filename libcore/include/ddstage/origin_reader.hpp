@@ -26,20 +26,37 @@ class OriginReader {
   /// Total bytes of field `field` for ids (repeats counted). Throws UsageError for a bad id.
   uint64_t batch_bytes(uint32_t field, std::span<const uint64_t> ids) const;
   /// Reads the rows of ids into dest, concatenated in the order asked. Within the batch the
-  /// preads are issued sorted by (file, offset). dest.size() must equal batch_bytes().
+  /// preads are issued sorted by (file, offset), and entries adjacent in a file are coalesced
+  /// into one pread. dest.size() must equal batch_bytes().
   void read(uint32_t field, std::span<const uint64_t> ids, std::span<std::byte> dest);
+  /// Bytes of every field of one sample.
+  uint64_t sample_bytes(uint64_t sample) const;
+  /// Reads every field of one sample into dest, concatenated in field order (one pread when
+  /// the fields lie next to each other in the file, as HDF5 groups usually do).
+  void read_sample(uint64_t sample, std::span<std::byte> dest);
   /// Reads one entry into dest (sized entry.length) and returns whether its checksum matches.
   bool read_and_check(uint64_t sample, uint32_t field, std::span<std::byte> dest);
 
  private:
+  /// One entry to read and where its bytes go.
+  struct Request {
+    const Entry* entry;
+    std::byte* dest;
+    uint64_t sample;
+    uint32_t field;
+  };
   const FileDescriptor& fd_for(uint32_t file);
   void check_ids(std::span<const uint64_t> ids) const;
+  /// Sorts m_requests by (file, offset), preads each run of adjacent entries at once, verifies.
+  void execute();
+  void read_run(std::size_t begin, std::size_t end);
 
   const Index* m_index;
   OriginReaderOptions m_options;
   std::unordered_map<uint32_t, FileDescriptor> m_fds;
-  std::vector<uint32_t> m_order;  // reused across batches: no allocation per call
-  std::vector<uint64_t> m_dest_offsets;
+  // Reused across batches: no allocation per call once warm.
+  std::vector<Request> m_requests;
+  std::vector<std::byte> m_scratch;
 };
 
 }  // namespace ddstage
