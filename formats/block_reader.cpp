@@ -9,6 +9,12 @@
 #include "ddstage/mapped_file.hpp"
 
 namespace ddstage::formats {
+namespace {
+
+/// Below this, pread into a reused buffer is cheaper than setting up and tearing down a mapping.
+constexpr uint64_t map_threshold = 1u << 20;
+
+}  // namespace
 
 BlockReader::BlockReader(uint64_t memory_budget) : m_budget(std::max<uint64_t>(memory_budget, 1)) {}
 
@@ -19,7 +25,11 @@ void BlockReader::for_each_record(const FileDescriptor& fd, uint64_t offset, uin
     for (uint64_t i = 0; i < count; ++i) fn(i, {});
     return;
   }
-  if (record_bytes > m_budget) return read_mapped(fd, offset, record_bytes, count, fn);
+  // Large ranges are read through a mapping: checksumming and packing then work on the page
+  // cache directly, which saves a copy of every byte (pread copies it into our buffer first).
+  if (record_bytes > m_budget || count * record_bytes >= map_threshold) {
+    return read_mapped(fd, offset, record_bytes, count, fn);
+  }
   read_blocks(fd, offset, record_bytes, count, fn);
 }
 
@@ -47,6 +57,7 @@ void BlockReader::read_mapped(const FileDescriptor& fd, uint64_t offset, uint64_
                               uint64_t count, const RecordFn& fn) {
   // Page-cache backed: the kernel can drop pages already checksummed, a heap buffer could not.
   MappedFile map(fd.path(), MappedFile::Mode::read_only);
+  map.advise_sequential();
   const auto bytes = map.bytes();
   const uint64_t end = offset + count * record_bytes;
   if (bytes.size() < end) {

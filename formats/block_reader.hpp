@@ -15,8 +15,9 @@
 namespace ddstage::formats {
 
 /// Reads consecutive records of a file in blocks of whole records no larger than a memory budget,
-/// reusing one buffer across calls. A record larger than the budget is served from a read-only
-/// mapping of the file instead, so memory stays bounded however big a file or row is.
+/// reusing one buffer across calls. Ranges of 1 MiB or more (and records larger than the
+/// budget) are served from a read-only mapping of the file instead: no copy, and memory stays
+/// bounded by the page cache however big a file or row is.
 class BlockReader {
  public:
   /// Called once per record, in order; `bytes` is valid only during the call.

@@ -84,9 +84,18 @@ RowStream RowStream::decoding(hid_t dset, hid_t mem_type, const DatasetInfo& inf
 
 RowStream RowStream::in_place(const FileDescriptor& fd, const DatasetInfo& info, uint64_t budget) {
   RowStream s(info, info.row_bytes, 1, budget);
-  s.m_fd = &fd;
-  s.m_offset = info.offset.value();
   s.m_file = fd.path().string();
+  s.m_map = MappedFile(fd.path(), MappedFile::Mode::read_only);
+  s.m_map.advise_sequential();
+  const uint64_t offset = info.offset.value();
+  const uint64_t bytes = info.dims.empty() ? info.row_bytes : info.dims[0] * info.row_bytes;
+  if (s.m_map.bytes().size() < offset + bytes) {
+    throw Error(ErrorKind::runtime,
+                fmt::format("{} is shorter than dataset {} says ({} < {} bytes)", s.m_file, info.path,
+                            s.m_map.bytes().size(), offset + bytes),
+                {.file = s.m_file});
+  }
+  s.m_mapped = s.m_map.bytes().subspan(offset, bytes);
   return s;
 }
 
@@ -95,6 +104,7 @@ std::span<const std::byte> RowStream::rows(uint64_t first, uint64_t last) {
     throw std::logic_error(fmt::format("RowStream: rows [{}, {}) out of order", first, last));
   }
   if (m_row_bytes == 0) return {};
+  if (m_map.bytes().data()) return m_mapped.subspan(first * m_row_bytes, (last - first) * m_row_bytes);
   if (last > m_end) {
     if (first >= m_end) {
       m_begin = m_end = first / m_granule * m_granule;
@@ -119,22 +129,16 @@ void RowStream::read_block() {
     m_capacity = needed;
   }
   std::span<std::byte> dest(m_buffer.get() + held, count * m_row_bytes);
-  if (m_fd != nullptr) {
-    m_fd->pread_exact(dest, m_offset + m_end * m_row_bytes);
-  } else {
-    std::vector<hsize_t> start(m_dims.size(), 0), size(m_dims.begin(), m_dims.end());
-    start[0] = m_end;
-    size[0] = count;
-    auto file_space = h5_own(H5Dget_space(m_dset), H5Sclose, "H5Dget_space", m_file);
-    h5_check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr,
-                                 size.data(), nullptr),
-             "H5Sselect_hyperslab", m_file);
-    auto mem_space = h5_own(H5Screate_simple(static_cast<int>(size.size()), size.data(), nullptr),
-                            H5Sclose, "H5Screate_simple", m_file);
-    h5_check(
-        H5Dread(m_dset, m_mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, dest.data()),
-        "H5Dread", m_file);
-  }
+  std::vector<hsize_t> start(m_dims.size(), 0), size(m_dims.begin(), m_dims.end());
+  start[0] = m_end;
+  size[0] = count;
+  auto file_space = h5_own(H5Dget_space(m_dset), H5Sclose, "H5Dget_space", m_file);
+  h5_check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, size.data(), nullptr),
+           "H5Sselect_hyperslab", m_file);
+  auto mem_space = h5_own(H5Screate_simple(static_cast<int>(size.size()), size.data(), nullptr), H5Sclose,
+                          "H5Screate_simple", m_file);
+  h5_check(H5Dread(m_dset, m_mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, dest.data()), "H5Dread",
+           m_file);
   m_end += count;
 }
 

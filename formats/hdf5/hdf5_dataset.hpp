@@ -10,6 +10,7 @@
 
 #include "ddstage/dtype.hpp"
 #include "ddstage/file_descriptor.hpp"
+#include "ddstage/mapped_file.hpp"
 #include "hdf5_handle.hpp"
 
 namespace ddstage::formats::detail {
@@ -36,15 +37,16 @@ std::string shape_text(const std::vector<uint64_t>& dims);
 /// Decodes the whole dataset into dest (total_bytes of mem_type).
 void read_all(hid_t dset, hid_t mem_type, std::span<std::byte> dest, const std::string& file);
 
-/// Streams rows of one dataset in ascending order within a memory budget: in place with pread
-/// of large blocks, otherwise with H5Dread of whole chunks along dim 0 (never row by row:
-/// a single-row read of a deflated dataset decodes its whole chunk).
+/// Streams rows of one dataset in ascending order within a memory budget: in place straight
+/// from a read-only mapping of the file (no copy; the page cache bounds memory), otherwise with
+/// H5Dread of whole chunks along dim 0 (never row by row: a single-row read of a deflated
+/// dataset decodes its whole chunk).
 class RowStream {
  public:
   /// Decodes through HDF5 into `mem_type`, `row_bytes` per row in memory.
   static RowStream decoding(hid_t dset, hid_t mem_type, const DatasetInfo& info, uint64_t row_bytes,
                             uint64_t budget, const std::string& file);
-  /// Reads the stored bytes at info.offset through `fd`.
+  /// Serves the stored bytes at info.offset of fd's file from a mapping.
   static RowStream in_place(const FileDescriptor& fd, const DatasetInfo& info, uint64_t budget);
 
   /// Bytes of rows [first, last), valid until the next call. `first` must not decrease
@@ -55,11 +57,11 @@ class RowStream {
   RowStream(const DatasetInfo& info, uint64_t row_bytes, uint64_t granule, uint64_t budget);
   void read_block();
 
-  // Decoding source (dataset and memory type) or in-place source (fd and offset).
+  // Decoding source (dataset and memory type) or in-place source (the mapped dataset bytes).
   hid_t m_dset = H5I_INVALID_HID;
   hid_t m_mem_type = H5I_INVALID_HID;
-  const FileDescriptor* m_fd = nullptr;
-  uint64_t m_offset = 0;
+  MappedFile m_map;
+  std::span<const std::byte> m_mapped;
   std::vector<uint64_t> m_dims;
   std::string m_file;
 

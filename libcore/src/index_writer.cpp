@@ -90,7 +90,8 @@ struct IndexWriter::State {
   FileDescriptor pack_fd;
   uint32_t pack_count = 0;
   uint32_t pack_file = 0;
-  uint64_t pack_size = 0;
+  uint64_t pack_size = 0;     // bytes of the current pack, buffered ones included
+  uint64_t pack_on_disk = 0;  // bytes of the current pack handed to the kernel
   uint64_t packed_bytes = 0;
   std::vector<std::byte> pack_buffer;
 
@@ -100,6 +101,7 @@ struct IndexWriter::State {
   Entry& slot(uint64_t sample, uint32_t field);
   void report(bool final);
   void flush_pack();
+  void write_pack(std::span<const std::byte> bytes);
   void close_pack();
   void open_pack();
   void mark_copied_sources();
@@ -198,7 +200,7 @@ void IndexWriter::put_packed(uint64_t sample, uint32_t field, std::span<const st
   e = {m->pack_file, 0, m->pack_size, bytes.size(), checksum(bytes)};
   if (m->pack_buffer.size() + bytes.size() > pack_buffer_bytes) m->flush_pack();
   if (bytes.size() >= pack_buffer_bytes) {
-    m->pack_fd.write_all(bytes);
+    m->write_pack(bytes);
   } else {
     m->pack_buffer.insert(m->pack_buffer.end(), bytes.begin(), bytes.end());
   }
@@ -233,12 +235,22 @@ void IndexWriter::State::open_pack() {
   pack_file = static_cast<uint32_t>(files.size());
   files.push_back({name, FileKind::pack, 0, 0});
   pack_size = 0;
+  pack_on_disk = 0;
   pack_buffer.reserve(pack_buffer_bytes);
 }
 
 void IndexWriter::State::flush_pack() {
-  pack_fd.write_all(pack_buffer);
+  write_pack(pack_buffer);
   pack_buffer.clear();
+}
+
+void IndexWriter::State::write_pack(std::span<const std::byte> bytes) {
+  pack_fd.write_all(bytes);
+  // Start writeback now (advisory, so the result is ignored): writing the pack then overlaps
+  // reading the origin, and the fsync at commit has little left to wait for.
+  ::sync_file_range(pack_fd.get(), static_cast<off_t>(pack_on_disk), static_cast<off_t>(bytes.size()),
+                    SYNC_FILE_RANGE_WRITE);
+  pack_on_disk += bytes.size();
 }
 
 void IndexWriter::State::close_pack() {

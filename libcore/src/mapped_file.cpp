@@ -49,6 +49,10 @@ void MappedFile::flush() {
   }
 }
 
+void MappedFile::advise_sequential() noexcept {
+  if (m_data) ::madvise(m_data, m_size, MADV_SEQUENTIAL);
+}
+
 void MappedFile::reset() noexcept {
   if (m_data && ::munmap(m_data, m_size) != 0) {
     spdlog::warn("munmap({}) failed: errno {}", m_path.string(), errno);

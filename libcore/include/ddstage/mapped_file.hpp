@@ -25,6 +25,9 @@ class MappedFile {
   std::span<std::byte> writable() noexcept { return {m_data, m_size}; }
   /// msync the mapping so a later rename publishes complete data.
   void flush();
+  /// Tells the kernel the mapping will be read front to back (aggressive readahead, early
+  /// reclaim). Advisory: failures are ignored.
+  void advise_sequential() noexcept;
 
  private:
   void reset() noexcept;
