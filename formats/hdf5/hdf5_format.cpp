@@ -88,6 +88,18 @@ std::string join_numbers(const std::vector<uint64_t>& numbers) {
   return out;
 }
 
+std::vector<uint32_t> record_sources(IndexWriter& writer, std::string_view mode,
+                                     const std::vector<uint64_t>& starts,
+                                     const std::vector<std::string>& files) {
+  writer.set_attribute(std::string(attr_mode), std::string(mode));
+  writer.set_attribute(std::string(attr_source_starts), join_numbers(starts));
+  std::vector<uint32_t> file_ids;
+  for (const auto& f : files) file_ids.push_back(writer.add_source(f));
+  writer.set_attribute(std::string(attr_source_files),
+                       join_numbers(std::vector<uint64_t>(file_ids.begin(), file_ids.end())));
+  return file_ids;
+}
+
 std::vector<uint64_t> parse_numbers(const std::string& text, std::string_view key) {
   std::vector<uint64_t> numbers;
   const char* p = text.data();

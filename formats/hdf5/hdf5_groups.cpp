@@ -262,13 +262,10 @@ void flatten_groups(const FlattenRequest& request, IndexWriter& writer) {
     total += s.groups.size();
   }
   writer.define(scan.field_infos(), total);
-  writer.set_attribute(std::string(attr_mode), "groups");
   writer.set_attribute(std::string(attr_groups), request.groups);
-  writer.set_attribute(std::string(attr_source_starts), join_numbers(starts));
-  std::vector<uint32_t> file_ids;
-  for (const auto& s : sources) file_ids.push_back(writer.add_source(s.file));
-  writer.set_attribute(std::string(attr_source_files),
-                       join_numbers(std::vector<uint64_t>(file_ids.begin(), file_ids.end())));
+  std::vector<std::string> files;
+  for (const auto& s : sources) files.push_back(s.file);
+  const auto file_ids = record_sources(writer, "groups", starts, files);
   for (std::size_t k = 0; k < sources.size(); ++k) {
     SourceWrite s{writer,      sources[k], scan.field_count(),
                   file_ids[k], starts[k],  request.memory_budget,

@@ -28,6 +28,12 @@ std::string join_numbers(const std::vector<uint64_t>& numbers);
 /// Parses join_numbers' output; IndexError naming the attribute `key` when malformed.
 std::vector<uint64_t> parse_numbers(const std::string& text, std::string_view key);
 
+/// Records the source files (add_source) and the mode, source_starts and source_files
+/// attributes; starts[k] is the first sample of files[k]. Returns each file's file id.
+std::vector<uint32_t> record_sources(IndexWriter& writer, std::string_view mode,
+                                     const std::vector<uint64_t>& starts,
+                                     const std::vector<std::string>& files);
+
 /// Rows mode: sample i is row i of every --field dataset and rows OFFSETS[i]..OFFSETS[i+1]
 /// of every --ragged one.
 void flatten_rows(const FlattenRequest& request, IndexWriter& writer);

@@ -245,12 +245,9 @@ void flatten_rows(const FlattenRequest& request, IndexWriter& writer) {
     total += s.samples;
   }
   writer.define(field_infos(columns, sources.front()), total);
-  writer.set_attribute(std::string(attr_mode), "rows");
-  writer.set_attribute(std::string(attr_source_starts), join_numbers(starts));
-  std::vector<uint32_t> file_ids;
-  for (const auto& s : sources) file_ids.push_back(writer.add_source(s.file));
-  writer.set_attribute(std::string(attr_source_files),
-                       join_numbers(std::vector<uint64_t>(file_ids.begin(), file_ids.end())));
+  std::vector<std::string> files;
+  for (const auto& s : sources) files.push_back(s.file);
+  const auto file_ids = record_sources(writer, "rows", starts, files);
   for (std::size_t k = 0; k < sources.size(); ++k) {
     auto fd = FileDescriptor::open(sources[k].file, O_RDONLY);
     write_source(sources[k], columns,

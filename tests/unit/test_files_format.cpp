@@ -25,23 +25,13 @@ using Catch::Matchers::Contains;
 using ddstage::test::pattern_bytes;
 using ddstage::test::TempDir;
 using ddstage::test::write_file;
+using ddstage::test::flatten_to;
+using ddstage::test::request_for;
 
 namespace {
 
 using Bytes = std::vector<std::byte>;
 
-ddstage::formats::FlattenRequest request_for(std::vector<std::string> sources) {
-  ddstage::formats::FlattenRequest request;
-  request.sources = std::move(sources);
-  return request;
-}
-
-void flatten_to(const fs::path& out, const ddstage::formats::FlattenRequest& request,
-                uint64_t pack_bytes = 256ull << 20) {
-  ddstage::IndexWriter writer({.out = out, .pack_bytes = pack_bytes});
-  ddstage::formats::flatten(request, writer);
-  writer.commit();
-}
 
 /// Every sample of the only field, read back from origin and checked against its checksum.
 std::vector<Bytes> read_samples(const ddstage::Index& index) {

@@ -88,19 +88,6 @@ haddr_t dataset_offset(const fs::path& file, const std::string& path) {
   return H5Dget_offset(d);
 }
 
-formats::FlattenRequest request_for(std::initializer_list<fs::path> sources) {
-  formats::FlattenRequest r;
-  for (const auto& s : sources) r.sources.push_back(s.string());
-  return r;
-}
-
-Index flatten(const test::TempDir& dir, const formats::FlattenRequest& request,
-              const std::string& name = "out.ddx") {
-  IndexWriter writer({.out = dir / name});
-  formats::flatten(request, writer);
-  writer.commit();
-  return Index::open(dir / name);
-}
 
 /// Reads (sample, field) through the index, checking the entry's checksum on the way.
 Bytes read_entry(OriginReader& reader, const Index& index, uint64_t sample, uint32_t field) {
@@ -237,11 +224,11 @@ TEST_CASE("hdf5 rows: contiguous datasets are indexed in place", "[hdf5]") {
     write_dataset(file, "/features", H5T_NATIVE_FLOAT, {50, 3, 4}, features.data());
     write_dataset(file, "/meta/labels", H5T_NATIVE_INT64, {50}, labels.data());
   }
-  auto request = request_for({src});
+  auto request = test::request_for({src});
   request.fields = {{"", "/features"}, {"y", "meta/labels"}};
   request.memory_budget = 1024;  // many blocks
 
-  auto index = flatten(dir, request);
+  auto index = test::flatten_to(dir / "out.ddx", request);
   REQUIRE(index.samples() == 50);
   REQUIRE(index.fields().size() == 2);
   const auto& f0 = index.fields()[0];
@@ -286,12 +273,12 @@ TEST_CASE("hdf5 rows: chunked, compressed, compact, big-endian and unwritten dat
     auto file = create_file(src);
     write_dataset(file, "/v", H5T_NATIVE_INT32, {40, 3}, values.data(), storage);
   }
-  auto request = request_for({src});
+  auto request = test::request_for({src});
   request.fields = {{"", "/v"}};
   request.memory_budget = 200;  // a few rows: forces many chunk-aligned blocks
   request.pack = layout == "packed";
 
-  auto index = flatten(dir, request);
+  auto index = test::flatten_to(dir / "out.ddx", request);
   CHECK(index.fields()[0].dtype == DType::int32);
   for (uint64_t i = 0; i < 40; ++i) CHECK_FALSE(in_place(index, i, 0));
   check_rows(index, 0, read_back(src, "/v", H5T_STD_I32LE));
@@ -311,9 +298,9 @@ TEST_CASE("hdf5 rows: booleans, float16 and a userblock", "[hdf5]") {
     write_dataset(file, "/flag", bool_type, {30}, flags.data());
     write_dataset(file, "/h", half, {30, 2}, halves.data());
   }
-  auto request = request_for({src});
+  auto request = test::request_for({src});
   request.fields = {{"", "/flag"}, {"", "/h"}};
-  auto index = flatten(dir, request);
+  auto index = test::flatten_to(dir / "out.ddx", request);
   CHECK(index.fields()[0].dtype == DType::boolean);
   CHECK(index.fields()[1].dtype == DType::float16);
   CHECK(in_place(index, 0, 1));
@@ -331,12 +318,12 @@ TEST_CASE("hdf5 ragged: CSR slices, mixed with a fixed field", "[hdf5]") {
   const bool chunked = GENERATE(false, true);
   if (chunked) storage = {.chunk_rows = 3, .deflate = true};
   write_graphs(src, g, storage);
-  auto request = request_for({src});
+  auto request = test::request_for({src});
   request.ragged = {{"nodes", "/x", "/graph/x_ptr"}};
   request.fields = {{"", "/y"}};
   request.memory_budget = 256;
 
-  auto index = flatten(dir, request);
+  auto index = test::flatten_to(dir / "out.ddx", request);
   REQUIRE(index.samples() == g.graphs());
   REQUIRE(index.fields().size() == 2);
   CHECK(index.fields()[0].name == "y");
@@ -373,9 +360,9 @@ TEST_CASE("hdf5 rows: several sources are concatenated", "[hdf5]") {
     auto file = create_file(dir / "b.h5");
     write_dataset(file, "/v", H5T_NATIVE_DOUBLE, {5}, b.data(), {.chunk_rows = 2});
   }
-  auto request = request_for({dir / "a.h5", dir / "b.h5"});
+  auto request = test::request_for({dir / "a.h5", dir / "b.h5"});
   request.fields = {{"", "v"}};
-  auto index = flatten(dir, request);
+  auto index = test::flatten_to(dir / "out.ddx", request);
   REQUIRE(index.samples() == 12);
   CHECK(attribute(index, "source_starts") == "0,7");
   check_rows(index, 0, a);
@@ -393,10 +380,10 @@ TEST_CASE("hdf5 groups: one sample per group, in name order", "[hdf5]") {
     int64_t stray = 1;  // a dataset beside the groups: not matched by the pattern
     write_dataset(file, "/samples_note", H5T_NATIVE_INT64, {}, &stray);
   }
-  auto request = request_for({src});
+  auto request = test::request_for({src});
   request.groups = "/samples/*";
   request.memory_budget = 64;
-  auto index = flatten(dir, request);
+  auto index = test::flatten_to(dir / "out.ddx", request);
   REQUIRE(index.samples() == 6);
   REQUIRE(index.fields().size() == 2);
   CHECK(attribute(index, "mode") == "groups");
@@ -434,10 +421,10 @@ TEST_CASE("hdf5 groups: nested patterns and several sources", "[hdf5]") {
     write_dataset(file, "/train/part1/sample_9/y", H5T_NATIVE_INT64, {}, &y);
   }
   write_groups(dir / "b.h5", {"sample_4"}, "/train/p");
-  auto request = request_for({dir / "a.h5", dir / "b.h5"});
+  auto request = test::request_for({dir / "a.h5", dir / "b.h5"});
   request.groups = "/train/*/sample_*";
   request.pack = true;
-  auto index = flatten(dir, request);
+  auto index = test::flatten_to(dir / "out.ddx", request);
   REQUIRE(index.samples() == 4);
   CHECK(attribute(index, "source_starts") == "0,3");
   OriginReader reader(index);
@@ -462,9 +449,9 @@ TEST_CASE("hdf5: detection by signature and extension", "[hdf5]") {
     auto file = create_file(dir / "noext");
     write_dataset(file, "/v", H5T_NATIVE_INT16, {4}, v.data());
   }
-  auto request = request_for({dir / "noext"});
+  auto request = test::request_for({dir / "noext"});
   request.fields = {{"", "/v"}};
-  auto index = flatten(dir, request);
+  auto index = test::flatten_to(dir / "out.ddx", request);
   CHECK(index.manifest().format == "hdf5");
   check_rows(index, 0, v);
 }
@@ -507,13 +494,13 @@ struct BadInputs {
   formats::FlattenRequest rows(std::initializer_list<formats::FieldSpec> fields,
                                std::initializer_list<formats::RaggedSpec> ragged = {},
                                const fs::path& file = {}) const {
-    auto r = request_for({file.empty() ? src : file});
+    auto r = test::request_for({file.empty() ? src : file});
     r.fields = fields;
     r.ragged = ragged;
     return r;
   }
   formats::FlattenRequest groups(const std::string& pattern) const {
-    auto r = request_for({dir / "groups.h5"});
+    auto r = test::request_for({dir / "groups.h5"});
     r.groups = pattern;
     return r;
   }

@@ -18,6 +18,8 @@ using Catch::Matchers::Contains;
 using ddstage::test::pattern_bytes;
 using ddstage::test::TempDir;
 using ddstage::test::write_file;
+using ddstage::test::flatten_to;
+using ddstage::test::request_for;
 
 namespace {
 
@@ -49,17 +51,6 @@ std::string dict(const std::string& descr, const std::string& shape, bool fortra
          ", 'shape': " + shape + ", }";
 }
 
-ddstage::formats::FlattenRequest request_for(std::vector<std::string> sources) {
-  ddstage::formats::FlattenRequest request;
-  request.sources = std::move(sources);
-  return request;
-}
-
-void flatten_to(const fs::path& out, const ddstage::formats::FlattenRequest& request) {
-  ddstage::IndexWriter writer({.out = out});
-  ddstage::formats::flatten(request, writer);
-  writer.commit();
-}
 
 /// All rows of a field in one batch (so they come back concatenated, like the .npy data), with
 /// every row's checksum verified on the way.

@@ -11,6 +11,10 @@
 #include <string>
 #include <vector>
 
+#include "ddstage/formats/format.hpp"
+#include "ddstage/index.hpp"
+#include "ddstage/index_writer.hpp"
+
 namespace ddstage::test {
 
 /// A fresh directory under $DDSTAGE_TEST_TMP (or /tmp), removed with everything in it.
@@ -59,6 +63,22 @@ inline void write_file(const std::filesystem::path& path, const std::vector<std:
   std::filesystem::create_directories(path.parent_path());
   std::ofstream out(path, std::ios::binary);
   out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+/// A flatten request for these sources, everything else default.
+inline formats::FlattenRequest request_for(std::initializer_list<std::filesystem::path> sources) {
+  formats::FlattenRequest r;
+  for (const auto& s : sources) r.sources.push_back(s.string());
+  return r;
+}
+
+/// Flattens request into out (which must not exist) and opens the result.
+inline Index flatten_to(const std::filesystem::path& out, const formats::FlattenRequest& request,
+                        uint64_t pack_bytes = 256ull << 20) {
+  IndexWriter writer({.out = out, .pack_bytes = pack_bytes});
+  formats::flatten(request, writer);
+  writer.commit();
+  return Index::open(out);
 }
 
 }  // namespace ddstage::test
