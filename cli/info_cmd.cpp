@@ -109,7 +109,10 @@ void print_json(const Index& index, const std::vector<FieldStats>& stats, const 
 }
 
 void print_settings(const Settings& settings) {
-  fmt::print("config file: {}\n", settings.config_path().empty() ? "(none)" : settings.config_path().string());
+  const auto& config = settings.config_path();
+  fmt::print("config file: {}\n", config.empty()           ? "(none)"
+                                  : settings.config_found() ? config.string()
+                                                            : config.string() + " (not present)");
   fmt::print("{:<20} {:<10} {:<8} {:<28} {}\n", "setting", "value", "source", "environment", "help");
   for (const auto& d : setting_table()) {
     fmt::print("{:<20} {:<10} {:<8} {:<28} {}\n", d.key, settings.get_string(d.key),

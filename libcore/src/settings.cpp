@@ -13,7 +13,7 @@ namespace {
 constexpr std::array<SettingDef, 6> table{{
     {"log.level", SettingType::string, "info", "log level: trace, debug, info, warn, error, off"},
     {"progress", SettingType::string, "auto", "progress line on stderr: auto (when a terminal), always, never"},
-    {"threads", SettingType::integer, "0", "threads for verification and checksums (0: one per core)"},
+    {"threads", SettingType::integer, "0", "threads for info --verify (0: one per core)"},
     {"flatten.pack_size", SettingType::size, "256M", "start a new pack file past this size"},
     {"flatten.memory", SettingType::size, "64M", "memory a format may use to decode (whole chunks, blocks)"},
     {"origin.allow_stale", SettingType::boolean, "false", "read sources that changed after flattening"},
@@ -129,8 +129,9 @@ Settings Settings::resolve(const std::map<std::string, std::string>& flags,
   Settings s;
   if (config) {
     std::error_code ec;
+    s.m_config = *config;
     if (std::filesystem::exists(*config, ec)) {
-      s.m_config = *config;
+      s.m_config_found = true;
       for (const auto& [key, value] : read_config(*config)) {
         const SettingDef* d = find_def(key);
         if (!d) throw UsageError("config file " + config->string() + ": unknown setting '" + key + "'");

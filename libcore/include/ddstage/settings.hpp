@@ -50,8 +50,9 @@ class Settings {
   uint64_t get_size(std::string_view key) const;
   const std::string& get_string(std::string_view key) const;
   SettingSource source(std::string_view key) const;
-  /// Where the config file was looked for (empty when none).
+  /// Where the config file was looked for (empty when nowhere), and whether it was there.
   const std::filesystem::path& config_path() const noexcept { return m_config; }
+  bool config_found() const noexcept { return m_config_found; }
 
  private:
   struct Value {
@@ -61,6 +62,7 @@ class Settings {
   const Value& value(std::string_view key) const;
   std::map<std::string, Value, std::less<>> m_values;
   std::filesystem::path m_config;
+  bool m_config_found = false;
 };
 
 /// Parses "256M" style sizes; nullopt if malformed.
