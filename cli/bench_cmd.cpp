@@ -11,7 +11,9 @@ void setup_bench(CLI::App& app, CliContext& ctx) {
   auto origin = std::make_shared<BenchOriginOptions>();
   auto* o = bench->add_subcommand("origin", "Per-sample reads: index + pread vs the HDF5 API, same samples");
   o->add_option("dataset", origin->dataset, "The index directory (DATASET.ddx)")->required();
-  o->add_option("--samples", origin->samples, "Random samples to read")->capture_default_str();
+  o->add_option("--samples", origin->samples, "Random samples to read")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   o->add_option("--seed", origin->seed, "Seed for the random sample choice")->capture_default_str();
   o->add_option("--json", origin->json, "Also write every figure as JSON to this file");
   o->add_flag("--allow-stale", origin->allow_stale, "Read sources that changed after flattening");

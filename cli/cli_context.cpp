@@ -49,12 +49,7 @@ Settings CliContext::resolve_settings() const {
     path = p;
   }
   auto settings = Settings::resolve(flags, ddstage_environment(), path, !config.empty());
-  auto level = spdlog::level::from_str(settings.get_string("log.level"));
-  if (level == spdlog::level::off && settings.get_string("log.level") != "off") {
-    throw UsageError("bad log level '" + settings.get_string("log.level") +
-                     "' (use trace, debug, info, warn, error or off)");
-  }
-  spdlog::set_level(level);
+  spdlog::set_level(spdlog::level::from_str(settings.get_string("log.level")));  // validated by resolve
   return settings;
 }
 
@@ -72,7 +67,7 @@ CLI::Option* add_setting_option(CLI::App& app, CliContext& ctx, const std::strin
 
 unsigned thread_count(const Settings& settings) {
   auto n = settings.get_int("threads");
-  if (n < 0) throw UsageError("threads must be >= 0 (0: one per core)");
+  if (n < 0 || n > 1024) throw UsageError("threads must be 0 to 1024 (0: one per core), not " + std::to_string(n));
   return n > 0 ? static_cast<unsigned>(n) : std::max(1u, std::thread::hardware_concurrency());
 }
 

@@ -50,6 +50,9 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);
+    if (app.get_subcommands().empty() && !app.remaining().empty()) {
+      return fail("unknown command '" + app.remaining().front() + "' (commands: flatten, info, read, bench)", 2);
+    }
     return fail(std::string(e.what()) + " (see ddstage --help)", 2);
   } catch (const ddstage::Error& e) {
     return fail(e.what(), ddstage::exit_code(e.kind()));

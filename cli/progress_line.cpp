@@ -9,14 +9,8 @@
 namespace ddstage::cli {
 
 ProgressLine::ProgressLine(std::string label, const Settings& settings) : m_label(std::move(label)) {
-  const auto& mode = settings.get_string("progress");
-  if (mode == "auto") {
-    m_enabled = ::isatty(STDERR_FILENO) == 1;
-  } else if (mode == "always" || mode == "never") {
-    m_enabled = mode == "always";
-  } else {
-    throw UsageError("bad value '" + mode + "' for setting progress (use auto, always or never)");
-  }
+  const auto& mode = settings.get_string("progress");  // validated: auto, always or never
+  m_enabled = mode == "auto" ? ::isatty(STDERR_FILENO) == 1 : mode == "always";
 }
 
 void ProgressLine::operator()(const ProgressUpdate& p) const {

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 
 #include <spdlog/spdlog.h>
@@ -34,6 +35,8 @@ struct ReadOptions {
 class Output {
  public:
   explicit Output(const std::string& path) : m_path(path) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(path, ec)) throw UsageError("output " + path + " is a directory");
     if (path.empty() || path == "-") {
       m_fd = FileDescriptor(::dup(STDOUT_FILENO), "stdout");
     } else {
@@ -50,7 +53,9 @@ class Output {
   void write(std::span<const std::byte> bytes) { m_fd.write_all(bytes); }
   void finish() {
     m_fd = FileDescriptor();
-    if (!m_tmp.empty()) std::filesystem::rename(m_tmp, m_path);
+    if (!m_tmp.empty() && ::rename(m_tmp.c_str(), m_path.c_str()) != 0) {
+      throw IoError("cannot write " + m_path, errno, {.file = m_path});
+    }
     m_done = true;
   }
 

@@ -23,16 +23,28 @@ namespace fs = std::filesystem;
 /// Appends the regular files under dir, sorted by relative path in byte order so the sample ids
 /// do not depend on the file system's directory order. Symlinks to files count as files;
 /// symlinked directories are not descended, so a link back up the tree cannot loop.
-void collect_directory(const fs::path& dir, const std::string& where, std::vector<fs::path>& out) {
+void collect_directory(const fs::path& dir, const std::string& where, const IndexWriter& writer,
+                       std::vector<fs::path>& out) {
   std::vector<std::string> relative;
   std::error_code ec;
+  // The iterator's error does not say where; descending into the last directory seen is what
+  // fails (e.g. EACCES), so that is the one to name.
+  fs::path last_dir = dir;
   fs::recursive_directory_iterator it(dir, fs::directory_options::none, ec);
   for (; !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
-    if (it->is_regular_file(ec))
+    // An index written inside its own source tree (or its temporary directory) is not data.
+    if (writer.is_own_path(it->path())) {
+      it.disable_recursion_pending();
+      continue;
+    }
+    if (it->is_regular_file(ec)) {
       relative.push_back(it->path().lexically_relative(dir).generic_string());
+    } else if (it->is_directory(ec)) {
+      last_dir = it->path();
+    }
     ec.clear();  // a dangling or looping link is simply not a file
   }
-  if (ec) throw IoError("walking directory " + dir.string(), ec.value(), {.file = dir.string()});
+  if (ec) throw IoError("cannot read directory " + last_dir.string(), ec.value(), {.file = last_dir.string()});
   if (relative.empty())
     throw UsageError(fmt::format("{}directory {} contains no files", where, dir.string()));
   std::sort(relative.begin(), relative.end());
@@ -41,7 +53,8 @@ void collect_directory(const fs::path& dir, const std::string& where, std::vecto
 
 /// Appends one path named on the command line or in a list; `where` prefixes errors with the
 /// list file and line it came from (empty for the command line).
-void collect_path(const fs::path& path, const std::string& where, std::vector<fs::path>& out) {
+void collect_path(const fs::path& path, const std::string& where, const IndexWriter& writer,
+                  std::vector<fs::path>& out) {
   std::error_code ec;
   const auto status = fs::status(path, ec);
   if (status.type() == fs::file_type::not_found) {
@@ -49,7 +62,7 @@ void collect_path(const fs::path& path, const std::string& where, std::vector<fs
                      {.file = path.string()});
   }
   if (ec) throw IoError("stat " + path.string(), ec.value(), {.file = path.string()});
-  if (fs::is_directory(status)) return collect_directory(path, where, out);
+  if (fs::is_directory(status)) return collect_directory(path, where, writer, out);
   if (!fs::is_regular_file(status)) {
     throw UsageError(fmt::format("{}{} is not a regular file or directory", where, path.string()),
                      {.file = path.string()});
@@ -64,7 +77,7 @@ bool is_blank(const std::string& line) {
 /// Reads "@list.txt": one path per line, blank lines and '#' comments skipped. Relative paths are
 /// relative to the list file's directory, not the working directory, so a dataset directory
 /// can carry its own list and be flattened from anywhere.
-void collect_list(const fs::path& list, std::vector<fs::path>& out) {
+void collect_list(const fs::path& list, const IndexWriter& writer, std::vector<fs::path>& out) {
   std::error_code ec;
   if (!fs::exists(list, ec)) {
     throw UsageError(fmt::format("list file {} does not exist", list.string()),
@@ -78,20 +91,20 @@ void collect_list(const fs::path& list, std::vector<fs::path>& out) {
   for (uint64_t number = 1; std::getline(in, line); ++number) {
     if (!line.empty() && line.back() == '\r') line.pop_back();  // lists written on Windows
     if (is_blank(line) || line.front() == '#') continue;
-    collect_path(base / line, fmt::format("{} line {}: ", list.string(), number), out);
+    collect_path(base / line, fmt::format("{} line {}: ", list.string(), number), writer, out);
   }
   if (in.bad()) throw IoError("reading list file " + list.string(), errno, {.file = list.string()});
   if (out.size() == before)
     throw UsageError(fmt::format("list file {} names no files", list.string()));
 }
 
-std::vector<fs::path> collect_sources(const std::vector<std::string>& sources) {
+std::vector<fs::path> collect_sources(const std::vector<std::string>& sources, const IndexWriter& writer) {
   std::vector<fs::path> files;
   for (const auto& source : sources) {
     if (source.starts_with('@')) {
-      collect_list(source.substr(1), files);
+      collect_list(source.substr(1), writer, files);
     } else {
-      collect_path(source, "", files);
+      collect_path(source, "", writer, files);
     }
   }
   return files;
@@ -108,13 +121,13 @@ bool detect(const FlattenRequest& request) {
 /// a million small files waits out each file's latency in turn (that is all `cat` does).
 class Prefetcher {
  public:
-  static constexpr std::size_t window = 64;
-
-  explicit Prefetcher(const std::vector<fs::path>& files) : m_files(files) {}
+  /// Up to 64 ahead, and never more than an eighth of the open-file limit.
+  explicit Prefetcher(const std::vector<fs::path>& files)
+      : m_files(files), m_window(std::clamp<std::size_t>(open_file_limit() / 8, 1, 64)) {}
 
   /// The open file `i`; calls must come in increasing order.
   FileDescriptor take(std::size_t i) {
-    while (m_next < m_files.size() && m_next < i + window) {
+    while (m_next < m_files.size() && m_next < i + m_window) {
       auto fd = FileDescriptor::open(m_files[m_next++], O_RDONLY);
       ::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_WILLNEED);  // advisory: errors do not matter
       m_ahead.push_back(std::move(fd));
@@ -126,12 +139,13 @@ class Prefetcher {
 
  private:
   const std::vector<fs::path>& m_files;
+  std::size_t m_window;
   std::deque<FileDescriptor> m_ahead;
   std::size_t m_next = 0;
 };
 
 void flatten(const FlattenRequest& request, IndexWriter& writer) {
-  const auto files = collect_sources(request.sources);
+  const auto files = collect_sources(request.sources, writer);
   writer.define({FieldInfo{.name = "data",
                            .dtype = DType::bytes,
                            .shape = {},

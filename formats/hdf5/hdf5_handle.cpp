@@ -114,7 +114,8 @@ bool path_exists(hid_t loc, const std::string& path) {
     if (!prefix.empty() && prefix != "/" && H5Lexists(loc, prefix.c_str(), H5P_DEFAULT) <= 0) {
       return false;
     }
-    if (end == std::string::npos) return true;
+    // A dangling soft or external link exists as a link but names no object.
+    if (end == std::string::npos) return H5Oexists_by_name(loc, path.c_str(), H5P_DEFAULT) > 0;
   }
 }
 

@@ -26,8 +26,10 @@ Error::Error(ErrorKind kind, const std::string& message, ErrorContext context)
       m_context(std::move(context)) {}
 
 IoError::IoError(const std::string& call, int err, ErrorContext context)
-    // A path the user named that does not exist is their input, not a run-time failure.
-    : Error(err == ENOENT || err == ENOTDIR ? ErrorKind::usage : ErrorKind::runtime,
+    // A path the user named that does not exist or may not be read is their input, not a
+    // run-time failure.
+    : Error(err == ENOENT || err == ENOTDIR || err == EACCES || err == EPERM ? ErrorKind::usage
+                                                                             : ErrorKind::runtime,
             call + ": " + std::strerror(err), std::move(context)),
       m_errno(err) {}
 

@@ -1,6 +1,7 @@
 #include "ddstage/file_descriptor.hpp"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -92,6 +93,12 @@ uint64_t FileDescriptor::size() const {
 
 void FileDescriptor::sync() const {
   if (::fsync(m_fd) != 0) throw IoError("fsync " + m_path.string(), errno, {.file = m_path.string()});
+}
+
+std::size_t open_file_limit() noexcept {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return 1024;
+  return static_cast<std::size_t>(limit.rlim_cur);
 }
 
 }  // namespace ddstage

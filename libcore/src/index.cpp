@@ -80,6 +80,9 @@ Index Index::open(const std::filesystem::path& dir) {
   if (!std::filesystem::exists(dir / "manifest.yaml", ec)) {
     throw UsageError(dir.string() + " is not a ddstage index (no manifest.yaml)");
   }
+  if (!std::filesystem::exists(dir / "index.bin", ec)) {
+    throw IndexError(dir.string() + " is damaged: manifest.yaml is there but index.bin is missing");
+  }
   Index index;
   index.m_dir = std::filesystem::absolute(dir).lexically_normal();
   auto manifest = detail::read_manifest(dir / "manifest.yaml");

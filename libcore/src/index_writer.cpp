@@ -129,6 +129,10 @@ IndexWriter::IndexWriter(IndexWriterOptions options) : m(std::make_unique<State>
   std::string templ = (out.parent_path() / ("." + out.filename().string() + ".tmp-XXXXXX")).string();
   if (!::mkdtemp(templ.data())) throw IoError("cannot create a temporary directory next to " + out.string(), errno);
   m->tmp = templ;
+  // mkdtemp makes it 0700; the published index should be as readable as its files (umask).
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  if (::chmod(templ.c_str(), 0777 & ~mask) != 0) throw IoError("chmod " + templ, errno);
 }
 
 IndexWriter::~IndexWriter() {
@@ -214,6 +218,14 @@ void IndexWriter::set_format(const std::string& name) { m->format = name; }
 
 void IndexWriter::set_attribute(const std::string& key, const std::string& value) {
   m->attributes[key] = value;
+}
+
+bool IndexWriter::is_own_path(const fs::path& path) const {
+  const auto p = fs::absolute(path).lexically_normal();
+  auto inside = [&p](const fs::path& dir) {
+    return std::mismatch(dir.begin(), dir.end(), p.begin(), p.end()).first == dir.end();
+  };
+  return inside(m->options.out) || inside(m->tmp);
 }
 
 uint64_t IndexWriter::bytes_written() const noexcept { return m->total_bytes; }

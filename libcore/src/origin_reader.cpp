@@ -17,7 +17,11 @@ constexpr uint64_t max_run_bytes = 8ull << 20;
 }  // namespace
 
 OriginReader::OriginReader(const Index& index, OriginReaderOptions options)
-    : m_index(&index), m_options(options) {}
+    : m_index(&index), m_options(options), m_checked(index.files().size(), false) {
+  if (m_options.max_open_files == 0) {
+    m_options.max_open_files = std::clamp<std::size_t>(open_file_limit() / 4, 1, 1024);
+  }
+}
 
 void OriginReader::check_ids(std::span<const uint64_t> ids) const {
   for (uint64_t id : ids) {
@@ -46,7 +50,11 @@ const FileDescriptor& OriginReader::fd_for(uint32_t file) {
   auto it = m_fds.find(file);
   if (it != m_fds.end()) return it->second;
   // Freshness is checked once per file per reader, when it is first opened.
-  if (!m_options.allow_stale) m_index->check_fresh(file);
+  if (!m_options.allow_stale && !m_checked[file]) {
+    m_index->check_fresh(file);
+    m_checked[file] = true;
+  }
+  if (m_fds.size() >= m_options.max_open_files) m_fds.clear();
   return m_fds.emplace(file, FileDescriptor::open(m_index->resolve(file), O_RDONLY)).first->second;
 }
 

@@ -5,9 +5,13 @@
 #include <chrono>
 #include <exception>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
+#include <spdlog/spdlog.h>
+
 #include "ddstage/error.hpp"
+#include "ddstage/file_descriptor.hpp"
 #include "ddstage/origin_reader.hpp"
 
 namespace ddstage {
@@ -42,7 +46,9 @@ void record_failure(Shared& s, uint64_t sample, uint32_t field, std::string reas
 }
 
 void verify_worker(Shared& s) {
-  OriginReader reader(s.index, {.verify = false, .allow_stale = s.options.allow_stale});
+  // The threads share the process's open-file limit.
+  const std::size_t max_open = std::max<std::size_t>(1, open_file_limit() / 4 / std::max(1u, s.options.threads));
+  OriginReader reader(s.index, {.verify = false, .allow_stale = s.options.allow_stale, .max_open_files = max_open});
   std::vector<std::byte> buffer;
   const uint64_t n = s.index.samples();
   const auto fields = static_cast<uint32_t>(s.index.fields().size());
@@ -73,16 +79,22 @@ VerifyReport verify_origin(const Index& index, const VerifyOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   const unsigned threads = std::max(1u, options.threads);
   std::vector<std::thread> pool;
-  for (unsigned t = 0; t < threads; ++t) {
-    pool.emplace_back([&s] {
-      try {
-        verify_worker(s);
-      } catch (...) {
-        std::lock_guard lock(s.mutex);
-        if (!s.error) s.error = std::current_exception();
-        s.next.store(s.index.samples());  // stop the others
-      }
-    });
+  try {
+    for (unsigned t = 0; t < threads; ++t) {
+      pool.emplace_back([&s] {
+        try {
+          verify_worker(s);
+        } catch (...) {
+          std::lock_guard lock(s.mutex);
+          if (!s.error) s.error = std::current_exception();
+          s.next.store(s.index.samples());  // stop the others
+        }
+      });
+    }
+  } catch (const std::system_error& e) {
+    // Out of threads or memory for stacks: carry on with the threads that did start.
+    if (pool.empty()) throw Error(ErrorKind::runtime, std::string("cannot start a verify thread: ") + e.what());
+    spdlog::warn("started {} of {} verify threads ({})", pool.size(), threads, e.what());
   }
   const uint64_t total = index.samples() * index.fields().size();
   auto progress = [&](bool final) {

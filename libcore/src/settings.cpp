@@ -11,8 +11,10 @@ namespace ddstage {
 namespace {
 
 constexpr std::array<SettingDef, 6> table{{
-    {"log.level", SettingType::string, "info", "log level: trace, debug, info, warn, error, off"},
-    {"progress", SettingType::string, "auto", "progress line on stderr: auto (when a terminal), always, never"},
+    {"log.level", SettingType::string, "info", "log level: trace, debug, info, warn, error, off",
+     "trace|debug|info|warn|error|off"},
+    {"progress", SettingType::string, "auto", "progress line on stderr: auto (when a terminal), always, never",
+     "auto|always|never"},
     {"threads", SettingType::integer, "0", "threads for info --verify (0: one per core)"},
     {"flatten.pack_size", SettingType::size, "256M", "start a new pack file past this size"},
     {"flatten.memory", SettingType::size, "64M", "memory a format may use to decode (whole chunks, blocks)"},
@@ -45,10 +47,14 @@ void check_type(const SettingDef& d, const std::string& value, std::string_view 
     case SettingType::boolean: ok = parse_bool(value).has_value(); break;
     case SettingType::integer: ok = parse_int(value).has_value(); break;
     case SettingType::size: ok = parse_size(value).has_value(); break;
-    case SettingType::string: break;
+    case SettingType::string:
+      ok = d.choices.empty() || ("|" + std::string(d.choices) + "|").find("|" + value + "|") != std::string::npos;
+      break;
   }
   if (!ok) {
-    throw UsageError("bad value '" + value + "' for setting " + std::string(d.key) + " from " + std::string(origin));
+    std::string expected = d.choices.empty() ? "" : " (one of " + std::string(d.choices) + ")";
+    throw UsageError("bad value '" + value + "' for setting " + std::string(d.key) + " from " + std::string(origin) +
+                     expected);
   }
 }
 

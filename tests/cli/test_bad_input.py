@@ -178,13 +178,22 @@ def test_unknown_format(ddstage, tmp_path):
 
 
 def test_undetectable_format(ddstage, tmp_path):
-    """A plain file auto-detection cannot place is a usage error asking for --format."""
+    """A plain file auto-detection cannot place: exit 2 naming it and asking for --format."""
     (tmp_path / "data.bin").write_bytes(b"\x01\x02\x03")
-    proc = ddstage.run("flatten", tmp_path / "data.bin", "-o", tmp_path / "d.ddx")
-    if proc.returncode == 0:  # a lone plain file may legitimately be one 'files' sample
-        assert read_bytes(ddstage, tmp_path / "d.ddx", "0") == b"\x01\x02\x03"
-    else:
-        assert_usage_error(proc, "data.bin")
+    assert_flatten_fails(ddstage, tmp_path, [tmp_path / "data.bin"], 2, ["data.bin", "--format"])
+
+
+def test_dangling_link_is_a_missing_dataset(ddstage, tmp_path):
+    """--field naming a soft link to nowhere is a missing dataset: exit 2 naming the path
+    (not a runtime 'H5Oopen failed')."""
+    src = tmp_path / "l.h5"
+    with h5py.File(src, "w") as f:
+        f["x"] = np.zeros(4, np.int16)
+        f["alias"] = h5py.SoftLink("/x")
+        f["dangling"] = h5py.SoftLink("/nowhere")
+    ddx = flatten(ddstage, tmp_path / "ok.ddx", src, "--field", "a=/alias")  # a good link is followed
+    assert read_bytes(ddstage, ddx, "0-3") == np.zeros(4, np.int16).tobytes()
+    assert_flatten_fails(ddstage, tmp_path, [src, "--field", "/dangling"], 2, ["/dangling"])
 
 
 # ---- unreadable sources (run as an unprivileged user) --------------------------------------

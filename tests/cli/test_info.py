@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from conftest import (assert_runtime_error, assert_usage_error, flatten, info_json,
-                      keep_mtime_flip, pack_files, read_bytes)
+                      keep_mtime_flip, pack_files, read_bytes, skip_if_sanitized)
 
 N = 24
 
@@ -93,6 +93,7 @@ def test_verify_when_threads_cannot_start(ddstage, h5_dataset):
     thread stacks run out) ends cleanly: either capped and exit 0, or one error line and
     exit 1; never 'terminate called' / SIGABRT."""
     _, ddx, _ = h5_dataset
+    skip_if_sanitized(ddstage)
 
     def limit_address_space():
         resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
@@ -264,3 +265,17 @@ def test_bad_settings_elsewhere(ddstage, tmp_path):
 def test_info_without_dataset(ddstage):
     """`info` with neither a dataset nor --settings is a usage error."""
     assert_usage_error(ddstage.run("info"))
+
+
+def test_quiet_verbose_and_progress(ddstage, h5_dataset):
+    """-q leaves only errors on stderr; by default --verify reports its verdict on stderr;
+    a forced progress line (DDSTAGE_PROGRESS=always) goes to stderr and never into stdout,
+    so --json output still parses; a bad log level is a usage error."""
+    _, ddx, _ = h5_dataset
+    assert ddstage.ok("-q", "info", ddx, "--verify").stderr == ""
+    assert "verified" in ddstage.ok("info", ddx, "--verify").stderr
+    proc = ddstage.ok("info", ddx, "--verify", "--json", env={"DDSTAGE_PROGRESS": "always"})
+    assert json.loads(proc.stdout)["verify"]["failures"] == 0
+    assert_usage_error(ddstage.run("info", "--settings", env={"DDSTAGE_LOG_LEVEL": "loud"}), "loud")
+    assert_usage_error(ddstage.run("info", ddx, "--verify", env={"DDSTAGE_PROGRESS": "sometimes"}),
+                       "sometimes", "progress")

@@ -156,3 +156,46 @@ def test_read_of_missing_index(ddstage, tmp_path):
     assert_usage_error(ddstage.run("read", tmp_path / "none.ddx", "--ids", "0"), "none.ddx")
     (tmp_path / "dir.ddx").mkdir()
     assert_usage_error(ddstage.run("read", tmp_path / "dir.ddx", "--ids", "0"), "dir.ddx", "manifest")
+
+
+def limit_open_files(n):
+    def apply():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (n, n))
+    return apply
+
+
+def test_more_source_files_than_descriptors(ddstage, gen, tmp_path):
+    """A file tree with more files than the process may hold open (RLIMIT_NOFILE 128 here,
+    1024 by default on most systems; a real image tree has millions) flattens, reads,
+    verifies and benches correctly: the descriptor cache must stay bounded."""
+    root = tmp_path / "tree"
+    gen.ok("files", root, "--samples", 300, "--min-bytes", 1, "--max-bytes", 40)
+    files = sorted((p for p in root.rglob("*") if p.is_file()), key=lambda p: str(p.relative_to(root)))
+    few_fds = limit_open_files(128)
+    ddx = flatten(ddstage, tmp_path / "t.ddx", root, preexec_fn=few_fds)
+    failures = []
+    proc = ddstage.run("read", ddx, "--ids", "0-299", "-o", tmp_path / "all.bin", preexec_fn=few_fds)
+    if proc.returncode != 0:
+        failures.append(f"read: {proc.stderr.strip()}")
+    else:
+        assert (tmp_path / "all.bin").read_bytes() == b"".join(p.read_bytes() for p in files)
+    proc = ddstage.run("info", ddx, "--verify", "--threads", "2", preexec_fn=few_fds)
+    if proc.returncode != 0:
+        failures.append(f"info --verify: {proc.stderr.strip().splitlines()[-1]}")
+    proc = ddstage.run("bench", "origin", ddx, "--samples", "500", preexec_fn=few_fds)
+    if proc.returncode != 0:
+        failures.append(f"bench origin: {proc.stderr.strip().splitlines()[-1]}")
+    assert failures == []
+
+
+def test_output_is_a_directory(ddstage, npy_dataset, tmp_path):
+    """-o naming an existing directory is the user's mistake: exit 2 naming it, no
+    'internal error', the directory and its contents untouched, no .partial left."""
+    ddx, _ = npy_dataset
+    d = tmp_path / "outdir"
+    d.mkdir()
+    (d / "keep").write_text("k")
+    assert_usage_error(ddstage.run("read", ddx, "--ids", "0", "--field", "y", "-o", d), "outdir")
+    assert "internal error" not in ddstage.run("read", ddx, "--ids", "0", "--field", "y", "-o", d).stderr
+    assert [p.name for p in d.iterdir()] == ["keep"]
+    assert not (tmp_path / "outdir.partial").exists()

@@ -42,7 +42,8 @@ class UsageError : public Error {
       : Error(ErrorKind::usage, message, std::move(context)) {}
 };
 
-/// A system call failed; carries errno and names the call.
+/// A system call failed; carries errno and names the call. ENOENT, ENOTDIR, EACCES and EPERM
+/// are usage errors (a path the user named is missing or forbidden), the rest run-time ones.
 class IoError : public Error {
  public:
   IoError(const std::string& call, int err, ErrorContext context = {});

@@ -41,4 +41,7 @@ class FileDescriptor {
   std::filesystem::path m_path;
 };
 
+/// The process's soft limit on open files (RLIMIT_NOFILE), for sizing fd caches.
+std::size_t open_file_limit() noexcept;
+
 }  // namespace ddstage

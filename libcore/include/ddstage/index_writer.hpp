@@ -64,6 +64,10 @@ class IndexWriter {
   /// temporary directory to `out` (atomically exchanging with an old index under --force).
   void commit();
 
+  /// True if path is the output or the temporary directory, or inside either: a format that
+  /// walks directories skips it, so an index written inside its source tree is not data.
+  bool is_own_path(const std::filesystem::path& path) const;
+
   uint64_t bytes_written() const noexcept;
   uint64_t packed_bytes() const noexcept;
 

@@ -14,11 +14,14 @@ namespace ddstage {
 struct OriginReaderOptions {
   bool verify = false;       ///< compare each entry's xxh3-64 with the index
   bool allow_stale = false;  ///< skip the size/mtime check when a file is first opened
+  /// Open files kept cached; 0 picks a quarter of the open-file limit (at most 1024). When the
+  /// cache is full it is emptied: a batch visits files in order, so little is reopened.
+  std::size_t max_open_files = 0;
 };
 
-/// Per-thread reader of origin files. Caches one fd per file and checks each file's freshness
-/// the first time it opens it, so a batch touching few files of a million-file dataset stats
-/// only those. Not thread-safe: give each thread its own (they share the Index).
+/// Per-thread reader of origin files. Caches open fds (bounded) and checks each file's
+/// freshness the first time it opens it, so a batch touching few files of a million-file
+/// dataset stats only those. Not thread-safe: give each thread its own (they share the Index).
 class OriginReader {
  public:
   OriginReader(const Index& index, OriginReaderOptions options = {});
@@ -54,6 +57,7 @@ class OriginReader {
   const Index* m_index;
   OriginReaderOptions m_options;
   std::unordered_map<uint32_t, FileDescriptor> m_fds;
+  std::vector<bool> m_checked;  // files whose freshness was checked, cached or not
   // Reused across batches: no allocation per call once warm.
   std::vector<Request> m_requests;
   std::vector<std::byte> m_scratch;

@@ -20,6 +20,8 @@ struct SettingDef {
   SettingType type;
   std::string_view default_value;
   std::string_view help;
+  /// For strings with a fixed set of values: "a|b|c" (empty: any string).
+  std::string_view choices = {};
   /// DDSTAGE_ + key upper-cased with '.' as '_' ("DDSTAGE_FLATTEN_PACK_SIZE").
   std::string env_name() const;
 };
