@@ -89,6 +89,16 @@ void OriginReader::read_sample(uint64_t sample, std::span<std::byte> dest) {
   execute();
 }
 
+void OriginReader::read_entries(std::span<const EntryRead> reads) {
+  m_requests.clear();
+  for (const auto& r : reads) {
+    check_ids({&r.sample, 1});
+    if (r.field >= m_index->fields().size()) throw std::logic_error("OriginReader: field out of range");
+    m_requests.push_back({&m_index->entry(r.sample, r.field), r.dest, r.sample, r.field});
+  }
+  execute();
+}
+
 void OriginReader::execute() {
   // File order: sequential on disk even when the batch is shuffled.
   std::sort(m_requests.begin(), m_requests.end(), [](const Request& a, const Request& b) {

@@ -19,6 +19,13 @@ struct OriginReaderOptions {
   std::size_t max_open_files = 0;
 };
 
+/// One (sample, field) to read and where its bytes go (entry.length bytes).
+struct EntryRead {
+  uint64_t sample;
+  uint32_t field;
+  std::byte* dest;
+};
+
 /// Per-thread reader of origin files. Caches open fds (bounded) and checks each file's
 /// freshness the first time it opens it, so a batch touching few files of a million-file
 /// dataset stats only those. Not thread-safe: give each thread its own (they share the Index).
@@ -37,6 +44,9 @@ class OriginReader {
   /// Reads every field of one sample into dest, concatenated in field order (one pread when
   /// the fields lie next to each other in the file, as HDF5 groups usually do).
   void read_sample(uint64_t sample, std::span<std::byte> dest);
+  /// Reads arbitrary entries, each to its own destination: how a store rank loads its shard
+  /// (one pread per run of entries adjacent in a file, whatever the destinations).
+  void read_entries(std::span<const EntryRead> reads);
   /// Reads one entry into dest (sized entry.length) and returns whether its checksum matches.
   bool read_and_check(uint64_t sample, uint32_t field, std::span<std::byte> dest);
 

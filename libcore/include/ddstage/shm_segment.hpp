@@ -1,0 +1,41 @@
+// Owning wrapper for a POSIX shared-memory segment and its mapping.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <string>
+
+namespace ddstage {
+
+/// A named POSIX shared-memory segment (shm_open + mmap). The creator owns the name and
+/// unlinks it on destruction; openers only unmap. Move-only.
+class ShmSegment {
+ public:
+  ShmSegment() = default;
+  /// Creates "/NAME" (mode 0600, must not exist), sizes it and maps it read-write. The memory
+  /// is reserved up front (posix_fallocate), so a full /dev/shm fails here, not on first touch.
+  static ShmSegment create(const std::string& name, std::size_t bytes);
+  /// Maps an existing segment read-only; UsageError naming it if it is gone.
+  static ShmSegment open_read_only(const std::string& name);
+
+  ShmSegment(ShmSegment&& other) noexcept;
+  ShmSegment& operator=(ShmSegment&& other) noexcept;
+  ShmSegment(const ShmSegment&) = delete;
+  ShmSegment& operator=(const ShmSegment&) = delete;
+  ~ShmSegment();
+
+  const std::string& name() const noexcept { return m_name; }
+  std::span<const std::byte> bytes() const noexcept { return {m_data, m_size}; }
+  std::span<std::byte> writable() noexcept { return {m_data, m_size}; }
+  /// Removes the name now (readers that mapped it keep their mapping).
+  void unlink() noexcept;
+
+ private:
+  void reset() noexcept;
+  std::string m_name;
+  std::byte* m_data = nullptr;
+  std::size_t m_size = 0;
+  bool m_owner = false;
+};
+
+}  // namespace ddstage
