@@ -1,0 +1,82 @@
+// Attaching to a running store and reading batches from it, with no MPI in the client.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ddstage/index.hpp"
+#include "ddstage/store_descriptor.hpp"
+
+namespace ddstage {
+
+class Dataset;
+
+/// Per-thread reader of one dataset: owns its transport state, shares no lock with other
+/// readers. get_batch groups ids by owner rank, coalesces adjacent rows and copies them into
+/// the caller's buffer in the caller's order.
+class Reader {
+ public:
+  Reader(Reader&&) noexcept;
+  Reader& operator=(Reader&&) noexcept;
+  ~Reader();
+
+  /// Total bytes of `field` for ids (repeats counted). UsageError for an unknown field or an id
+  /// out of range, before anything is read.
+  uint64_t batch_bytes(const std::string& field, std::span<const uint64_t> ids) const;
+  /// Per-id sizes of `field`, for variable-length rows (sizes.size() == ids.size()).
+  void row_sizes(const std::string& field, std::span<const uint64_t> ids, std::span<uint64_t> sizes) const;
+  /// Reads the rows of ids (any order, repeats allowed) into dest, concatenated in the order
+  /// asked; dest.size() must equal batch_bytes(). With verify, each row's checksum is checked
+  /// against the index (ChecksumError naming sample and field). Fails with an Error naming the
+  /// rank and host if a rank holding a requested row is gone.
+  void get_batch(const std::string& field, std::span<const uint64_t> ids, std::span<std::byte> dest,
+                 bool verify = false);
+
+ private:
+  friend class Dataset;
+  struct State;
+  explicit Reader(std::unique_ptr<State> state);
+  std::unique_ptr<State> m;
+};
+
+/// A dataset of a running store: its index and the mapped shard regions of every rank.
+class Dataset {
+ public:
+  Dataset(Dataset&&) noexcept;
+  Dataset& operator=(Dataset&&) noexcept;
+  ~Dataset();
+
+  const Index& index() const noexcept;
+  const std::string& name() const noexcept;
+  /// A new reader for the calling thread.
+  Reader reader() const;
+
+ private:
+  friend class Client;
+  struct State;
+  explicit Dataset(std::shared_ptr<State> state);
+  std::shared_ptr<State> m;
+};
+
+/// A client of a store served by `ddstage serve`: reads DIR/store.yaml, maps same-node
+/// ranks' shared-memory regions read-only. Needs no MPI.
+class Client {
+ public:
+  /// UsageError when DIR holds no running store (no descriptor, or its rank 0 is gone).
+  explicit Client(const std::filesystem::path& dir);
+
+  const StoreDescriptor& descriptor() const noexcept { return m_descriptor; }
+  /// Opens a loaded dataset; UsageError listing the loaded ones when there is none of that name.
+  Dataset open(const std::string& name) const;
+
+ private:
+  std::filesystem::path m_dir;
+  StoreDescriptor m_descriptor;
+};
+
+}  // namespace ddstage

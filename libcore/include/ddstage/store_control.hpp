@@ -1,0 +1,75 @@
+// Control requests to a running store (load, unload, status, stop), sent to rank 0 with the
+// descriptor's token.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "ddstage/store_descriptor.hpp"
+
+namespace ddstage {
+
+/// One rank in a status report.
+struct RankStatus {
+  RankInfo info;
+  bool alive = false;       ///< answered this status request
+  uint64_t memory_used = 0;  ///< bytes of shard regions it holds
+};
+
+/// One dataset in a status report.
+struct DatasetStatus {
+  std::string name;
+  std::filesystem::path index;
+  uint64_t samples = 0;
+  std::vector<uint64_t> samples_per_rank;
+  std::vector<uint64_t> bytes_per_rank;
+};
+
+struct StoreStatus {
+  std::string control;
+  std::string started;
+  std::vector<RankStatus> ranks;
+  std::vector<DatasetStatus> datasets;
+};
+
+/// What a load did.
+struct LoadResult {
+  std::string name;
+  uint64_t samples = 0;
+  uint64_t bytes = 0;
+  double seconds = 0;  ///< slowest rank's load time
+  bool verified = false;
+};
+
+struct LoadRequest {
+  std::filesystem::path index;  ///< DATASET.ddx, readable by every server rank
+  std::string name;             ///< default: the index's dataset name
+  bool verify = false;          ///< check every entry's checksum while loading
+  bool replace = false;         ///< replace a loaded dataset of the same name
+  bool allow_stale = false;
+};
+
+/// Sends control requests to the store in DIR. Every call is one request/response over TCP to
+/// rank 0, bounded by `timeout`; errors come back as the server's one-line message.
+class StoreControl {
+ public:
+  /// UsageError if DIR holds no store descriptor.
+  explicit StoreControl(const std::filesystem::path& dir,
+                        std::chrono::milliseconds timeout = std::chrono::seconds(600));
+
+  LoadResult load(const LoadRequest& request);
+  void unload(const std::string& name);
+  StoreStatus status();
+  /// Shuts every rank down; they remove their segments and rank 0 the descriptor.
+  void stop();
+
+ private:
+  std::filesystem::path m_dir;
+  StoreDescriptor m_descriptor;
+  std::chrono::milliseconds m_timeout;
+};
+
+}  // namespace ddstage

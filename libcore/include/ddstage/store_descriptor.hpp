@@ -1,0 +1,55 @@
+// DIR/store.yaml: how clients and control commands find a running store.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+namespace ddstage {
+
+/// Version of store.yaml this build writes and reads.
+inline constexpr uint32_t store_format_version = 1;
+
+/// One server rank as clients see it.
+struct RankInfo {
+  int rank = 0;
+  std::string host;
+  int64_t pid = 0;
+  std::vector<std::string> transports;  ///< e.g. {"local", "shm"}
+  uint64_t memory_limit = 0;            ///< bytes this rank may hold
+};
+
+/// One loaded dataset: where its index is, how it is sharded, and each rank's region.
+struct StoreDataset {
+  std::string name;
+  std::filesystem::path index;         ///< the DATASET.ddx it was loaded from (absolute)
+  std::vector<uint64_t> boundaries;    ///< ShardPlan boundaries, ranks + 1 values
+  std::vector<std::string> segments;   ///< per rank: shared-memory segment name
+  std::vector<uint64_t> region_bytes;  ///< per rank: bytes of its shard region
+};
+
+/// Everything in store.yaml. The token authorises control requests; the file is mode 0600.
+struct StoreDescriptor {
+  uint32_t format_version = store_format_version;
+  std::string token;    ///< 32 hex digits (128 random bits)
+  std::string control;  ///< "HOST:PORT" of rank 0's control socket
+  std::string started;  ///< UTC time
+  std::vector<RankInfo> ranks;
+  std::vector<StoreDataset> datasets;
+
+  /// Path of the descriptor inside a store directory.
+  static std::filesystem::path path_in(const std::filesystem::path& dir) { return dir / "store.yaml"; }
+  /// Reads DIR/store.yaml. UsageError when there is none ("no store at DIR"), IndexError when it
+  /// is damaged or from a newer ddstage.
+  static StoreDescriptor read(const std::filesystem::path& dir);
+  /// Writes DIR/store.yaml atomically (temporary file, mode 0600, rename).
+  void write(const std::filesystem::path& dir) const;
+  /// The dataset by name; UsageError listing the loaded ones when there is none.
+  const StoreDataset& dataset(const std::string& name) const;
+};
+
+/// 128 random bits from the kernel as 32 hex digits.
+std::string random_token();
+
+}  // namespace ddstage

@@ -1,0 +1,1 @@
+#include "ddstage/client.hpp"

@@ -1,0 +1,1 @@
+#include "control_channel.hpp"

@@ -1,0 +1,55 @@
+// Rank 0's control socket: length-prefixed YAML messages over TCP.
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+
+#include <yaml-cpp/yaml.h>
+
+#include "ddstage/file_descriptor.hpp"
+
+namespace ddstage::detail {
+
+/// A control message: a YAML map, framed on the wire as a 4-byte little-endian length and the
+/// YAML text. Requests carry "token" and "op"; replies carry "ok" and, when false, "error".
+using Message = YAML::Node;
+
+/// Largest frame accepted; a bigger length prefix is an error, not an allocation.
+inline constexpr uint32_t max_message_bytes = 16u << 20;
+
+/// One accepted or connected TCP stream.
+class ControlConnection {
+ public:
+  explicit ControlConnection(FileDescriptor fd, std::string peer) : m_fd(std::move(fd)), m_peer(std::move(peer)) {}
+  /// Reads one message; Error on timeout, a closed peer, an oversized or unparsable frame.
+  Message receive(std::chrono::milliseconds timeout);
+  void send(const Message& message);
+  const std::string& peer() const noexcept { return m_peer; }
+
+ private:
+  FileDescriptor m_fd;
+  std::string m_peer;
+};
+
+/// A listening TCP socket.
+class ControlListener {
+ public:
+  /// Binds "HOST[:PORT]" (port 0 or none: any free port; empty HOST: this host's name).
+  /// UsageError for a host that does not resolve, IoError when binding fails.
+  explicit ControlListener(const std::string& listen);
+  /// "HOST:PORT" actually bound, as clients should connect to it.
+  const std::string& address() const noexcept { return m_address; }
+  /// Waits up to timeout for a connection; nullopt when none came.
+  std::optional<ControlConnection> accept(std::chrono::milliseconds timeout);
+
+ private:
+  FileDescriptor m_fd;
+  std::string m_address;
+};
+
+/// Connects to address, sends request, returns the reply; bounded by timeout overall. Error
+/// naming the address when nothing listens there or the reply does not come in time.
+Message control_request(const std::string& address, const Message& request, std::chrono::milliseconds timeout);
+
+}  // namespace ddstage::detail

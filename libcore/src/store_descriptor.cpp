@@ -1,0 +1,1 @@
+#include "ddstage/store_descriptor.hpp"
