@@ -17,6 +17,9 @@ struct CliContext {
   std::string config;
   /// Setting key -> value for flags a subcommand maps onto settings (e.g. --threads).
   std::map<std::string, std::string> setting_flags;
+  /// The process's arguments, for MPI_Init in `serve`.
+  int* argc = nullptr;
+  char*** argv = nullptr;
 
   /// Flags > DDSTAGE_* env > config file > defaults; also sets the log level.
   Settings resolve_settings() const;

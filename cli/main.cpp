@@ -13,6 +13,7 @@
 #include "flatten_cmd.hpp"
 #include "info_cmd.hpp"
 #include "read_cmd.hpp"
+#include "store_cmds.hpp"
 
 namespace {
 
@@ -40,10 +41,16 @@ int main(int argc, char** argv) {
   app.footer("Exit codes: 0 success, 1 runtime error (I/O, checksum mismatch, stale source), "
              "2 usage error (bad flag, bad id, missing file).\nSee ddstage(1) and ddstage-<command>(1).");
   ddstage::cli::CliContext ctx;
+  ctx.argc = &argc;
+  ctx.argv = &argv;
   ddstage::cli::add_global_options(app, ctx);
   ddstage::cli::setup_flatten(app, ctx);
   ddstage::cli::setup_info(app, ctx);
   ddstage::cli::setup_read(app, ctx);
+  ddstage::cli::setup_serve(app, ctx);
+  ddstage::cli::setup_load(app, ctx);
+  ddstage::cli::setup_status(app, ctx);
+  ddstage::cli::setup_stop(app, ctx);
   ddstage::cli::setup_bench(app, ctx);
 
   try {
@@ -51,7 +58,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);
     if (app.get_subcommands().empty() && !app.remaining().empty()) {
-      return fail("unknown command '" + app.remaining().front() + "' (commands: flatten, info, read, bench)", 2);
+      return fail("unknown command '" + app.remaining().front() +
+                      "' (commands: flatten, info, read, serve, load, status, stop, bench)", 2);
     }
     return fail(std::string(e.what()) + " (see ddstage --help)", 2);
   } catch (const ddstage::Error& e) {

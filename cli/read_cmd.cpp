@@ -6,14 +6,12 @@
 #include <cstdio>
 #include <filesystem>
 
-#include <spdlog/spdlog.h>
-
+#include "ddstage/client.hpp"
 #include "ddstage/error.hpp"
 #include "ddstage/file_descriptor.hpp"
 #include "ddstage/id_spec.hpp"
 #include "ddstage/index.hpp"
 #include "ddstage/origin_reader.hpp"
-#include "progress_line.hpp"
 
 namespace ddstage::cli {
 namespace {
@@ -23,6 +21,8 @@ constexpr uint64_t batch_bytes_limit = 64ull << 20;
 
 struct ReadOptions {
   std::string dataset;
+  std::string store;
+  std::string name;
   std::string ids;
   std::string field;
   std::string output;
@@ -66,40 +66,77 @@ class Output {
   bool m_done = false;
 };
 
-void run_read(const ReadOptions& opts, const CliContext& ctx) {
-  auto settings = ctx.resolve_settings();
+/// Reads ids in batches of at most batch_bytes_limit (always at least one id) and writes each
+/// to out: bounded memory for any --ids list. row_bytes(id) sizes a row; read(ids, dest) fills.
+template <typename RowBytes, typename ReadBatch>
+void copy_batches(const std::vector<uint64_t>& ids, Output& out, RowBytes&& row_bytes, ReadBatch&& read) {
+  std::vector<std::byte> buffer;
+  for (std::size_t begin = 0; begin < ids.size();) {
+    std::size_t end = begin;
+    uint64_t bytes = 0;
+    while (end < ids.size() && (end == begin || bytes + row_bytes(ids[end]) <= batch_bytes_limit)) {
+      bytes += row_bytes(ids[end++]);
+    }
+    buffer.resize(bytes);
+    read(std::span(ids).subspan(begin, end - begin), std::span(buffer));
+    out.write(buffer);
+    begin = end;
+  }
+}
+
+uint32_t pick_field(const Index& index, const std::string& field) {
+  return field.empty() ? index.default_field() : index.field_id(field);
+}
+
+/// `read DATASET.ddx`: straight from the origin files.
+void read_origin(const ReadOptions& opts, const Settings& settings) {
   auto index = Index::open(opts.dataset);
-  const uint32_t field = opts.field.empty() ? index.default_field() : index.field_id(opts.field);
+  const uint32_t field = pick_field(index, opts.field);
   const auto ids = parse_ids(opts.ids, index.samples());
   OriginReader reader(index, {.verify = opts.verify,
                               .allow_stale = opts.allow_stale || settings.get_bool("origin.allow_stale")});
   Output out(opts.output);
-  std::vector<std::byte> buffer;
-  uint64_t total = 0;
-  for (std::size_t begin = 0; begin < ids.size();) {
-    // Grow the batch until it reaches the byte limit (always at least one id).
-    std::size_t end = begin;
-    uint64_t bytes = 0;
-    while (end < ids.size() && (end == begin || bytes + index.entry(ids[end], field).length <= batch_bytes_limit)) {
-      bytes += index.entry(ids[end++], field).length;
-    }
-    buffer.resize(bytes);
-    reader.read(field, std::span(ids).subspan(begin, end - begin), buffer);
-    out.write(buffer);
-    total += bytes;
-    begin = end;
-  }
+  copy_batches(
+      ids, out, [&](uint64_t id) { return index.entry(id, field).length; },
+      [&](std::span<const uint64_t> batch, std::span<std::byte> dest) { reader.read(field, batch, dest); });
   out.finish();
-  spdlog::debug("read {} samples, {} of field {}{}", ids.size(), human_bytes(static_cast<double>(total)),
-                index.fields()[field].name, opts.verify ? ", checksums verified" : "");
+}
+
+/// `read --store DIR --dataset NAME`: from a running store.
+void read_store(const ReadOptions& opts) {
+  if (!opts.dataset.empty()) throw UsageError("give either DATASET.ddx or --store DIR --dataset NAME, not both");
+  if (opts.name.empty()) throw UsageError("--store needs --dataset NAME (see `ddstage status --store DIR`)");
+  if (opts.allow_stale) throw UsageError("--allow-stale applies to reads from origin, not from a store");
+  auto dataset = Client(opts.store).open(opts.name);
+  const auto& index = dataset.index();
+  const uint32_t field = pick_field(index, opts.field);
+  const auto& field_name = index.fields()[field].name;
+  const auto ids = parse_ids(opts.ids, index.samples());
+  auto reader = dataset.reader();
+  Output out(opts.output);
+  copy_batches(
+      ids, out, [&](uint64_t id) { return index.entry(id, field).length; },
+      [&](std::span<const uint64_t> batch, std::span<std::byte> dest) {
+        reader.get_batch(field_name, batch, dest, opts.verify);
+      });
+  out.finish();
+}
+
+void run_read(const ReadOptions& opts, const CliContext& ctx) {
+  auto settings = ctx.resolve_settings();
+  if (!opts.store.empty()) return read_store(opts);
+  if (opts.dataset.empty()) throw UsageError("read needs DATASET.ddx, or --store DIR --dataset NAME");
+  read_origin(opts, settings);
 }
 
 }  // namespace
 
 void setup_read(CLI::App& app, CliContext& ctx) {
   auto opts = std::make_shared<ReadOptions>();
-  auto* sub = app.add_subcommand("read", "Write samples' raw bytes, concatenated in the order asked");
-  sub->add_option("dataset", opts->dataset, "The index directory (DATASET.ddx)")->required();
+  auto* sub = app.add_subcommand("read", "Write samples' raw bytes, concatenated in the order asked, from origin or a store");
+  sub->add_option("dataset", opts->dataset, "The index directory (DATASET.ddx): read straight from origin");
+  sub->add_option("--store", opts->store, "Read from the running store in this directory instead");
+  sub->add_option("--dataset", opts->name, "With --store: the loaded dataset's name");
   sub->add_option("--ids", opts->ids, "Sample ids: 0,7,10-19 (inclusive ranges) or @FILE (one per line)")->required();
   sub->add_option("--field", opts->field, "Field to read (required when the dataset has several)");
   sub->add_option("-o,--output", opts->output, "Output file (default: stdout)");

@@ -1,1 +1,151 @@
 #include "ddstage/store_control.hpp"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <fstream>
+
+#include <spdlog/spdlog.h>
+
+#include "control/control_channel.hpp"
+#include "ddstage/error.hpp"
+#include "ddstage/index.hpp"
+#include "ddstage/shard_plan.hpp"
+
+namespace ddstage {
+namespace {
+
+using detail::Message;
+
+/// Sends one request and returns the reply, turning a refusal into the server's error (with
+/// the kind the server gave it, so exit codes survive the round trip).
+Message send(const StoreDescriptor& d, Message request, std::chrono::milliseconds timeout) {
+  request["token"] = d.token;
+  Message reply = detail::control_request(d.control, request, timeout);
+  if (!reply["ok"] || !reply["ok"].as<bool>()) {
+    const auto message = reply["error"] ? reply["error"].as<std::string>() : "the store refused the request";
+    const bool usage = reply["kind"] && reply["kind"].as<std::string>() == "usage";
+    throw Error(usage ? ErrorKind::usage : ErrorKind::runtime, message);
+  }
+  return reply;
+}
+
+DatasetStatus dataset_status(const StoreDataset& d) {
+  DatasetStatus s{d.name, d.index};
+  auto plan = ShardPlan::from_boundaries(d.boundaries);
+  s.samples = plan.samples();
+  for (int r = 0; r < plan.ranks(); ++r) s.samples_per_rank.push_back(plan.range(r).count());
+  s.bytes_per_rank = d.region_bytes;
+  return s;
+}
+
+}  // namespace
+
+StoreControl::StoreControl(const std::filesystem::path& dir, std::chrono::milliseconds timeout)
+    : m_dir(dir), m_descriptor(StoreDescriptor::read(dir)), m_timeout(timeout) {}
+
+LoadResult StoreControl::load(const LoadRequest& request) {
+  Message m;
+  m["op"] = "load";
+  m["index"] = std::filesystem::absolute(request.index).string();
+  m["name"] = request.name;
+  m["verify"] = request.verify;
+  m["replace"] = request.replace;
+  m["allow_stale"] = request.allow_stale;
+  m["mem_limit"] = request.mem_limit;
+  auto reply = send(m_descriptor, m, m_timeout);
+  return {reply["name"].as<std::string>(), reply["samples"].as<uint64_t>(), reply["bytes"].as<uint64_t>(),
+          reply["seconds"].as<double>(), reply["verified"].as<bool>()};
+}
+
+void StoreControl::unload(const std::string& name) {
+  Message m;
+  m["op"] = "unload";
+  m["name"] = name;
+  send(m_descriptor, m, m_timeout);
+}
+
+StoreStatus StoreControl::status() {
+  Message m;
+  m["op"] = "status";
+  StoreStatus status{m_descriptor.control, m_descriptor.started};
+  Message reply;
+  std::string lost;
+  try {
+    reply = send(m_descriptor, m, std::min(m_timeout, std::chrono::milliseconds(10000)));
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::usage) throw;
+    lost = e.what();  // report the ranks as lost rather than failing: that is what status is for
+  }
+  // The descriptor was rewritten by the load/unload that came last: read it again.
+  if (lost.empty()) m_descriptor = StoreDescriptor::read(m_dir);
+  for (std::size_t r = 0; r < m_descriptor.ranks.size(); ++r) {
+    RankStatus rs{m_descriptor.ranks[r], lost.empty()};
+    if (lost.empty() && reply["memory_used"] && r < reply["memory_used"].size()) {
+      rs.memory_used = reply["memory_used"][r].as<uint64_t>();
+    }
+    status.ranks.push_back(rs);
+  }
+  for (const auto& d : m_descriptor.datasets) status.datasets.push_back(dataset_status(d));
+  status.error = lost;
+  return status;
+}
+
+bool StoreControl::stop() {
+  Message m;
+  m["op"] = "stop";
+  try {
+    send(m_descriptor, m, m_timeout);
+    return true;
+  } catch (const Error& e) {
+    if (e.kind() == ErrorKind::usage) throw;
+    spdlog::warn("the store at {} is not answering ({}); cleaning up after it", m_dir.string(), e.what());
+  }
+  clean_up_dead_store(m_dir, m_descriptor);
+  return false;
+}
+
+namespace {
+
+std::string this_host() {
+  char name[256] = {};
+  ::gethostname(name, sizeof name - 1);
+  return name;
+}
+
+/// True if pid is a live ddstage process: a reused pid must never be killed.
+bool is_ddstage_process(int64_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline", std::ios::binary);
+  std::string cmdline((std::istreambuf_iterator<char>(in)), {});
+  return cmdline.find("ddstage") != std::string::npos;
+}
+
+}  // namespace
+
+bool store_process_alive(const StoreDescriptor& descriptor) {
+  if (descriptor.ranks.empty()) return false;
+  const auto& r0 = descriptor.ranks.front();
+  return r0.host == this_host() && r0.pid > 0 && ::kill(static_cast<pid_t>(r0.pid), 0) == 0 &&
+         is_ddstage_process(r0.pid);
+}
+
+void clean_up_dead_store(const std::filesystem::path& dir, const StoreDescriptor& descriptor) {
+  const auto host = this_host();
+  for (const auto& rank : descriptor.ranks) {
+    if (rank.host != host || rank.pid <= 0 || !is_ddstage_process(rank.pid)) continue;
+    spdlog::warn("ending server rank {} (pid {})", rank.rank, rank.pid);
+    ::kill(static_cast<pid_t>(rank.pid), SIGKILL);
+  }
+  for (const auto& d : descriptor.datasets) {
+    for (std::size_t r = 0; r < d.segments.size() && r < descriptor.ranks.size(); ++r) {
+      if (descriptor.ranks[r].host == host && ::shm_unlink(d.segments[r].c_str()) == 0) {
+        spdlog::info("removed shared memory {}", d.segments[r]);
+      }
+    }
+  }
+  std::error_code ec;
+  std::filesystem::remove(StoreDescriptor::path_in(dir), ec);
+}
+
+}  // namespace ddstage

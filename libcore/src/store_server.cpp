@@ -1,1 +1,416 @@
 #include "ddstage/store_server.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <csignal>
+#include <ctime>
+#include <fstream>
+#include <sstream>
+#include <map>
+#include <optional>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "control/control_channel.hpp"
+#include "ddstage/error.hpp"
+#include "ddstage/index.hpp"
+#include "ddstage/shard_layout.hpp"
+#include "ddstage/shard_loader.hpp"
+#include "ddstage/shard_plan.hpp"
+#include "ddstage/store_control.hpp"
+#include "ddstage/store_descriptor.hpp"
+#include "mpi/mpi_comm.hpp"
+
+namespace ddstage {
+namespace {
+
+using detail::Message;
+namespace fs = std::filesystem;
+
+std::atomic<int> g_signal{0};
+extern "C" void on_signal(int sig) { g_signal = sig; }
+
+constexpr auto accept_poll = std::chrono::milliseconds(200);
+constexpr auto request_timeout = std::chrono::seconds(10);
+
+std::string this_host() {
+  char name[256] = {};
+  ::gethostname(name, sizeof name - 1);
+  return name;
+}
+
+uint64_t mem_available() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  uint64_t kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit) {
+    if (key == "MemAvailable:") return kb * 1024;
+  }
+  return 0;
+}
+
+/// Characters safe in a shared-memory name; the dataset name itself is kept as given.
+std::string segment_safe(const std::string& name) {
+  std::string out;
+  for (char c : name.substr(0, 48)) out += std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' ? c : '_';
+  return out;
+}
+
+std::string join_lines(const std::vector<std::string>& lines) {
+  std::string out;
+  for (const auto& l : lines) out += l + "\n";
+  return out;
+}
+
+std::size_t count_line(const std::string& lines, const std::string& value) {
+  std::size_t n = 0;
+  std::istringstream in(lines);
+  for (std::string line; std::getline(in, line);) n += line == value;
+  return n;
+}
+
+std::string utc_now() {
+  std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+/// This rank's part of one loaded dataset.
+struct LoadedShard {
+  fs::path index;
+  ShardRange range;
+  ShmSegment segment;
+};
+
+/// The state and command handlers of one server rank. Every command runs on every rank, in the
+/// same order (rank 0 broadcasts it), so all ranks hold the same datasets.
+class ServerRank {
+ public:
+  ServerRank(const ServeOptions& options, const detail::MpiSession& mpi) : m_options(options), m_mpi(mpi) {}
+
+  void run();
+
+ private:
+  Message execute(const Message& command);
+  Message load(const Message& args);
+  Message unload(const Message& args);
+  Message status();
+  Message stop();
+  /// True when `failure` is empty on every rank; otherwise rank 0's reply gets the first failing
+  /// rank's message (see encode_failure).
+  bool agree(const std::string& failure, Message& reply);
+  std::string start_rank0();
+  void serve_rank0();
+  void serve_others();
+  void publish();
+  bool is_root() const { return m_mpi.rank() == 0; }
+
+  ServeOptions m_options;
+  const detail::MpiSession& m_mpi;
+  std::string m_host = this_host();
+  uint64_t m_mem_limit = 0;
+  std::map<std::string, LoadedShard> m_loaded;
+  uint64_t m_generation = 0;
+  std::string m_token;
+  // Rank 0 only.
+  std::optional<detail::ControlListener> m_listener;
+  StoreDescriptor m_descriptor;
+  bool m_stopping = false;
+};
+
+Message error_reply(const std::string& message, ErrorKind kind) {
+  Message reply;
+  reply["ok"] = false;
+  reply["error"] = message;
+  reply["kind"] = kind == ErrorKind::usage ? "usage" : "runtime";
+  return reply;
+}
+
+/// A rank's failure as one string for gathering: kind letter, then the message.
+std::string encode_failure(const Error& e) { return (e.kind() == ErrorKind::usage ? "U" : "R") + std::string(e.what()); }
+
+bool ServerRank::agree(const std::string& failure, Message& reply) {
+  if (detail::all_ok(failure.empty(), MPI_COMM_WORLD)) return true;
+  auto failures = detail::gather_strings(failure, MPI_COMM_WORLD);
+  for (std::size_t r = 0; r < failures.size(); ++r) {
+    if (failures[r].empty()) continue;
+    const auto kind = failures[r][0] == 'U' ? ErrorKind::usage : ErrorKind::runtime;
+    const auto message = failures[r].substr(1);
+    const auto& host = m_descriptor.ranks.at(r).host;
+    reply = error_reply(m_mpi.size() == 1 ? message : fmt::format("rank {} on {}: {}", r, host, message), kind);
+    break;
+  }
+  return false;
+}
+
+Message ServerRank::load(const Message& args) {
+  Message reply;
+  const fs::path path = args["index"].as<std::string>();
+  const auto verify = args["verify"].as<bool>();
+  const auto allow_stale = args["allow_stale"].as<bool>();
+  const auto replace = args["replace"].as<bool>();
+  uint64_t limit = args["mem_limit"].as<uint64_t>();
+  if (limit == 0) limit = m_mem_limit;
+
+  // Phase 1, nothing allocated yet: can every rank open the index and hold its shard?
+  std::optional<Index> index;
+  std::string name = args["name"].as<std::string>();
+  ShardRange range;
+  uint64_t need = 0;
+  std::string failure;
+  try {
+    index = Index::open(path);
+    if (name.empty()) name = index->manifest().name;
+    if (m_loaded.contains(name) && !replace) {
+      throw UsageError("dataset '" + name + "' is already loaded; pass --replace to replace it");
+    }
+    if (!allow_stale) index->check_all_fresh();
+    range = ShardPlan::balance(*index, m_mpi.size()).range(m_mpi.rank());
+    need = ShardLayout(*index, range).total_bytes();
+    uint64_t used = 0;
+    for (const auto& [n, shard] : m_loaded) used += n == name ? 0 : shard.segment.bytes().size();
+    if (used + need > limit) {
+      throw UsageError(fmt::format("dataset '{}' does not fit: rank {} on {} needs {} bytes, has {} of {} free "
+                                   "(--mem-limit)", name, m_mpi.rank(), m_host, need, limit - std::min(limit, used), limit));
+    }
+  } catch (const Error& e) {
+    failure = encode_failure(e);
+  }
+  if (!agree(failure, reply)) return reply;
+
+  // Phase 2: every rank loads; if one fails, all drop what they loaded (the old dataset stays).
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string segment = fmt::format("/ddstage-{}-{}-g{}-r{}", m_token.substr(0, 8), segment_safe(name),
+                                          ++m_generation, m_mpi.rank());
+  std::optional<ShmSegment> loaded;
+  try {
+    loaded = load_shard(*index, range, segment, {.verify = verify, .allow_stale = allow_stale});
+  } catch (const Error& e) {
+    failure = encode_failure(e);
+  }
+  if (!agree(failure, reply)) return reply;
+  const double seconds =
+      detail::max_over_ranks(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), MPI_COMM_WORLD);
+  m_loaded.insert_or_assign(name, LoadedShard{fs::absolute(path), range, std::move(*loaded)});
+
+  auto sizes = detail::gather_strings(std::to_string(need), MPI_COMM_WORLD);
+  auto segments = detail::gather_strings(segment, MPI_COMM_WORLD);
+  if (!is_root()) return reply;
+  StoreDataset ds{name, fs::absolute(path), ShardPlan::balance(*index, m_mpi.size()).boundaries(), segments, {}};
+  for (const auto& s : sizes) ds.region_bytes.push_back(std::stoull(s));
+  std::erase_if(m_descriptor.datasets, [&](const auto& d) { return d.name == name; });
+  m_descriptor.datasets.push_back(ds);
+  publish();
+  reply["ok"] = true;
+  reply["name"] = name;
+  reply["samples"] = index->samples();
+  reply["bytes"] = index->manifest().total_bytes;
+  reply["seconds"] = seconds;
+  reply["verified"] = verify;
+  spdlog::info("loaded '{}': {} samples, {} bytes in {:.2f} s", name, index->samples(), index->manifest().total_bytes,
+               seconds);
+  return reply;
+}
+
+Message ServerRank::unload(const Message& args) {
+  Message reply;
+  const auto name = args["name"].as<std::string>();
+  if (!m_loaded.contains(name)) return error_reply("no dataset '" + name + "' is loaded", ErrorKind::usage);
+  m_loaded.erase(name);  // unlinks this rank's segment
+  if (is_root()) {
+    std::erase_if(m_descriptor.datasets, [&](const auto& d) { return d.name == name; });
+    publish();
+  }
+  reply["ok"] = true;
+  return reply;
+}
+
+Message ServerRank::status() {
+  uint64_t used = 0;
+  for (const auto& [n, shard] : m_loaded) used += shard.segment.bytes().size();
+  auto used_by_rank = detail::gather_strings(std::to_string(used), MPI_COMM_WORLD);
+  Message reply;
+  if (!is_root()) return reply;
+  reply["ok"] = true;
+  for (std::size_t r = 0; r < used_by_rank.size(); ++r) reply["memory_used"].push_back(std::stoull(used_by_rank[r]));
+  return reply;
+}
+
+Message ServerRank::stop() {
+  m_loaded.clear();
+  m_stopping = true;
+  if (is_root()) {
+    // Before the reply: once `ddstage stop` returns, the descriptor is gone.
+    std::error_code ec;
+    fs::remove(StoreDescriptor::path_in(m_options.dir), ec);
+  }
+  Message reply;
+  reply["ok"] = true;
+  return reply;
+}
+
+Message ServerRank::execute(const Message& command) {
+  const auto op = command["op"].as<std::string>();
+  if (op == "load") return load(command);
+  if (op == "unload") return unload(command);
+  if (op == "status") return status();
+  if (op == "stop") return stop();
+  return error_reply("unknown control operation '" + op + "'", ErrorKind::usage);
+}
+
+void ServerRank::publish() { m_descriptor.write(m_options.dir); }
+
+/// Rank 0's checks before serving: no live store in DIR, the control socket binds.
+std::string ServerRank::start_rank0() {
+  fs::create_directories(m_options.dir);
+  const auto descriptor_path = StoreDescriptor::path_in(m_options.dir);
+  if (fs::exists(descriptor_path)) {
+    StoreDescriptor old;
+    try {
+      old = StoreDescriptor::read(m_options.dir);
+      Message ping;
+      ping["token"] = old.token;
+      ping["op"] = "status";
+      detail::control_request(old.control, ping, std::chrono::seconds(2));
+      throw UsageError(fmt::format("a store is already running at {} (control {}); stop it first with "
+                                   "`ddstage stop --store {}`", m_options.dir.string(), old.control,
+                                   m_options.dir.string()));
+    } catch (const UsageError&) {
+      throw;
+    } catch (const Error& e) {
+      if (store_process_alive(old)) {
+        throw UsageError(fmt::format("the store at {} is not answering but its rank 0 (pid {}) is alive, maybe "
+                                     "busy loading; wait, or run `ddstage stop --store {}`",
+                                     m_options.dir.string(), old.ranks.front().pid, m_options.dir.string()));
+      }
+      spdlog::warn("replacing the stale store descriptor {} ({})", descriptor_path.string(), e.what());
+      if (!old.token.empty()) clean_up_dead_store(m_options.dir, old);
+    }
+  }
+  m_listener.emplace(m_options.listen);
+  return random_token();
+}
+
+/// Normalises a request into a command every rank can execute without further checks: an
+/// ill-formed request must fail on rank 0 alone, before it is broadcast.
+Message make_command(const Message& request) {
+  if (!request.IsMap() || !request["op"]) throw UsageError("control request without an op");
+  Message command;
+  const auto op = request["op"].as<std::string>();
+  command["op"] = op;
+  if (op == "load") {
+    if (!request["index"]) throw UsageError("load request without an index");
+    command["index"] = request["index"].as<std::string>();
+    command["name"] = request["name"] ? request["name"].as<std::string>() : "";
+    for (const char* flag : {"verify", "replace", "allow_stale"}) {
+      command[flag] = request[flag] ? request[flag].as<bool>() : false;
+    }
+    command["mem_limit"] = request["mem_limit"] ? request["mem_limit"].as<uint64_t>() : 0;
+  } else if (op == "unload") {
+    if (!request["name"]) throw UsageError("unload request without a name");
+    command["name"] = request["name"].as<std::string>();
+  } else if (op != "status" && op != "stop") {
+    throw UsageError("unknown control operation '" + op + "'");
+  }
+  return command;
+}
+
+void ServerRank::serve_rank0() {
+  while (!m_stopping) {
+    if (g_signal != 0) {
+      spdlog::info("signal {}: stopping", static_cast<int>(g_signal));
+      Message command;
+      command["op"] = "stop";
+      detail::bcast_string(YAML::Dump(command), MPI_COMM_WORLD);
+      execute(command);
+      break;
+    }
+    auto connection = m_listener->accept(accept_poll);
+    if (!connection) continue;
+    Message reply;
+    try {
+      const Message request = connection->receive(request_timeout);
+      if (!request["token"] || request["token"].as<std::string>() != m_token) {
+        spdlog::warn("refused a control request from {}: wrong or missing token", connection->peer());
+        throw UsageError("refused: wrong or missing store token");
+      }
+      const Message command = make_command(request);
+      detail::bcast_string(YAML::Dump(command), MPI_COMM_WORLD);
+      reply = execute(command);
+    } catch (const Error& e) {
+      reply = error_reply(e.what(), e.kind());
+    } catch (const YAML::Exception& e) {
+      reply = error_reply("malformed control request: " + e.msg, ErrorKind::usage);
+    }
+    try {
+      connection->send(reply);
+    } catch (const Error& e) {
+      spdlog::warn("could not answer {}: {}", connection->peer(), e.what());
+    }
+  }
+}
+
+void ServerRank::serve_others() {
+  while (!m_stopping) execute(YAML::Load(detail::bcast_string("", MPI_COMM_WORLD)));
+}
+
+void ServerRank::run() {
+  // Rank 0 decides whether to serve; every rank learns the outcome and the token.
+  Message startup;
+  if (is_root()) {
+    try {
+      m_token = start_rank0();
+    } catch (const Error& e) {
+      startup["failure"] = encode_failure(e);
+    }
+    startup["token"] = m_token;
+  }
+  startup = YAML::Load(detail::bcast_string(is_root() ? YAML::Dump(startup) : "", MPI_COMM_WORLD));
+  if (startup["failure"]) {
+    const auto f = startup["failure"].as<std::string>();
+    if (f[0] == 'U') throw UsageError(f.substr(1));
+    throw Error(ErrorKind::runtime, f.substr(1));
+  }
+  m_token = startup["token"].as<std::string>();
+
+  // Memory: an explicit limit, or 80% of what is available now, shared by this node's ranks.
+  const auto hosts = detail::bcast_string(join_lines(detail::gather_strings(m_host, MPI_COMM_WORLD)), MPI_COMM_WORLD);
+  const auto on_node = std::max<std::size_t>(1, count_line(hosts, m_host));
+  m_mem_limit = m_options.mem_limit ? m_options.mem_limit : mem_available() / 10 * 8 / on_node;
+  auto infos = detail::gather_strings(fmt::format("{} {} {}", m_host, ::getpid(), m_mem_limit), MPI_COMM_WORLD);
+  if (is_root()) {
+    m_descriptor.token = m_token;
+    m_descriptor.control = m_listener->address();
+    m_descriptor.started = utc_now();
+    for (std::size_t r = 0; r < infos.size(); ++r) {
+      std::istringstream in(infos[r]);
+      RankInfo info{static_cast<int>(r)};
+      in >> info.host >> info.pid >> info.memory_limit;
+      info.transports = {"local", "shm"};
+      m_descriptor.ranks.push_back(info);
+    }
+    publish();
+    spdlog::info("serving {} rank(s) at {} (control {})", m_mpi.size(), m_options.dir.string(), m_descriptor.control);
+    serve_rank0();
+  } else {
+    serve_others();
+  }
+}
+
+}  // namespace
+
+void run_store_server(const ServeOptions& options, int* argc, char*** argv) {
+  std::signal(SIGTERM, on_signal);
+  std::signal(SIGINT, on_signal);
+  detail::MpiSession mpi(argc, argv);
+  ServerRank(options, mpi).run();
+}
+
+}  // namespace ddstage

@@ -31,6 +31,7 @@ struct DatasetStatus {
 struct StoreStatus {
   std::string control;
   std::string started;
+  std::string error;  ///< why the ranks are reported lost (rank 0 did not answer); empty when healthy
   std::vector<RankStatus> ranks;
   std::vector<DatasetStatus> datasets;
 };
@@ -50,6 +51,7 @@ struct LoadRequest {
   bool verify = false;          ///< check every entry's checksum while loading
   bool replace = false;         ///< replace a loaded dataset of the same name
   bool allow_stale = false;
+  uint64_t mem_limit = 0;       ///< bytes per rank for this load; 0 = the server's --mem-limit
 };
 
 /// Sends control requests to the store in DIR. Every call is one request/response over TCP to
@@ -63,13 +65,24 @@ class StoreControl {
   LoadResult load(const LoadRequest& request);
   void unload(const std::string& name);
   StoreStatus status();
-  /// Shuts every rank down; they remove their segments and rank 0 the descriptor.
-  void stop();
+  /// Shuts every rank down; they remove their segments and rank 0 the descriptor. When the
+  /// store does not answer, cleans up after it on this node instead (clean_up_dead_store) and
+  /// returns false; true when the store stopped itself.
+  bool stop();
 
  private:
   std::filesystem::path m_dir;
   StoreDescriptor m_descriptor;
   std::chrono::milliseconds m_timeout;
 };
+
+/// What a store that died leaves on this node: ends its server processes still running here
+/// (pids from the descriptor that are still ddstage processes), removes the shared-memory
+/// segments the descriptor names, and removes the descriptor. Logs what it did.
+void clean_up_dead_store(const std::filesystem::path& dir, const StoreDescriptor& descriptor);
+
+/// True if the descriptor's rank 0 runs on this host and its pid is a live ddstage process
+/// (it may be busy, e.g. in a long load, rather than dead).
+bool store_process_alive(const StoreDescriptor& descriptor);
 
 }  // namespace ddstage

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -18,13 +19,16 @@ using Message = YAML::Node;
 /// Largest frame accepted; a bigger length prefix is an error, not an allocation.
 inline constexpr uint32_t max_message_bytes = 16u << 20;
 
-/// One accepted or connected TCP stream.
+/// One accepted or connected TCP stream (non-blocking underneath; every call has a deadline).
 class ControlConnection {
  public:
   explicit ControlConnection(FileDescriptor fd, std::string peer) : m_fd(std::move(fd)), m_peer(std::move(peer)) {}
-  /// Reads one message; Error on timeout, a closed peer, an oversized or unparsable frame.
+  /// Reads one message; Error on timeout, a closed peer, an oversized or unparsable frame, or a
+  /// frame that is not a YAML map. After an error the stream is out of step: drop the connection.
   Message receive(std::chrono::milliseconds timeout);
-  void send(const Message& message);
+  /// Writes one message; Error when the peer is gone or does not take it within timeout (a
+  /// client that stops reading must not stall rank 0).
+  void send(const Message& message, std::chrono::milliseconds timeout = std::chrono::seconds(10));
   const std::string& peer() const noexcept { return m_peer; }
 
  private:
@@ -35,10 +39,12 @@ class ControlConnection {
 /// A listening TCP socket.
 class ControlListener {
  public:
-  /// Binds "HOST[:PORT]" (port 0 or none: any free port; empty HOST: this host's name).
-  /// UsageError for a host that does not resolve, IoError when binding fails.
+  /// Binds "HOST[:PORT]" or "[IPV6][:PORT]" (port 0 or none: any free port; empty HOST: this
+  /// host's name, or 127.0.0.1 with a warning when that does not resolve).
+  /// UsageError for a malformed address or a host that does not resolve, IoError when binding fails.
   explicit ControlListener(const std::string& listen);
-  /// "HOST:PORT" actually bound, as clients should connect to it.
+  /// "HOST:PORT" actually bound, as clients should connect to it: the numeric address (IPv6 in
+  /// brackets), or this host's name when bound to the wildcard address.
   const std::string& address() const noexcept { return m_address; }
   /// Waits up to timeout for a connection; nullopt when none came.
   std::optional<ControlConnection> accept(std::chrono::milliseconds timeout);
@@ -48,8 +54,9 @@ class ControlListener {
   std::string m_address;
 };
 
-/// Connects to address, sends request, returns the reply; bounded by timeout overall. Error
-/// naming the address when nothing listens there or the reply does not come in time.
+/// Connects to address, sends request, returns the reply; bounded by timeout overall (except
+/// name resolution, which the resolver bounds). Error naming the address when nothing listens
+/// there or the reply does not come in time.
 Message control_request(const std::string& address, const Message& request, std::chrono::milliseconds timeout);
 
 }  // namespace ddstage::detail

@@ -1,0 +1,160 @@
+#include "store_cmds.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
+
+#include "ddstage/config.hpp"
+#include "ddstage/error.hpp"
+#include "ddstage/settings.hpp"
+#include "ddstage/store_control.hpp"
+#include "json_writer.hpp"
+#include "progress_line.hpp"
+#if DDSTAGE_HAVE_MPI
+#include "ddstage/store_server.hpp"
+#endif
+
+namespace ddstage::cli {
+namespace {
+
+struct StoreOptions {
+  std::string store;
+  std::string listen;
+  std::string transport = "auto";
+  std::string mem_limit;
+  std::string index;
+  std::string name;
+  bool verify = false;
+  bool replace = false;
+  bool allow_stale = false;
+  bool json = false;
+};
+
+uint64_t parse_mem_limit(const std::string& text) {
+  if (text.empty()) return 0;
+  auto v = parse_size(text);
+  if (!v || *v == 0) throw UsageError("bad --mem-limit '" + text + "' (a size like 8G)");
+  return *v;
+}
+
+void run_serve(const StoreOptions& opts, const CliContext& ctx) {
+  ctx.resolve_settings();
+#if DDSTAGE_HAVE_MPI
+  if (opts.transport != "auto" && opts.transport != "shm") {
+    throw UsageError("--transport " + opts.transport + " is not available in this build (available: auto, shm)");
+  }
+  run_store_server({opts.store, opts.listen, opts.transport, parse_mem_limit(opts.mem_limit)}, ctx.argc, ctx.argv);
+#else
+  throw UsageError("this ddstage was built without MPI (DDSTAGE_WITH_MPI=OFF): it cannot serve a store");
+#endif
+}
+
+void run_load(const StoreOptions& opts, const CliContext& ctx) {
+  ctx.resolve_settings();
+  StoreControl control(opts.store);
+  auto r = control.load({opts.index, opts.name, opts.verify, opts.replace, opts.allow_stale,
+                         parse_mem_limit(opts.mem_limit)});
+  fmt::print("loaded '{}': {} samples, {} in {:.2f} s ({}/s){}\n", r.name, r.samples,
+             human_bytes(static_cast<double>(r.bytes)), r.seconds,
+             human_bytes(static_cast<double>(r.bytes) / std::max(r.seconds, 1e-9)),
+             r.verified ? ", checksums verified" : "");
+}
+
+void print_status_json(const StoreStatus& s) {
+  JsonWriter j;
+  j.begin_object().field("control", s.control).field("started", s.started).field("healthy", s.error.empty());
+  if (!s.error.empty()) j.field("error", s.error);
+  j.key("ranks").begin_array();
+  for (const auto& r : s.ranks) {
+    j.begin_object().field("rank", r.info.rank).field("host", r.info.host).field("pid", r.info.pid);
+    j.field("alive", r.alive).field("memory_used", r.memory_used).field("memory_limit", r.info.memory_limit);
+    j.key("transports").begin_array();
+    for (const auto& t : r.info.transports) j.value(t);
+    j.end_array().end_object();
+  }
+  j.end_array().key("datasets").begin_array();
+  for (const auto& d : s.datasets) {
+    j.begin_object().field("name", d.name).field("index", d.index.string()).field("samples", d.samples);
+    j.key("samples_per_rank").begin_array();
+    for (auto n : d.samples_per_rank) j.value(n);
+    j.end_array().key("bytes_per_rank").begin_array();
+    for (auto n : d.bytes_per_rank) j.value(n);
+    j.end_array().end_object();
+  }
+  j.end_array().end_object();
+  fmt::print("{}\n", j.str());
+}
+
+void print_status_text(const StoreStatus& s) {
+  fmt::print("store     control {} since {}{}\n", s.control, s.started,
+             s.error.empty() ? "" : "  (NOT ANSWERING: " + s.error + ")");
+  fmt::print("ranks\n  {:<5} {:<20} {:<8} {:<6} {:<12} {:<12} {}\n", "rank", "host", "pid", "state", "memory used",
+             "limit", "transports");
+  for (const auto& r : s.ranks) {
+    fmt::print("  {:<5} {:<20} {:<8} {:<6} {:<12} {:<12} {}\n", r.info.rank, r.info.host, r.info.pid,
+               r.alive ? "up" : "lost", human_bytes(static_cast<double>(r.memory_used)),
+               human_bytes(static_cast<double>(r.info.memory_limit)), fmt::join(r.info.transports, ","));
+  }
+  fmt::print("datasets\n");
+  if (s.datasets.empty()) fmt::print("  (none loaded)\n");
+  for (const auto& d : s.datasets) {
+    fmt::print("  {}: {} samples from {}\n    samples per rank: {}\n    bytes per rank:   {}\n", d.name, d.samples,
+               d.index.string(), fmt::join(d.samples_per_rank, " "), fmt::join(d.bytes_per_rank, " "));
+  }
+}
+
+void run_status(const StoreOptions& opts, const CliContext& ctx) {
+  ctx.resolve_settings();
+  auto status = StoreControl(opts.store).status();
+  opts.json ? print_status_json(status) : print_status_text(status);
+  if (!status.error.empty()) throw Error(ErrorKind::runtime, "the store at " + opts.store + " is not answering: " + status.error);
+}
+
+void run_stop(const StoreOptions& opts, const CliContext& ctx) {
+  ctx.resolve_settings();
+  if (StoreControl(opts.store).stop()) spdlog::info("stopped the store at {}", opts.store);
+}
+
+CLI::App* store_subcommand(CLI::App& app, const char* name, const char* help, StoreOptions& opts) {
+  auto* sub = app.add_subcommand(name, help);
+  sub->add_option("--store", opts.store, "The store directory (holds store.yaml)")->required();
+  return sub;
+}
+
+}  // namespace
+
+void setup_serve(CLI::App& app, CliContext& ctx) {
+  auto opts = std::make_shared<StoreOptions>();
+  auto* sub = store_subcommand(app, "serve", "Run a store: one rank per MPI process (mpiexec/srun), until `stop`", *opts);
+  sub->add_option("--listen", opts->listen, "Control socket HOST[:PORT] on rank 0 (default: this host's name, any port)");
+  sub->add_option("--transport", opts->transport, "How clients read: auto or shm")->capture_default_str();
+  sub->add_option("--mem-limit", opts->mem_limit, "Bytes each rank may hold (default: 80% of available memory / ranks on the node)");
+  sub->callback([opts, &ctx] { run_serve(*opts, ctx); });
+}
+
+void setup_load(CLI::App& app, CliContext& ctx) {
+  auto opts = std::make_shared<StoreOptions>();
+  auto* sub = store_subcommand(app, "load", "Load a flattened dataset into a running store: each rank reads its shard", *opts);
+  sub->add_option("dataset", opts->index, "The index directory (DATASET.ddx), readable by every server rank")->required();
+  sub->add_option("--name", opts->name, "Name in the store (default: the dataset's name)");
+  sub->add_flag("--verify", opts->verify, "Check every sample's checksum while loading");
+  sub->add_flag("--replace", opts->replace, "Replace a loaded dataset of the same name (once the new one is loaded)");
+  sub->add_flag("--allow-stale", opts->allow_stale, "Load sources that changed after flattening");
+  sub->add_option("--mem-limit", opts->mem_limit, "Bytes each rank may hold for this load (default: the server's)");
+  sub->callback([opts, &ctx] { run_load(*opts, ctx); });
+}
+
+void setup_status(CLI::App& app, CliContext& ctx) {
+  auto opts = std::make_shared<StoreOptions>();
+  auto* sub = store_subcommand(app, "status", "Show a running store's ranks, datasets and memory", *opts);
+  sub->add_flag("--json", opts->json, "Print JSON");
+  sub->callback([opts, &ctx] { run_status(*opts, ctx); });
+}
+
+void setup_stop(CLI::App& app, CliContext& ctx) {
+  auto opts = std::make_shared<StoreOptions>();
+  auto* sub = store_subcommand(app, "stop", "Shut a store down: every rank frees its memory", *opts);
+  sub->callback([opts, &ctx] { run_stop(*opts, ctx); });
+}
+
+}  // namespace ddstage::cli

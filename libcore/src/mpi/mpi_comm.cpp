@@ -1,0 +1,98 @@
+#include "mpi_comm.hpp"
+
+#include <chrono>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "ddstage/error.hpp"
+
+namespace ddstage::detail {
+
+void mpi_check(int rc, const char* call) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(rc, text, &len);
+  throw Error(ErrorKind::runtime, std::string(call) + " failed: " + std::string(text, static_cast<std::size_t>(len)));
+}
+
+MpiSession::MpiSession(int* argc, char*** argv) {
+  int initialised = 0;
+  MPI_Initialized(&initialised);
+  if (!initialised) {
+    mpi_check(MPI_Init(argc, argv), "MPI_Init");
+    m_owns = true;
+  }
+  // Errors come back as codes, so they become exceptions instead of aborting the job.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(MPI_COMM_WORLD, &m_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &m_size);
+}
+
+MpiSession::~MpiSession() {
+  if (m_owns && MPI_Finalize() != MPI_SUCCESS) spdlog::warn("MPI_Finalize failed");
+}
+
+namespace {
+
+/// Waits for a non-blocking collective without spinning: idle store ranks sleep between tests.
+void wait_gently(MPI_Request& request) {
+  auto pause = std::chrono::microseconds(50);
+  for (int done = 0;;) {
+    mpi_check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), "MPI_Test");
+    if (done) return;
+    std::this_thread::sleep_for(pause);
+    pause = std::min(pause * 2, std::chrono::microseconds(5000));
+  }
+}
+
+}  // namespace
+
+std::string bcast_string(const std::string& text, MPI_Comm comm) {
+  int rank = 0;
+  MPI_Comm_rank(comm, &rank);
+  uint64_t length = text.size();
+  MPI_Request request;
+  mpi_check(MPI_Ibcast(&length, 1, MPI_UINT64_T, 0, comm, &request), "MPI_Ibcast");
+  wait_gently(request);
+  std::string out = rank == 0 ? text : std::string(length, '\0');
+  mpi_check(MPI_Ibcast(out.data(), static_cast<int>(length), MPI_CHAR, 0, comm, &request), "MPI_Ibcast");
+  wait_gently(request);
+  return out;
+}
+
+std::vector<std::string> gather_strings(const std::string& text, MPI_Comm comm) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(comm, &rank);
+  MPI_Comm_size(comm, &size);
+  int length = static_cast<int>(text.size());
+  std::vector<int> lengths(rank == 0 ? size : 0);
+  mpi_check(MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, comm), "MPI_Gather");
+  std::vector<int> displs(lengths.size());
+  int total = 0;
+  for (std::size_t i = 0; i < lengths.size(); ++i) {
+    displs[i] = total;
+    total += lengths[i];
+  }
+  std::string all(static_cast<std::size_t>(total), '\0');
+  mpi_check(MPI_Gatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(), displs.data(), MPI_CHAR, 0, comm),
+            "MPI_Gatherv");
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < lengths.size(); ++i) out.push_back(all.substr(displs[i], lengths[i]));
+  return out;
+}
+
+bool all_ok(bool ok, MPI_Comm comm) {
+  int mine = ok ? 1 : 0, all = 0;
+  mpi_check(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce");
+  return all == 1;
+}
+
+double max_over_ranks(double v, MPI_Comm comm) {
+  double out = 0;
+  mpi_check(MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, comm), "MPI_Allreduce");
+  return out;
+}
+
+}  // namespace ddstage::detail

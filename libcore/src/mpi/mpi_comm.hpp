@@ -1,0 +1,42 @@
+// The few MPI collectives the store server needs, with MPI kept out of public headers.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ddstage::detail {
+
+/// MPI_Init on construction (unless already initialised), MPI_Finalize on destruction.
+class MpiSession {
+ public:
+  MpiSession(int* argc, char*** argv);
+  MpiSession(const MpiSession&) = delete;
+  MpiSession& operator=(const MpiSession&) = delete;
+  ~MpiSession();
+
+  int rank() const noexcept { return m_rank; }
+  int size() const noexcept { return m_size; }
+
+ private:
+  bool m_owns = false;
+  int m_rank = 0;
+  int m_size = 1;
+};
+
+/// Rank 0's text to every rank. Non-root ranks wait with MPI_Ibcast + a short sleep between
+/// tests: an idle server rank must not spin a core (OpenMPI's blocking calls busy-poll).
+std::string bcast_string(const std::string& text, MPI_Comm comm);
+/// Every rank's text, on rank 0 (empty vector elsewhere).
+std::vector<std::string> gather_strings(const std::string& text, MPI_Comm comm);
+/// True on every rank if `ok` is true on every rank.
+bool all_ok(bool ok, MPI_Comm comm);
+/// Maximum of v over ranks, on every rank.
+double max_over_ranks(double v, MPI_Comm comm);
+
+/// Throws Error naming the MPI call and its error string when rc is not MPI_SUCCESS.
+void mpi_check(int rc, const char* call);
+
+}  // namespace ddstage::detail

@@ -1,0 +1,31 @@
+// The `local` and `shm` transports: regions mapped into this process, read with memcpy.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "transport/transport.hpp"
+
+namespace ddstage::detail {
+
+/// Reads from regions this process has mapped: its own rank's shard (`local`) or same-node
+/// ranks' shared-memory segments mapped read-only (`shm`). A read is one memcpy and is
+/// complete when post returns, so wait has nothing to do.
+class CopyTransport final : public Transport {
+ public:
+  /// regions[rank]: the mapped region of each rank, empty for ranks this transport does not
+  /// reach. The mappings must outlive the transport.
+  CopyTransport(std::string name, const std::vector<std::span<const std::byte>>& regions);
+
+  std::string_view name() const noexcept override { return m_name; }
+  void post(std::span<const ReadOp> reads) override;
+  void wait() override {}
+
+ private:
+  std::string m_name;
+  std::vector<const std::byte*> m_bases;  // per rank
+};
+
+}  // namespace ddstage::detail

@@ -1,0 +1,185 @@
+// DIR/store.yaml: round trip, permissions, and the errors a client sees for a missing,
+// damaged or newer descriptor.
+#include <sys/stat.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+
+#include "ddstage/error.hpp"
+#include "ddstage/store_descriptor.hpp"
+#include "test_support.hpp"
+
+using namespace ddstage;
+namespace fs = std::filesystem;
+
+namespace {
+
+StoreDescriptor sample_descriptor() {
+  StoreDescriptor d;
+  d.token = random_token();
+  d.control = "[::1]:40123";
+  d.started = "2024-05-01T12:00:00Z";
+  for (int r = 0; r < 3; ++r) {
+    d.ranks.push_back({.rank = r,
+                       .host = "node" + std::to_string(r / 2),
+                       .pid = 4000000 + r,
+                       .transports = r == 0 ? std::vector<std::string>{"local", "shm"} : std::vector<std::string>{"shm"},
+                       .memory_limit = (uint64_t{64} << 30) + static_cast<uint64_t>(r)});
+  }
+  d.datasets.push_back({.name = "train",
+                        .index = "/scratch/data sets/train.ddx",
+                        .boundaries = {0, 333, 667, 1000},
+                        .segments = {"/ddstage-a-train-0", "/ddstage-a-train-1", "/ddstage-a-train-2"},
+                        .region_bytes = {uint64_t{5} << 32, 12, 0}});
+  d.datasets.push_back({.name = "val: \"quoted\"",
+                        .index = "/scratch/val.ddx",
+                        .boundaries = {0, 0, 0, 7},
+                        .segments = {"/s0", "/s1", "/s2"},
+                        .region_bytes = {0, 0, 4096}});
+  return d;
+}
+
+void require_same(const StoreDescriptor& a, const StoreDescriptor& b) {
+  REQUIRE(a.format_version == b.format_version);
+  REQUIRE(a.token == b.token);
+  REQUIRE(a.control == b.control);
+  REQUIRE(a.started == b.started);
+  REQUIRE(a.ranks.size() == b.ranks.size());
+  for (std::size_t i = 0; i < a.ranks.size(); ++i) {
+    REQUIRE(a.ranks[i].rank == b.ranks[i].rank);
+    REQUIRE(a.ranks[i].host == b.ranks[i].host);
+    REQUIRE(a.ranks[i].pid == b.ranks[i].pid);
+    REQUIRE(a.ranks[i].transports == b.ranks[i].transports);
+    REQUIRE(a.ranks[i].memory_limit == b.ranks[i].memory_limit);
+  }
+  REQUIRE(a.datasets.size() == b.datasets.size());
+  for (std::size_t i = 0; i < a.datasets.size(); ++i) {
+    REQUIRE(a.datasets[i].name == b.datasets[i].name);
+    REQUIRE(a.datasets[i].index == b.datasets[i].index);
+    REQUIRE(a.datasets[i].boundaries == b.datasets[i].boundaries);
+    REQUIRE(a.datasets[i].segments == b.datasets[i].segments);
+    REQUIRE(a.datasets[i].region_bytes == b.datasets[i].region_bytes);
+  }
+}
+
+/// Sets the process umask for one scope (tests run on one thread, so nothing else sees it).
+class UmaskGuard {
+ public:
+  explicit UmaskGuard(mode_t mask) : m_old(::umask(mask)) {}
+  UmaskGuard(const UmaskGuard&) = delete;
+  UmaskGuard& operator=(const UmaskGuard&) = delete;
+  ~UmaskGuard() { ::umask(m_old); }
+
+ private:
+  mode_t m_old;
+};
+
+fs::perms permissions(const fs::path& p) { return fs::status(p).permissions() & fs::perms::mask; }
+
+/// The sample descriptor's text with `from` replaced by `to`, written over DIR/store.yaml.
+void write_edited(const fs::path& dir, const std::string& from, const std::string& to) {
+  sample_descriptor().write(dir);
+  std::string text;
+  {
+    std::ifstream in(StoreDescriptor::path_in(dir));
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const auto at = text.find(from);
+  REQUIRE(at != std::string::npos);
+  text.replace(at, from.size(), to);
+  std::ofstream(StoreDescriptor::path_in(dir)) << text;
+}
+
+}  // namespace
+
+TEST_CASE("a descriptor reads back exactly as written", "[descriptor]") {
+  test::TempDir dir;
+  const auto written = sample_descriptor();
+  written.write(dir.path());
+  require_same(StoreDescriptor::read(dir.path()), written);
+  // Rewriting replaces the file and leaves no temporary behind.
+  auto changed = written;
+  changed.datasets.pop_back();
+  changed.write(dir.path());
+  require_same(StoreDescriptor::read(dir.path()), changed);
+  REQUIRE(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator{}) == 1);
+}
+
+TEST_CASE("a descriptor is mode 0600 whatever the umask", "[descriptor]") {
+  test::TempDir dir;
+  for (mode_t mask : {mode_t{0}, mode_t{022}, mode_t{0277}}) {
+    INFO("umask " << std::oct << mask);
+    UmaskGuard guard(mask);
+    sample_descriptor().write(dir.path());
+    REQUIRE(permissions(StoreDescriptor::path_in(dir.path())) == (fs::perms::owner_read | fs::perms::owner_write));
+  }
+}
+
+TEST_CASE("no descriptor is a usage error naming the directory", "[descriptor]") {
+  test::TempDir dir;
+  for (const fs::path& where : {dir.path(), dir / "missing"}) {
+    try {
+      StoreDescriptor::read(where);
+      FAIL("read a store that does not exist");
+    } catch (const UsageError& e) {
+      REQUIRE_THAT(e.what(), Catch::Contains("no store at " + where.string()) &&
+                                 Catch::Contains("ddstage serve --store " + where.string()));
+    }
+  }
+}
+
+TEST_CASE("a descriptor from a newer ddstage is refused", "[descriptor]") {
+  test::TempDir dir;
+  // A newer version may also change keys: the version is what the error must be about.
+  write_edited(dir.path(), "format_version: 1\ntoken:", "format_version: 99\nnew_token:");
+  REQUIRE_THROWS_MATCHES(StoreDescriptor::read(dir.path()), IndexError,
+                         Catch::Message(StoreDescriptor::path_in(dir.path()).string() +
+                                        " was written by a newer ddstage (store format 99; this build reads up to 1)"));
+}
+
+TEST_CASE("a damaged descriptor is an index error naming the file and key", "[descriptor]") {
+  test::TempDir dir;
+  const std::string file = StoreDescriptor::path_in(dir.path()).string();
+  auto expect = [&](const std::string& from, const std::string& to, const std::string& what) {
+    INFO(from << " -> " << to);
+    write_edited(dir.path(), from, to);
+    REQUIRE_THROWS_MATCHES(StoreDescriptor::read(dir.path()), IndexError,
+                           Catch::Predicate<std::exception>(
+                               [&](const std::exception& e) {
+                                 return std::string(e.what()).find(file) != std::string::npos &&
+                                        std::string(e.what()).find(what) != std::string::npos;
+                               },
+                               "names " + file + " and " + what));
+  };
+  expect("control:", "kontrol:", "missing key 'control'");
+  expect("host: node1", "hostname: node1", "missing key 'ranks[2].host'");
+  expect("pid: 4000002", "pid: many", "key 'ranks[2].pid' has a bad value");
+  expect("boundaries: [0, 333, 667, 1000]", "boundaries: [0, 1000]", "does not have one shard per rank");
+  expect("ranks:\n", "ranks: 3\nold_ranks:\n", "key 'ranks' is not a list");
+  expect("format_version: 1", "format_version: [1", "is not valid YAML");
+  expect("token: ", "token: abc\nold_token: ", "key 'token' is not 32 hex digits");
+}
+
+TEST_CASE("dataset lookup names what is loaded", "[descriptor]") {
+  auto d = sample_descriptor();
+  REQUIRE(d.dataset("train").boundaries.back() == 1000);
+  REQUIRE_THROWS_MATCHES(d.dataset("test"), UsageError,
+                         Catch::Message("no dataset 'test' in the store at [::1]:40123 (loaded: train, val: \"quoted\")"));
+  d.datasets.clear();
+  REQUIRE_THROWS_MATCHES(d.dataset("test"), UsageError,
+                         Catch::Message("no dataset 'test' in the store at [::1]:40123 (none loaded)"));
+}
+
+TEST_CASE("tokens are 32 hex digits and differ every time", "[descriptor]") {
+  std::set<std::string> seen;
+  for (int i = 0; i < 16; ++i) {
+    const auto token = random_token();
+    REQUIRE(token.size() == 32);
+    REQUIRE(token.find_first_not_of("0123456789abcdef") == std::string::npos);
+    seen.insert(token);
+  }
+  REQUIRE(seen.size() == 16);
+}
