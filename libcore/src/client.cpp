@@ -1,49 +1,36 @@
 #include "ddstage/client.hpp"
 
-#include <signal.h>
+#include <poll.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <climits>
 
 #include <fmt/format.h>
 
 #include "ddstage/checksum.hpp"
 #include "ddstage/error.hpp"
+#include "ddstage/file_descriptor.hpp"
 #include "ddstage/shard_layout.hpp"
 #include "ddstage/shard_plan.hpp"
 #include "ddstage/shm_segment.hpp"
+#include "process.hpp"
 #include "transport/copy_transport.hpp"
 
 namespace ddstage {
 namespace detail {
-namespace {
 
-std::string host_name() {
-  char name[HOST_NAME_MAX + 1] = {};
-  if (::gethostname(name, sizeof name - 1) != 0) throw IoError("gethostname", errno);
-  return name;
-}
-
-/// Whether a process of this host still exists. EPERM means it does but belongs to someone
-/// else; pids <= 0 would address process groups, so they count as gone.
-bool process_alive(int64_t pid) {
-  if (pid <= 0 || pid > INT_MAX) return false;
-  return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
-}
-
-}  // namespace
-
-/// Which transport of a Reader reaches a rank.
-enum class Route { none, shm };
-
-/// One server rank as the readers of a dataset see it.
+/// One server rank as the readers of a dataset see it. Only ranks on this host are mapped;
+/// a rank elsewhere stays unmapped until the fabric transport can reach it.
 struct Peer {
   RankInfo info;
   ShardRange range;
-  Route route = Route::none;
-  ShmSegment segment;  // mapped read-only when the rank is on this host
-  ShardView view;
+  bool on_this_host = false;
+  ShmSegment segment;      // mapped read-only when on this host and alive at open
+  ShardView view;          // valid when segment is mapped
+  FileDescriptor process;  // pidfd of the rank's process, when the kernel gives one
+
+  bool mapped() const noexcept { return segment.bytes().data() != nullptr; }
 };
 
 /// What every Reader of a dataset shares: built by Client::open, read-only afterwards, so
@@ -64,8 +51,8 @@ struct OpenDataset {
 
 namespace {
 
-/// Field id by name without building the list of names unless the name is unknown: get_batch
-/// calls it once per batch and must not allocate.
+/// Field id by name, building the list of names only when the name is unknown: get_batch
+/// calls this once per batch and must not allocate.
 uint32_t field_of(const Index& index, const std::string& name) {
   const auto fields = index.fields();
   for (uint32_t f = 0; f < fields.size(); ++f) {
@@ -77,12 +64,13 @@ uint32_t field_of(const Index& index, const std::string& name) {
 void check_ids(const Index& index, std::span<const uint64_t> ids) {
   for (uint64_t id : ids) {
     if (id >= index.samples()) {
-      throw UsageError(fmt::format("sample id {} is out of range (dataset '{}' has {} samples)",
-                                   id, index.manifest().name, index.samples()));
+      throw UsageError(fmt::format("sample id {} is out of range (dataset '{}' has {} samples)", id,
+                                   index.manifest().name, index.samples()));
     }
   }
 }
 
+/// Bytes of field for ids, which the caller checked.
 uint64_t bytes_of(const Index& index, uint32_t field, std::span<const uint64_t> ids) {
   const FieldInfo& info = index.fields()[field];
   if (!info.variable) return info.row_bytes * ids.size();
@@ -91,41 +79,54 @@ uint64_t bytes_of(const Index& index, uint32_t field, std::span<const uint64_t> 
   return total;
 }
 
-/// Maps rank r's segment when the rank is on this host and alive. A dead rank stays unmapped:
-/// reads of its samples fail naming it, while the other ranks' samples still read.
-Peer attach_peer(const StoreDescriptor& store, const StoreDataset& info, const Index& index,
-                 const ShardPlan& plan, int r, const std::string& here) {
-  Peer peer{.info = store.ranks[r], .range = plan.range(r)};
-  if (peer.info.host != here || !process_alive(peer.info.pid)) return peer;
+/// The store's plan must be the one the index describes, or rows would be looked for in the
+/// wrong region. (StoreDescriptor::read already checked one shard per rank in every list.)
+void check_plan(const StoreDescriptor& store, const StoreDataset& info, const Index& index,
+                const ShardPlan& plan) {
+  for (std::size_t r = 0; r < store.ranks.size(); ++r) {
+    if (store.ranks[r].rank != static_cast<int>(r)) {
+      throw IndexError(
+          fmt::format("store.yaml lists rank {} in position {}", store.ranks[r].rank, r));
+    }
+  }
+  if (plan.samples() != index.samples()) {
+    throw IndexError(
+        fmt::format("the store holds {} samples of dataset '{}', but its index {} has {}; "
+                    "reload the dataset",
+                    plan.samples(), info.name, info.index.string(), index.samples()));
+  }
+}
+
+/// Maps rank r's segment when the rank is on this host and alive. A dead rank stays unmapped,
+/// so reads of its samples fail naming it while the other ranks' samples still read.
+Peer attach_peer(const RankInfo& rank, const StoreDataset& info, const Index& index,
+                 ShardRange range, const std::string& here) {
+  const int r = rank.rank;
+  Peer peer{.info = rank, .range = range, .on_this_host = rank.host == here};
+  if (!peer.on_this_host || !process_alive(rank.pid)) return peer;
+  // A pidfd polls readable once the process exits (zombie or reaped) and never follows a
+  // reused pid: one poll() per batch checks every rank it touches. Without one (old kernel,
+  // seccomp) reads fall back to process_alive.
+  // (The raw syscall: Debian 12's <sys/pidfd.h> lacks C linkage for C++.)
+  if (auto fd = ::syscall(SYS_pidfd_open, static_cast<pid_t>(rank.pid), 0u); fd >= 0) {
+    peer.process = FileDescriptor(static_cast<int>(fd), "pidfd of rank " + std::to_string(r));
+  }
   peer.segment = ShmSegment::open_read_only(info.segments[r]);
   if (peer.segment.bytes().size() < info.region_bytes[r]) {
-    throw IndexError(fmt::format("shared memory {} of dataset '{}' holds {} bytes; store.yaml says {}",
-                                 info.segments[r], info.name, peer.segment.bytes().size(),
-                                 info.region_bytes[r]),
-                     {.rank = r});
+    throw IndexError(
+        fmt::format("shared memory {} of dataset '{}' holds {} bytes; store.yaml says {}",
+                    info.segments[r], info.name, peer.segment.bytes().size(), info.region_bytes[r]),
+        {.rank = r});
   }
-  peer.view = ShardView(peer.segment.bytes(), static_cast<uint32_t>(index.fields().size()),
-                        peer.range);
-  peer.route = Route::shm;
+  peer.view = ShardView(peer.segment.bytes(), static_cast<uint32_t>(index.fields().size()), range);
   return peer;
 }
 
-void check_plan(const StoreDescriptor& store, const StoreDataset& info, const Index& index,
-                const ShardPlan& plan) {
-  const std::size_t ranks = store.ranks.size();
-  for (std::size_t r = 0; r < ranks; ++r) {
-    if (store.ranks[r].rank != static_cast<int>(r)) {
-      throw IndexError(fmt::format("store.yaml lists rank {} in position {}", store.ranks[r].rank, r));
-    }
-  }
-  if (static_cast<std::size_t>(plan.ranks()) != ranks || plan.samples() != index.samples() ||
-      info.segments.size() != ranks || info.region_bytes.size() != ranks) {
-    throw IndexError(fmt::format(
-        "store.yaml's entry for dataset '{}' does not match its index {} ({} samples) or the "
-        "store's {} ranks: it shards {} samples over {} ranks with {} segments",
-        info.name, info.index.string(), index.samples(), ranks, plan.samples(), plan.ranks(),
-        info.segments.size()));
-  }
+std::vector<std::span<const std::byte>> mapped_regions(const OpenDataset& dataset) {
+  std::vector<std::span<const std::byte>> regions;
+  regions.reserve(dataset.peers.size());
+  for (const auto& peer : dataset.peers) regions.push_back(peer.segment.bytes());
+  return regions;
 }
 
 }  // namespace
@@ -136,41 +137,39 @@ struct Dataset::State : detail::OpenDataset {
   using OpenDataset::OpenDataset;
 };
 
-/// A reader's own transports and scratch. The vectors are reused across batches, so a warm
+/// A reader's own transport and scratch. The vectors are reused across batches, so a warm
 /// reader allocates nothing per call.
 struct Reader::State {
-  explicit State(std::shared_ptr<const detail::OpenDataset> dataset);
+  explicit State(std::shared_ptr<const detail::OpenDataset> dataset)
+      : data(std::move(dataset)),
+        shm("shm", detail::mapped_regions(*data)),
+        touched(data->peers.size()) {}
 
   /// Checks every id before anything is read and notes which ranks the batch touches.
   void collect_owners(std::span<const uint64_t> ids);
-  /// Once per touched rank and batch: reachable from here, and its process still there.
+  /// Once per batch for the ranks it touches: reachable from here, and their processes still
+  /// there (one poll() on their pidfds).
   void check_owners();
-  /// Turns ids into reads at the caller's positions, coalescing runs of consecutive samples.
+  [[noreturn]] void throw_gone(int rank) const;
+  /// Turns ids into reads at the caller's positions; a run of ids that are consecutive
+  /// samples of one rank is one read (rows of a field lie back to back in a region).
   void plan_reads(uint32_t field, std::span<const uint64_t> ids, std::byte* dest);
   void verify(uint32_t field, std::span<const uint64_t> ids, const std::byte* dest) const;
 
   std::shared_ptr<const detail::OpenDataset> data;
   detail::CopyTransport shm;
-  std::vector<detail::ReadOp> shm_reads;
-  std::vector<uint8_t> touched;  // per rank, cleared after each batch
-  std::vector<int> owners;       // the touched ranks, in first-touch order
+  std::vector<detail::ReadOp> reads;
+  std::vector<uint8_t> touched;  // per rank; all zero between batches
+  std::vector<int> owners;       // ranks the current batch touches
+  std::vector<pollfd> watched;   // their pidfds
+  std::vector<int> watched_ranks;
 };
 
-Reader::State::State(std::shared_ptr<const detail::OpenDataset> dataset)
-    : data(std::move(dataset)),
-      shm("shm",
-          [this] {
-            std::vector<std::span<const std::byte>> regions;
-            for (const auto& peer : data->peers) regions.push_back(peer.segment.bytes());
-            return regions;
-          }()),
-      touched(data->peers.size(), 0) {}
-
 void Reader::State::collect_owners(std::span<const uint64_t> ids) {
-  check_ids(data->index, ids);
+  detail::check_ids(data->index, ids);
   owners.clear();
-  // Ids of a batch usually come in runs of one rank: look the owner up only when the id
-  // leaves the current rank's range.
+  // A batch's ids usually come in runs of one rank: look the owner up only when an id leaves
+  // the current rank's range.
   ShardRange current;
   for (uint64_t id : ids) {
     if (id >= current.first && id < current.last) continue;
@@ -185,14 +184,168 @@ void Reader::State::collect_owners(std::span<const uint64_t> ids) {
 }
 
 void Reader::State::check_owners() {
+  watched.clear();
+  watched_ranks.clear();
   for (int r : owners) {
     const detail::Peer& peer = data->peers[r];
-    const RankInfo& info = peer.info;
-    if (peer.info.host != data->peers[0].info.host && peer.route == detail::Route::none &&
-        !info.host.empty()) {
-      // fallthrough to the precise checks below; kept separate for the message
+    if (!peer.on_this_host) {
+      throw UsageError(fmt::format("rank {} on {} is not on this node; reading across nodes "
+                                   "needs the fabric transport (not in this build yet)",
+                                   r, peer.info.host),
+                       {.rank = r});
+    }
+    // A shared mapping outlives its server, so only the process tells whether the store is
+    // still whole.
+    if (!peer.mapped() || (!peer.process && !detail::process_alive(peer.info.pid))) {
+      throw_gone(r);
+    }
+    if (peer.process) {
+      watched.push_back({.fd = peer.process.get(), .events = POLLIN, .revents = 0});
+      watched_ranks.push_back(r);
     }
   }
+  if (watched.empty()) return;
+  int ready = 0;
+  do {
+    ready = ::poll(watched.data(), watched.size(), 0);
+  } while (ready < 0 && errno == EINTR);
+  if (ready < 0) throw IoError("poll on the store's process handles", errno);
+  for (std::size_t i = 0; ready > 0 && i < watched.size(); ++i) {
+    if (watched[i].revents != 0) throw_gone(watched_ranks[i]);
+  }
+}
+
+void Reader::State::throw_gone(int r) const {
+  const RankInfo& info = data->peers[r].info;
+  throw Error(ErrorKind::runtime,
+              fmt::format("rank {} (pid {} on {}) is gone: its process has exited; restart the "
+                          "store at {}",
+                          r, info.pid, info.host, data->store.string()),
+              {.rank = r});
+}
+
+void Reader::State::plan_reads(uint32_t field, std::span<const uint64_t> ids, std::byte* dest) {
+  reads.clear();
+  const detail::Peer* peer = nullptr;
+  int rank = -1;
+  for (uint64_t id : ids) {
+    if (!peer || id < peer->range.first || id >= peer->range.last) {
+      rank = data->plan.owner(id);
+      peer = &data->peers[rank];
+    }
+    const auto row = peer->view.row(id, field);
+    const auto region = peer->segment.bytes();
+    const auto offset = static_cast<uint64_t>(row.data() - region.data());
+    // The offsets tables live in the server's memory: never copy from outside the mapping.
+    if (row.size() > region.size() || offset > region.size() - row.size()) {
+      throw IndexError(
+          "the shard region of rank " + std::to_string(rank) + " is damaged: a row lies outside it",
+          {.sample = id, .field = data->index.fields()[field].name, .rank = rank});
+    }
+    if (row.empty()) continue;
+    if (!reads.empty() && reads.back().rank == rank &&
+        reads.back().offset + reads.back().bytes == offset) {
+      reads.back().bytes += row.size();
+    } else {
+      reads.push_back({offset, row.size(), dest, rank});
+    }
+    dest += row.size();
+  }
+}
+
+void Reader::State::verify(uint32_t field, std::span<const uint64_t> ids,
+                           const std::byte* dest) const {
+  for (uint64_t id : ids) {
+    const Entry& e = data->index.entry(id, field);
+    if (checksum({dest, e.length}) != e.checksum) {
+      throw ChecksumError(
+          "bytes read from the store do not match the index checksum; reload the dataset",
+          {.sample = id, .field = data->index.fields()[field].name, .rank = data->plan.owner(id)});
+    }
+    dest += e.length;
+  }
+}
+
+Reader::Reader(std::unique_ptr<State> state) : m(std::move(state)) {}
+Reader::Reader(Reader&&) noexcept = default;
+Reader& Reader::operator=(Reader&&) noexcept = default;
+Reader::~Reader() = default;
+
+uint64_t Reader::batch_bytes(const std::string& field, std::span<const uint64_t> ids) const {
+  const Index& index = m->data->index;
+  const uint32_t f = detail::field_of(index, field);
+  detail::check_ids(index, ids);
+  return detail::bytes_of(index, f, ids);
+}
+
+void Reader::row_sizes(const std::string& field, std::span<const uint64_t> ids,
+                       std::span<uint64_t> sizes) const {
+  const Index& index = m->data->index;
+  const uint32_t f = detail::field_of(index, field);
+  if (sizes.size() != ids.size()) {
+    throw UsageError(fmt::format("sizes holds {} values for {} ids", sizes.size(), ids.size()));
+  }
+  detail::check_ids(index, ids);
+  for (std::size_t i = 0; i < ids.size(); ++i) sizes[i] = index.entry(ids[i], f).length;
+}
+
+void Reader::get_batch(const std::string& field, std::span<const uint64_t> ids,
+                       std::span<std::byte> dest, bool verify) {
+  const Index& index = m->data->index;
+  const uint32_t f = detail::field_of(index, field);
+  m->collect_owners(ids);
+  if (const uint64_t need = detail::bytes_of(index, f, ids); dest.size() != need) {
+    throw UsageError(
+        fmt::format("destination holds {} bytes; the batch needs {}", dest.size(), need));
+  }
+  m->check_owners();
+  m->plan_reads(f, ids, dest.data());
+  m->shm.post(m->reads);
+  m->shm.wait();
+  if (verify) m->verify(f, ids, dest.data());
+}
+
+Dataset::Dataset(std::shared_ptr<State> state) : m(std::move(state)) {}
+Dataset::Dataset(Dataset&&) noexcept = default;
+Dataset& Dataset::operator=(Dataset&&) noexcept = default;
+Dataset::~Dataset() = default;
+
+const Index& Dataset::index() const noexcept {
+  return m->index;
+}
+const std::string& Dataset::name() const noexcept {
+  return m->name;
+}
+Reader Dataset::reader() const {
+  return Reader(std::make_unique<Reader::State>(m));
+}
+
+Client::Client(const std::filesystem::path& dir)
+    : m_dir(dir), m_descriptor(StoreDescriptor::read(dir)) {
+  // read() guarantees at least one rank. Without a fabric or control round trip only a
+  // rank 0 on this host can be checked; a remote one is trusted until a read needs it.
+  const RankInfo& root = m_descriptor.ranks.front();
+  if (root.host == detail::host_name() && !detail::process_alive(root.pid)) {
+    throw UsageError(
+        fmt::format("the store at {} is not running (rank 0, pid {} on {}, is gone); "
+                    "remove the stale store.yaml or restart it",
+                    dir.string(), root.pid, root.host));
+  }
+}
+
+Dataset Client::open(const std::string& name) const {
+  const StoreDataset& info = m_descriptor.dataset(name);
+  auto index = Index::open(info.index);
+  auto plan = ShardPlan::from_boundaries(info.boundaries);
+  detail::check_plan(m_descriptor, info, index, plan);
+  auto state = std::make_shared<Dataset::State>(name, m_dir, std::move(index), std::move(plan));
+  const std::string here = detail::host_name();
+  state->peers.reserve(m_descriptor.ranks.size());
+  for (const RankInfo& rank : m_descriptor.ranks) {
+    state->peers.push_back(
+        detail::attach_peer(rank, info, state->index, state->plan.range(rank.rank), here));
+  }
+  return Dataset(std::move(state));
 }
 
 }  // namespace ddstage

@@ -9,6 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "control/control_channel.hpp"
+#include "process.hpp"
 #include "ddstage/error.hpp"
 #include "ddstage/index.hpp"
 #include "ddstage/shard_plan.hpp"
@@ -106,37 +107,14 @@ bool StoreControl::stop() {
   return false;
 }
 
-namespace {
-
-std::string this_host() {
-  char name[256] = {};
-  ::gethostname(name, sizeof name - 1);
-  return name;
-}
-
-/// True if pid is a live ddstage process: a reused pid must never be killed.
-bool is_ddstage_process(int64_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline", std::ios::binary);
-  std::string cmdline((std::istreambuf_iterator<char>(in)), {});
-  return cmdline.find("ddstage") != std::string::npos;
-}
-
-}  // namespace
-
 bool store_process_alive(const StoreDescriptor& descriptor) {
   if (descriptor.ranks.empty()) return false;
   const auto& r0 = descriptor.ranks.front();
-  return r0.host == this_host() && r0.pid > 0 && ::kill(static_cast<pid_t>(r0.pid), 0) == 0 &&
-         is_ddstage_process(r0.pid);
+  return r0.host == detail::host_name() && r0.pid > 0 && detail::is_ddstage_process(r0.pid);
 }
 
-void clean_up_dead_store(const std::filesystem::path& dir, const StoreDescriptor& descriptor) {
-  const auto host = this_host();
-  for (const auto& rank : descriptor.ranks) {
-    if (rank.host != host || rank.pid <= 0 || !is_ddstage_process(rank.pid)) continue;
-    spdlog::warn("ending server rank {} (pid {})", rank.rank, rank.pid);
-    ::kill(static_cast<pid_t>(rank.pid), SIGKILL);
-  }
+void remove_store_segments(const StoreDescriptor& descriptor) {
+  const auto host = detail::host_name();
   for (const auto& d : descriptor.datasets) {
     for (std::size_t r = 0; r < d.segments.size() && r < descriptor.ranks.size(); ++r) {
       if (descriptor.ranks[r].host == host && ::shm_unlink(d.segments[r].c_str()) == 0) {
@@ -144,6 +122,16 @@ void clean_up_dead_store(const std::filesystem::path& dir, const StoreDescriptor
       }
     }
   }
+}
+
+void clean_up_dead_store(const std::filesystem::path& dir, const StoreDescriptor& descriptor) {
+  const auto host = detail::host_name();
+  for (const auto& rank : descriptor.ranks) {
+    if (rank.host != host || rank.pid <= 0 || !detail::is_ddstage_process(rank.pid)) continue;
+    spdlog::warn("ending server rank {} (pid {})", rank.rank, rank.pid);
+    ::kill(static_cast<pid_t>(rank.pid), SIGKILL);
+  }
+  remove_store_segments(descriptor);
   std::error_code ec;
   std::filesystem::remove(StoreDescriptor::path_in(dir), ec);
 }

@@ -23,7 +23,8 @@ namespace fs = std::filesystem;
 
 /// The value at key, converted; IndexError naming the file and the key's full path otherwise.
 template <typename T>
-T require(const YAML::Node& node, const std::string& key, const fs::path& file, const std::string& where = "") {
+T require(const YAML::Node& node, const std::string& key, const fs::path& file,
+          const std::string& where = "") {
   auto v = node[key];
   if (!v) throw IndexError(file.string() + ": missing key '" + where + key + "'");
   try {
@@ -43,7 +44,9 @@ YAML::Node require_list(const YAML::Node& node, const std::string& key, const fs
 
 /// Subscripting a scalar throws yaml-cpp's own exception, so list items are checked first.
 void require_map(const YAML::Node& node, const fs::path& file, const std::string& where) {
-  if (!node.IsMap()) throw IndexError(file.string() + ": '" + where.substr(0, where.size() - 1) + "' is not a map");
+  if (!node.IsMap()) {
+    throw IndexError(file.string() + ": '" + where.substr(0, where.size() - 1) + "' is not a map");
+  }
 }
 
 bool is_token(const std::string& s) {
@@ -72,7 +75,8 @@ void emit_dataset(YAML::Emitter& out, const StoreDataset& d) {
 
 std::string emit(const StoreDescriptor& d) {
   YAML::Emitter out;
-  out << YAML::Comment("ddstage store descriptor: private to the user who started the store (mode 0600)");
+  out << YAML::Comment(
+      "ddstage store descriptor: private to the user who started the store (mode 0600)");
   out << YAML::BeginMap;
   out << YAML::Key << "format_version" << YAML::Value << d.format_version;
   out << YAML::Key << "token" << YAML::Value << d.token;
@@ -102,7 +106,8 @@ RankInfo parse_rank(const YAML::Node& node, std::size_t i, const fs::path& file)
 
 /// Parses one dataset and checks its per-rank lists against the rank count, so readers can
 /// index them by rank without checking again.
-StoreDataset parse_dataset(const YAML::Node& node, std::size_t i, std::size_t ranks, const fs::path& file) {
+StoreDataset parse_dataset(const YAML::Node& node, std::size_t i, std::size_t ranks,
+                           const fs::path& file) {
   const std::string where = "datasets[" + std::to_string(i) + "].";
   require_map(node, file, where);
   StoreDataset d;
@@ -111,9 +116,10 @@ StoreDataset parse_dataset(const YAML::Node& node, std::size_t i, std::size_t ra
   d.boundaries = require<std::vector<uint64_t>>(node, "boundaries", file, where);
   d.segments = require<std::vector<std::string>>(node, "segments", file, where);
   d.region_bytes = require<std::vector<uint64_t>>(node, "region_bytes", file, where);
-  if (d.boundaries.size() != ranks + 1 || d.segments.size() != ranks || d.region_bytes.size() != ranks) {
-    throw IndexError(file.string() + ": dataset '" + d.name + "' does not have one shard per rank (" +
-                     std::to_string(ranks) + " ranks)");
+  if (d.boundaries.size() != ranks + 1 || d.segments.size() != ranks ||
+      d.region_bytes.size() != ranks) {
+    throw IndexError(file.string() + ": dataset '" + d.name +
+                     "' does not have one shard per rank (" + std::to_string(ranks) + " ranks)");
   }
   return d;
 }
@@ -148,8 +154,9 @@ std::string read_text(const fs::path& dir, const fs::path& file) {
     fd = FileDescriptor::open(file, O_RDONLY);
   } catch (const IoError& e) {
     if (e.native_code() != ENOENT && e.native_code() != ENOTDIR) throw;
-    throw UsageError("no store at " + dir.string() + " (no store.yaml; start one with `ddstage serve --store " +
-                     dir.string() + "`)");
+    throw UsageError("no store at " + dir.string() +
+                     " (no store.yaml; start one with `ddstage serve --store " + dir.string() +
+                     "`)");
   }
   std::string text(fd.size(), '\0');
   fd.pread_exact(std::as_writable_bytes(std::span(text)), 0);
@@ -203,7 +210,8 @@ void StoreDescriptor::write(const fs::path& dir) const {
   // No directory fsync: the descriptor describes live processes, so after a crash of the node
   // there is no store for it to describe anyway.
   if (::rename(temp.path().c_str(), file.c_str()) != 0) {
-    throw IoError("rename " + temp.path().string() + " to " + file.string(), errno, {.file = file.string()});
+    throw IoError("rename " + temp.path().string() + " to " + file.string(), errno,
+                  {.file = file.string()});
   }
   temp.committed();
 }

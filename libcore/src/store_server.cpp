@@ -23,6 +23,7 @@
 #include "ddstage/store_control.hpp"
 #include "ddstage/store_descriptor.hpp"
 #include "mpi/mpi_comm.hpp"
+#include "process.hpp"
 
 namespace ddstage {
 namespace {
@@ -35,12 +36,6 @@ extern "C" void on_signal(int sig) { g_signal = sig; }
 
 constexpr auto accept_poll = std::chrono::milliseconds(200);
 constexpr auto request_timeout = std::chrono::seconds(10);
-
-std::string this_host() {
-  char name[256] = {};
-  ::gethostname(name, sizeof name - 1);
-  return name;
-}
 
 uint64_t mem_available() {
   std::ifstream in("/proc/meminfo");
@@ -114,7 +109,7 @@ class ServerRank {
 
   ServeOptions m_options;
   const detail::MpiSession& m_mpi;
-  std::string m_host = this_host();
+  std::string m_host = detail::host_name();
   uint64_t m_mem_limit = 0;
   std::map<std::string, LoadedShard> m_loaded;
   uint64_t m_generation = 0;
@@ -247,6 +242,8 @@ Message ServerRank::stop() {
   m_loaded.clear();
   m_stopping = true;
   if (is_root()) {
+    // A rank that died cannot remove its own segments.
+    remove_store_segments(m_descriptor);
     // Before the reply: once `ddstage stop` returns, the descriptor is gone.
     std::error_code ec;
     fs::remove(StoreDescriptor::path_in(m_options.dir), ec);

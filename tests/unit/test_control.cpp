@@ -7,6 +7,7 @@
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <future>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,23 +26,24 @@ namespace {
 /// the errors it saw. Every wait is bounded, so a failing test cannot hang the thread.
 class EchoServer {
  public:
-  EchoServer(ControlListener& listener, int connections) : m_thread([this, &listener, connections] {
-    for (int i = 0; i < connections; ++i) {
-      auto connection = listener.accept(2s);
-      if (!connection) {
-        m_errors.push_back("no connection came");
-        return;
-      }
-      try {
-        Message reply;
-        reply["ok"] = true;
-        reply["echo"] = connection->receive(1s);
-        connection->send(reply);
-      } catch (const Error& e) {
-        m_errors.push_back(e.what());
-      }
-    }
-  }) {}
+  EchoServer(ControlListener& listener, int connections)
+      : m_thread([this, &listener, connections] {
+          for (int i = 0; i < connections; ++i) {
+            auto connection = listener.accept(2s);
+            if (!connection) {
+              m_errors.push_back("no connection came");
+              return;
+            }
+            try {
+              Message reply;
+              reply["ok"] = true;
+              reply["echo"] = connection->receive(1s);
+              connection->send(reply);
+            } catch (const Error& e) {
+              m_errors.push_back(e.what());
+            }
+          }
+        }) {}
   EchoServer(const EchoServer&) = delete;
   EchoServer& operator=(const EchoServer&) = delete;
   ~EchoServer() {
@@ -77,7 +79,8 @@ FileDescriptor raw_connect(const ControlListener& listener) {
 }
 
 void send_raw(const FileDescriptor& fd, const std::string& bytes) {
-  REQUIRE(::send(fd.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(bytes.size()));
+  REQUIRE(::send(fd.get(), bytes.data(), bytes.size(), MSG_NOSIGNAL) ==
+          static_cast<ssize_t>(bytes.size()));
 }
 
 std::string length_prefix(uint32_t n) {
@@ -123,7 +126,8 @@ TEST_CASE("a nested message makes the round trip unchanged", "[control]") {
   REQUIRE(reply["ok"].as<bool>());
   REQUIRE(YAML::Dump(reply["echo"]) == YAML::Dump(request));
   REQUIRE(reply["echo"]["args"]["shards"][0]["first"].as<uint64_t>() == uint64_t{1} << 40);
-  REQUIRE(reply["echo"]["args"]["index"].as<std::string>() == request["args"]["index"].as<std::string>());
+  REQUIRE(reply["echo"]["args"]["index"].as<std::string>() ==
+          request["args"]["index"].as<std::string>());
 }
 
 TEST_CASE("one listener serves clients one after another", "[control]") {
@@ -157,18 +161,20 @@ TEST_CASE("the IPv6 loopback works too", "[control]") {
 TEST_CASE("a server that never replies makes the request time out", "[control]") {
   ControlListener listener("127.0.0.1:0");
   std::promise<void> client_done;
-  std::thread silent([&listener, done = client_done.get_future()] {
+  // A jthread: a failing REQUIRE below still joins it (bounded by the 3 s wait) instead of
+  // terminating.
+  std::jthread silent([&listener, done = client_done.get_future()] {
     auto connection = listener.accept(2s);
     if (connection) done.wait_for(3s);  // holds the connection open, never replies
   });
   Message request;
   request["op"] = "status";
   const auto start = std::chrono::steady_clock::now();
-  REQUIRE_THROWS_WITH(detail::control_request(listener.address(), request, 200ms),
-                      Catch::Contains("timed out after 200 ms") && Catch::Contains(listener.address()));
+  REQUIRE_THROWS_WITH(
+      detail::control_request(listener.address(), request, 200ms),
+      Catch::Contains("timed out after 200 ms") && Catch::Contains(listener.address()));
   const auto elapsed = std::chrono::steady_clock::now() - start;
   client_done.set_value();
-  silent.join();
   REQUIRE(elapsed >= 190ms);
   REQUIRE(elapsed < 2s);
 }
@@ -191,7 +197,8 @@ TEST_CASE("nothing listening is an error naming the address", "[control]") {
   }
 }
 
-TEST_CASE("an oversized length prefix is refused before allocating, and the server goes on", "[control]") {
+TEST_CASE("an oversized length prefix is refused before allocating, and the server goes on",
+          "[control]") {
   ControlListener listener("127.0.0.1:0");
   EchoServer server(listener, 2);
   {

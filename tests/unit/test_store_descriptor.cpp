@@ -26,14 +26,16 @@ StoreDescriptor sample_descriptor() {
     d.ranks.push_back({.rank = r,
                        .host = "node" + std::to_string(r / 2),
                        .pid = 4000000 + r,
-                       .transports = r == 0 ? std::vector<std::string>{"local", "shm"} : std::vector<std::string>{"shm"},
+                       .transports = r == 0 ? std::vector<std::string>{"local", "shm"}
+                                            : std::vector<std::string>{"shm"},
                        .memory_limit = (uint64_t{64} << 30) + static_cast<uint64_t>(r)});
   }
-  d.datasets.push_back({.name = "train",
-                        .index = "/scratch/data sets/train.ddx",
-                        .boundaries = {0, 333, 667, 1000},
-                        .segments = {"/ddstage-a-train-0", "/ddstage-a-train-1", "/ddstage-a-train-2"},
-                        .region_bytes = {uint64_t{5} << 32, 12, 0}});
+  d.datasets.push_back(
+      {.name = "train",
+       .index = "/scratch/data sets/train.ddx",
+       .boundaries = {0, 333, 667, 1000},
+       .segments = {"/ddstage-a-train-0", "/ddstage-a-train-1", "/ddstage-a-train-2"},
+       .region_bytes = {uint64_t{5} << 32, 12, 0}});
   d.datasets.push_back({.name = "val: \"quoted\"",
                         .index = "/scratch/val.ddx",
                         .boundaries = {0, 0, 0, 7},
@@ -77,7 +79,9 @@ class UmaskGuard {
   mode_t m_old;
 };
 
-fs::perms permissions(const fs::path& p) { return fs::status(p).permissions() & fs::perms::mask; }
+fs::perms permissions(const fs::path& p) {
+  return fs::status(p).permissions() & fs::perms::mask;
+}
 
 /// The sample descriptor's text with `from` replaced by `to`, written over DIR/store.yaml.
 void write_edited(const fs::path& dir, const std::string& from, const std::string& to) {
@@ -114,7 +118,8 @@ TEST_CASE("a descriptor is mode 0600 whatever the umask", "[descriptor]") {
     INFO("umask " << std::oct << mask);
     UmaskGuard guard(mask);
     sample_descriptor().write(dir.path());
-    REQUIRE(permissions(StoreDescriptor::path_in(dir.path())) == (fs::perms::owner_read | fs::perms::owner_write));
+    REQUIRE(permissions(StoreDescriptor::path_in(dir.path())) ==
+            (fs::perms::owner_read | fs::perms::owner_write));
   }
 }
 
@@ -135,9 +140,11 @@ TEST_CASE("a descriptor from a newer ddstage is refused", "[descriptor]") {
   test::TempDir dir;
   // A newer version may also change keys: the version is what the error must be about.
   write_edited(dir.path(), "format_version: 1\ntoken:", "format_version: 99\nnew_token:");
-  REQUIRE_THROWS_MATCHES(StoreDescriptor::read(dir.path()), IndexError,
-                         Catch::Message(StoreDescriptor::path_in(dir.path()).string() +
-                                        " was written by a newer ddstage (store format 99; this build reads up to 1)"));
+  REQUIRE_THROWS_MATCHES(
+      StoreDescriptor::read(dir.path()), IndexError,
+      Catch::Message(
+          StoreDescriptor::path_in(dir.path()).string() +
+          " was written by a newer ddstage (store format 99; this build reads up to 1)"));
 }
 
 TEST_CASE("a damaged descriptor is an index error naming the file and key", "[descriptor]") {
@@ -157,7 +164,8 @@ TEST_CASE("a damaged descriptor is an index error naming the file and key", "[de
   expect("control:", "kontrol:", "missing key 'control'");
   expect("host: node1", "hostname: node1", "missing key 'ranks[2].host'");
   expect("pid: 4000002", "pid: many", "key 'ranks[2].pid' has a bad value");
-  expect("boundaries: [0, 333, 667, 1000]", "boundaries: [0, 1000]", "does not have one shard per rank");
+  expect("boundaries: [0, 333, 667, 1000]", "boundaries: [0, 1000]",
+         "does not have one shard per rank");
   expect("ranks:\n", "ranks: 3\nold_ranks:\n", "key 'ranks' is not a list");
   expect("format_version: 1", "format_version: [1", "is not valid YAML");
   expect("token: ", "token: abc\nold_token: ", "key 'token' is not 32 hex digits");
@@ -166,11 +174,14 @@ TEST_CASE("a damaged descriptor is an index error naming the file and key", "[de
 TEST_CASE("dataset lookup names what is loaded", "[descriptor]") {
   auto d = sample_descriptor();
   REQUIRE(d.dataset("train").boundaries.back() == 1000);
-  REQUIRE_THROWS_MATCHES(d.dataset("test"), UsageError,
-                         Catch::Message("no dataset 'test' in the store at [::1]:40123 (loaded: train, val: \"quoted\")"));
+  REQUIRE_THROWS_MATCHES(
+      d.dataset("test"), UsageError,
+      Catch::Message(
+          "no dataset 'test' in the store at [::1]:40123 (loaded: train, val: \"quoted\")"));
   d.datasets.clear();
-  REQUIRE_THROWS_MATCHES(d.dataset("test"), UsageError,
-                         Catch::Message("no dataset 'test' in the store at [::1]:40123 (none loaded)"));
+  REQUIRE_THROWS_MATCHES(
+      d.dataset("test"), UsageError,
+      Catch::Message("no dataset 'test' in the store at [::1]:40123 (none loaded)"));
 }
 
 TEST_CASE("tokens are 32 hex digits and differ every time", "[descriptor]") {

@@ -32,8 +32,10 @@ class Reader {
   void row_sizes(const std::string& field, std::span<const uint64_t> ids, std::span<uint64_t> sizes) const;
   /// Reads the rows of ids (any order, repeats allowed) into dest, concatenated in the order
   /// asked; dest.size() must equal batch_bytes(). With verify, each row's checksum is checked
-  /// against the index (ChecksumError naming sample and field). Fails with an Error naming the
-  /// rank and host if a rank holding a requested row is gone.
+  /// against the index (ChecksumError naming sample and field). Every rank the batch touches
+  /// is checked once per call, before anything is copied: a rank whose process is gone fails
+  /// with a run-time Error naming rank, pid and host; a rank on another host with a UsageError
+  /// (reading across nodes needs the fabric transport). Rows of other ranks still read.
   void get_batch(const std::string& field, std::span<const uint64_t> ids, std::span<std::byte> dest,
                  bool verify = false);
 
@@ -64,7 +66,8 @@ class Dataset {
 };
 
 /// A client of a store served by `ddstage serve`: reads DIR/store.yaml, maps same-node
-/// ranks' shared-memory regions read-only. Needs no MPI.
+/// ranks' shared-memory regions read-only. Needs no MPI. Ranks on other hosts do not stop
+/// open(): only reads of their samples fail, so a single-node subset of a store still works.
 class Client {
  public:
   /// UsageError when DIR holds no running store (no descriptor, or its rank 0 is gone).

@@ -81,6 +81,10 @@ class StoreControl {
 /// segments the descriptor names, and removes the descriptor. Logs what it did.
 void clean_up_dead_store(const std::filesystem::path& dir, const StoreDescriptor& descriptor);
 
+/// Removes the shared-memory segments the descriptor names for ranks on this host (those
+/// already gone are skipped): what a rank that died could not remove itself.
+void remove_store_segments(const StoreDescriptor& descriptor);
+
 /// True if the descriptor's rank 0 runs on this host and its pid is a live ddstage process
 /// (it may be busy, e.g. in a long load, rather than dead).
 bool store_process_alive(const StoreDescriptor& descriptor);

@@ -44,8 +44,8 @@ struct Deadline {
 };
 
 Error timed_out(const Deadline& deadline, const std::string& doing) {
-  return Error(ErrorKind::runtime,
-               "control request timed out after " + std::to_string(deadline.budget.count()) + " ms " + doing);
+  return Error(ErrorKind::runtime, "control request timed out after " +
+                                       std::to_string(deadline.budget.count()) + " ms " + doing);
 }
 
 /// Waits until fd is ready for events (or in error: the next call reports it); false when the
@@ -60,7 +60,8 @@ bool wait_ready(int fd, short events, const Deadline& deadline) {
   }
 }
 
-void read_exact(int fd, std::span<std::byte> dest, const Deadline& deadline, const std::string& peer) {
+void read_exact(int fd, std::span<std::byte> dest, const Deadline& deadline,
+                const std::string& peer) {
   std::size_t done = 0;
   while (done < dest.size()) {
     ssize_t n = ::recv(fd, dest.data() + done, dest.size() - done, 0);
@@ -76,7 +77,8 @@ void read_exact(int fd, std::span<std::byte> dest, const Deadline& deadline, con
   }
 }
 
-void write_all(int fd, std::span<const std::byte> src, const Deadline& deadline, const std::string& peer) {
+void write_all(int fd, std::span<const std::byte> src, const Deadline& deadline,
+               const std::string& peer) {
   std::size_t done = 0;
   while (done < src.size()) {
     // MSG_NOSIGNAL: a peer that went away is an EPIPE error here, not a SIGPIPE for the process.
@@ -95,10 +97,13 @@ void write_all(int fd, std::span<const std::byte> src, const Deadline& deadline,
 std::string encode(const Message& message) {
   YAML::Emitter out;
   out << message;
-  if (!out.good()) throw Error(ErrorKind::runtime, "cannot encode a control message: " + out.GetLastError());
+  if (!out.good()) {
+    throw Error(ErrorKind::runtime, "cannot encode a control message: " + out.GetLastError());
+  }
   const std::size_t size = out.size();
   if (size > max_message_bytes) {
-    throw Error(ErrorKind::runtime, "control message of " + std::to_string(size) + " bytes is over the limit of " +
+    throw Error(ErrorKind::runtime, "control message of " + std::to_string(size) +
+                                        " bytes is over the limit of " +
                                         std::to_string(max_message_bytes));
   }
   std::string frame(4, '\0');
@@ -114,8 +119,9 @@ Message read_message(int fd, const Deadline& deadline, const std::string& peer) 
   for (int i = 0; i < 4; ++i) size |= std::to_integer<uint32_t>(prefix[i]) << (8 * i);
   // Checked before allocating: the prefix is whatever a stranger on the network sent.
   if (size > max_message_bytes) {
-    throw Error(ErrorKind::runtime, "control message from " + peer + " says it is " + std::to_string(size) +
-                                        " bytes, over the limit of " + std::to_string(max_message_bytes));
+    throw Error(ErrorKind::runtime, "control message from " + peer + " says it is " +
+                                        std::to_string(size) + " bytes, over the limit of " +
+                                        std::to_string(max_message_bytes));
   }
   std::string text(size, '\0');
   read_exact(fd, std::as_writable_bytes(std::span(text)), deadline, peer);
@@ -125,7 +131,9 @@ Message read_message(int fd, const Deadline& deadline, const std::string& peer) 
   } catch (const YAML::Exception& e) {
     throw Error(ErrorKind::runtime, "unparsable control message from " + peer + ": " + e.msg);
   }
-  if (!message.IsMap()) throw Error(ErrorKind::runtime, "control message from " + peer + " is not a YAML map");
+  if (!message.IsMap()) {
+    throw Error(ErrorKind::runtime, "control message from " + peer + " is not a YAML map");
+  }
   return message;
 }
 
@@ -140,11 +148,14 @@ HostPort split_address(const std::string& address) {
   std::string rest;
   if (!address.empty() && address.front() == '[') {
     auto close = address.find(']');
-    if (close == std::string::npos) throw UsageError("bad address '" + address + "': no closing ']'");
+    if (close == std::string::npos) {
+      throw UsageError("bad address '" + address + "': no closing ']'");
+    }
     out.host = address.substr(1, close - 1);
     rest = address.substr(close + 1);
     if (!rest.empty() && rest.front() != ':') throw UsageError("bad address '" + address + "'");
-  } else if (auto colon = address.rfind(':'); colon != std::string::npos && address.find(':') == colon) {
+  } else if (auto colon = address.rfind(':');
+             colon != std::string::npos && address.find(':') == colon) {
     out.host = address.substr(0, colon);
     rest = address.substr(colon);
   } else {
@@ -154,7 +165,9 @@ HostPort split_address(const std::string& address) {
   out.port = rest.substr(1);
   const bool digits = !out.port.empty() && out.port.size() <= 5 &&
                       out.port.find_first_not_of("0123456789") == std::string::npos;
-  if (!digits || std::stoi(out.port) > 65535) throw UsageError("bad port in address '" + address + "'");
+  if (!digits || std::stoi(out.port) > 65535) {
+    throw UsageError("bad port in address '" + address + "'");
+  }
   return out;
 }
 
@@ -192,8 +205,9 @@ AddrInfoList resolve_listen_host(const std::string& host, const std::string& por
   try {
     return resolve(name, port);
   } catch (const UsageError& e) {
-    spdlog::warn("{}; the control socket listens on 127.0.0.1, so only this host can reach the store",
-                 e.message());
+    spdlog::warn(
+        "{}; the control socket listens on 127.0.0.1, so only this host can reach the store",
+        e.message());
     return resolve("127.0.0.1", port);
   }
 }
@@ -214,14 +228,17 @@ bool is_wildcard(const sockaddr_storage& addr) {
   if (addr.ss_family == AF_INET) {
     return reinterpret_cast<const sockaddr_in&>(addr).sin_addr.s_addr == htonl(INADDR_ANY);
   }
-  return addr.ss_family == AF_INET6 && IN6_IS_ADDR_UNSPECIFIED(&reinterpret_cast<const sockaddr_in6&>(addr).sin6_addr);
+  return addr.ss_family == AF_INET6 &&
+         IN6_IS_ADDR_UNSPECIFIED(&reinterpret_cast<const sockaddr_in6&>(addr).sin6_addr);
 }
 
 /// The address clients should use: a wildcard bind (0.0.0.0, ::) is reached through the host name.
 std::string advertised_address(int fd) {
   sockaddr_storage addr{};
   socklen_t length = sizeof addr;
-  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length) != 0) throw IoError("getsockname", errno);
+  if (::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length) != 0) {
+    throw IoError("getsockname", errno);
+  }
   const std::string numeric = numeric_address(reinterpret_cast<sockaddr*>(&addr), length);
   if (!is_wildcard(addr)) return numeric;
   return join_address(this_host_name(), numeric.substr(numeric.rfind(':') + 1));
@@ -243,16 +260,21 @@ FileDescriptor bind_first(const addrinfo* list, const std::string& listen) {
     if (::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0) {
       throw IoError("setsockopt SO_REUSEADDR on " + listen, errno);
     }
-    if (::bind(fd.get(), ai->ai_addr, ai->ai_addrlen) == 0 && ::listen(fd.get(), listen_backlog) == 0) return fd;
+    if (::bind(fd.get(), ai->ai_addr, ai->ai_addrlen) == 0 &&
+        ::listen(fd.get(), listen_backlog) == 0) {
+      return fd;
+    }
     last_errno = errno;
   }
   throw IoError("cannot listen on '" + listen + "'", last_errno);
 }
 
 /// Connects to one resolved address by the deadline; an empty descriptor and err set on failure.
-FileDescriptor connect_one(const addrinfo& ai, const std::string& address, const Deadline& deadline, int& err) {
+FileDescriptor connect_one(const addrinfo& ai, const std::string& address, const Deadline& deadline,
+                           int& err) {
   auto fd = open_socket(ai, "control connection " + address);
-  // Non-blocking, so an unreachable host costs the deadline, not the kernel's minutes of SYN retries.
+  // Non-blocking, so an unreachable host costs the deadline, not the kernel's minutes of SYN
+  // retries.
   if (::connect(fd.get(), ai.ai_addr, ai.ai_addrlen) == 0) return fd;
   if (errno != EINPROGRESS && errno != EINTR) {
     err = errno;
@@ -275,16 +297,18 @@ FileDescriptor connect_to(const std::string& address, const Deadline& deadline) 
   for (const addrinfo* ai = list.get(); ai; ai = ai->ai_next) {
     if (auto fd = connect_one(*ai, address, deadline, err)) return fd;
   }
-  const std::string why = err == ETIMEDOUT
-                              ? "no answer within " + std::to_string(deadline.budget.count()) + " ms"
-                              : std::strerror(err);
-  throw Error(ErrorKind::runtime,
-              "no store is answering at " + address + " (" + why + "; is `ddstage serve` running?)");
+  const std::string why =
+      err == ETIMEDOUT ? "no answer within " + std::to_string(deadline.budget.count()) + " ms"
+                       : std::strerror(err);
+  throw Error(ErrorKind::runtime, "no store is answering at " + address + " (" + why +
+                                      "; is `ddstage serve` running?)");
 }
 
 }  // namespace
 
-Message ControlConnection::receive(milliseconds timeout) { return read_message(m_fd.get(), Deadline(timeout), m_peer); }
+Message ControlConnection::receive(milliseconds timeout) {
+  return read_message(m_fd.get(), Deadline(timeout), m_peer);
+}
 
 void ControlConnection::send(const Message& message, milliseconds timeout) {
   const std::string frame = encode(message);
@@ -304,15 +328,17 @@ std::optional<ControlConnection> ControlListener::accept(milliseconds timeout) {
     if (!wait_ready(m_fd.get(), POLLIN, deadline)) return std::nullopt;
     sockaddr_storage addr{};
     socklen_t length = sizeof addr;
-    int raw = ::accept4(m_fd.get(), reinterpret_cast<sockaddr*>(&addr), &length, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    int raw = ::accept4(m_fd.get(), reinterpret_cast<sockaddr*>(&addr), &length,
+                        SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (raw >= 0) {
       FileDescriptor fd(raw, "control connection on " + m_address);
-      return ControlConnection(std::move(fd), numeric_address(reinterpret_cast<sockaddr*>(&addr), length));
+      return ControlConnection(std::move(fd),
+                               numeric_address(reinterpret_cast<sockaddr*>(&addr), length));
     }
     // The client may have given up between poll and accept (accept(2) lists the network errors
     // to treat like EAGAIN): wait for the next one.
-    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED && errno != EPROTO &&
-        errno != ENETDOWN && errno != ENETUNREACH && errno != EHOSTUNREACH) {
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED &&
+        errno != EPROTO && errno != ENETDOWN && errno != ENETUNREACH && errno != EHOSTUNREACH) {
       throw IoError("accept on " + m_address, errno);
     }
   }

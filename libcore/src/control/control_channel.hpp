@@ -22,7 +22,8 @@ inline constexpr uint32_t max_message_bytes = 16u << 20;
 /// One accepted or connected TCP stream (non-blocking underneath; every call has a deadline).
 class ControlConnection {
  public:
-  explicit ControlConnection(FileDescriptor fd, std::string peer) : m_fd(std::move(fd)), m_peer(std::move(peer)) {}
+  explicit ControlConnection(FileDescriptor fd, std::string peer)
+      : m_fd(std::move(fd)), m_peer(std::move(peer)) {}
   /// Reads one message; Error on timeout, a closed peer, an oversized or unparsable frame, or a
   /// frame that is not a YAML map. After an error the stream is out of step: drop the connection.
   Message receive(std::chrono::milliseconds timeout);
@@ -41,7 +42,8 @@ class ControlListener {
  public:
   /// Binds "HOST[:PORT]" or "[IPV6][:PORT]" (port 0 or none: any free port; empty HOST: this
   /// host's name, or 127.0.0.1 with a warning when that does not resolve).
-  /// UsageError for a malformed address or a host that does not resolve, IoError when binding fails.
+  /// UsageError for a malformed address or a host that does not resolve, IoError when binding
+  /// fails.
   explicit ControlListener(const std::string& listen);
   /// "HOST:PORT" actually bound, as clients should connect to it: the numeric address (IPv6 in
   /// brackets), or this host's name when bound to the wildcard address.
@@ -57,6 +59,7 @@ class ControlListener {
 /// Connects to address, sends request, returns the reply; bounded by timeout overall (except
 /// name resolution, which the resolver bounds). Error naming the address when nothing listens
 /// there or the reply does not come in time.
-Message control_request(const std::string& address, const Message& request, std::chrono::milliseconds timeout);
+Message control_request(const std::string& address, const Message& request,
+                        std::chrono::milliseconds timeout);
 
 }  // namespace ddstage::detail

@@ -1,0 +1,37 @@
+#include "process.hpp"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <fstream>
+#include <iterator>
+
+namespace ddstage::detail {
+
+std::string host_name() {
+  char name[256] = {};
+  ::gethostname(name, sizeof name - 1);
+  return name;
+}
+
+bool process_alive(int64_t pid) {
+  if (pid <= 0) return false;
+  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno != EPERM) return false;
+  // /proc/PID/stat is "PID (COMM) STATE ...": COMM may contain ')', so take the last one.
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), {});
+  const auto paren = stat.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= stat.size()) return true;  // no procfs: trust kill()
+  const char state = stat[paren + 2];
+  return state != 'Z' && state != 'X';
+}
+
+bool is_ddstage_process(int64_t pid) {
+  if (!process_alive(pid)) return false;
+  std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline", std::ios::binary);
+  std::string cmdline((std::istreambuf_iterator<char>(in)), {});
+  return cmdline.find("ddstage") != std::string::npos;
+}
+
+}  // namespace ddstage::detail

@@ -1,0 +1,17 @@
+// Facts about processes on this host: how clients and stop decide a server rank is gone.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace ddstage::detail {
+
+/// This host's name, as server ranks record it in store.yaml.
+std::string host_name();
+/// True if pid runs. A zombie (killed, not yet reaped by its parent, e.g. under a container's
+/// PID 1 that reaps nothing) is dead: kill(pid, 0) alone would call it alive.
+bool process_alive(int64_t pid);
+/// True if pid is alive and its command line mentions ddstage: never signal a reused pid.
+bool is_ddstage_process(int64_t pid);
+
+}  // namespace ddstage::detail

@@ -1,0 +1,293 @@
+"""The served store end to end: real `ddstage serve` processes under mpiexec (4 ranks on 2
+cores), real clients, byte-for-byte against origin reads, and the failure cases of issue 3.
+Every test stops or kills what it started and checks that no process and no shared-memory
+segment is left behind."""
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from conftest import (assert_runtime_error, assert_usage_error, flatten, random_spec, read_bytes)
+
+MPI_ENV = {
+    "OMPI_ALLOW_RUN_AS_ROOT": "1",
+    "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+    "OMPI_MCA_rmaps_base_oversubscribe": "1",
+    # Everything stays on this machine: shared memory between ranks, loopback for the runtime.
+    "OMPI_MCA_btl": "self,vader",
+    "OMPI_MCA_oob_tcp_if_include": "lo",
+}
+START_TIMEOUT_S = 60
+
+
+class Store:
+    """One `ddstage serve` job. The process group is ours: kill() ends every rank."""
+
+    def __init__(self, ddstage, directory, ranks):
+        self.ddstage = ddstage
+        self.dir = Path(directory)
+        cmd = [ddstage.path, "serve", "--store", str(self.dir), "--listen", "127.0.0.1:0"]
+        if ranks:
+            cmd = ["mpiexec", "-n", str(ranks)] + cmd
+        self.log = open(self.dir.parent / f"{self.dir.name}.log", "w+")
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **MPI_ENV},
+                                     start_new_session=True)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not (self.dir / "store.yaml").exists():
+            if self.proc.poll() is not None:
+                raise AssertionError(f"serve exited {self.proc.returncode}:\n{self.output()}")
+            assert time.monotonic() < deadline, "serve did not write store.yaml in time:\n" + self.output()
+            time.sleep(0.05)
+        self.descriptor = yaml.safe_load((self.dir / "store.yaml").read_text())
+        self.prefix = "ddstage-" + self.descriptor["token"][:8]
+
+    def output(self):
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read()
+
+    def wait_output(self, text, timeout=10):
+        """mpiexec forwards the ranks' stderr asynchronously: poll for a line (bounded)."""
+        deadline = time.monotonic() + timeout
+        while text not in self.output() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self.output()
+
+    def segments(self):
+        return sorted(p.name for p in Path("/dev/shm").glob(self.prefix + "-*"))
+
+    def pids(self):
+        return [r["pid"] for r in yaml.safe_load((self.dir / "store.yaml").read_text())["ranks"]]
+
+    def stop(self):
+        proc = self.ddstage.run("stop", "--store", self.dir)
+        assert proc.returncode == 0, proc.stderr
+        assert self.proc.wait(timeout=30) == 0, self.output()
+        assert not (self.dir / "store.yaml").exists()
+
+    def kill(self):
+        """SIGKILL the whole job and wait (bounded) until every rank is dead."""
+        pids = self.pids() if (self.dir / "store.yaml").exists() else []
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=30)
+        wait_dead(pids)
+
+
+def wait_dead(pids, timeout=15):
+    """True once no pid runs (bounded): ranks can outlive mpiexec by a moment."""
+    deadline = time.monotonic() + timeout
+    while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not any(pid_alive(p) for p in pids)
+
+
+def pid_alive(pid):
+    """Running, not a zombie (this container's PID 1 may never reap orphans)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat[stat.rfind(")") + 2] not in "ZX"
+
+
+@pytest.fixture
+def serve(ddstage, tmp_path):
+    """serve(ranks=4) starts a store; at the end every one is stopped or killed, and its ranks
+    and segments must be gone."""
+    started = []
+    # OpenMPI's own shared memory, to remove what SIGKILLed jobs leave behind.
+    mpi_shm_before = set(Path("/dev/shm").glob("vader_segment.*"))
+
+    def start(ranks=4, name="store"):
+        store = Store(ddstage, tmp_path / name, ranks)
+        started.append(store)
+        return store
+
+    yield start
+    for store in started:
+        pids = store.pids() if (store.dir / "store.yaml").exists() else []
+        if store.proc.poll() is None:
+            ddstage.run("stop", "--store", store.dir)
+            try:
+                store.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                store.kill()
+        store.kill()
+        assert store.segments() == [], "shared memory left behind"
+        assert wait_dead(pids), "server ranks left behind"
+    for leftover in set(Path("/dev/shm").glob("vader_segment.*")) - mpi_shm_before:
+        leftover.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def datasets(ddstage, gen, tmp_path):
+    """A fixed-row HDF5 dataset (x: 3 KB rows, y: labels) and a variable-size file tree."""
+    gen.ok("hdf5-rows", tmp_path / "rows.h5", "--samples", "500", "--shape", "768", "--dtype", "float32")
+    rows = flatten(ddstage, tmp_path / "rows.ddx", tmp_path / "rows.h5", "--field", "x=/features",
+                   "--field", "y=/labels")
+    gen.ok("files", tmp_path / "tree", "--samples", "300", "--min-bytes", "1", "--max-bytes", "9000")
+    files = flatten(ddstage, tmp_path / "files.ddx", tmp_path / "tree")
+    return {"rows": rows, "files": files}
+
+
+def status(ddstage, store_dir):
+    return json.loads(ddstage.ok("status", "--store", store_dir, "--json").stdout)
+
+
+def read_store(ddstage, store_dir, name, spec, field=None, *extra):
+    args = ["read", "--store", store_dir, "--dataset", name, "--ids", spec, *extra]
+    return ddstage.ok(*(args + (["--field", field] if field else [])), binary=True).stdout
+
+
+def test_serve_load_read_status_stop(ddstage, serve, datasets):
+    """4 ranks: both datasets load, every rank holds a share, random batches (unsorted, with
+    repeats) equal the origin bytes, and stop leaves nothing behind."""
+    store = serve(4)
+    out = ddstage.ok("load", "--store", store.dir, datasets["rows"], "--name", "rows", "--verify").stdout
+    assert "loaded 'rows': 500 samples" in out and "verified" in out
+    ddstage.ok("load", "--store", store.dir, datasets["files"])
+    st = status(ddstage, store.dir)
+    assert [r["rank"] for r in st["ranks"]] == [0, 1, 2, 3] and all(r["alive"] for r in st["ranks"])
+    by_name = {d["name"]: d for d in st["datasets"]}
+    assert set(by_name) == {"rows", "files"}
+    for d in by_name.values():
+        assert sum(d["samples_per_rank"]) == d["samples"] and all(n > 0 for n in d["samples_per_rank"])
+    assert all(r["memory_used"] > 0 for r in st["ranks"])
+    assert len(store.segments()) == 8
+    for seed in range(3):
+        spec, _ = random_spec(500, seed, count=40)
+        for field in ("x", "y"):
+            assert read_store(ddstage, store.dir, "rows", spec, field, "--verify") == \
+                read_bytes(ddstage, datasets["rows"], spec, field)
+        spec, _ = random_spec(300, seed, count=40)
+        assert read_store(ddstage, store.dir, "files", spec) == read_bytes(ddstage, datasets["files"], spec)
+    text = ddstage.ok("status", "--store", store.dir).stdout
+    assert "rows: 500 samples" in text and "up" in text
+    store.stop()
+    assert store.segments() == []
+
+
+def test_single_rank_without_mpiexec(ddstage, serve, datasets):
+    """Plain `ddstage serve` is a one-rank store."""
+    store = serve(ranks=0)
+    ddstage.ok("load", "--store", store.dir, datasets["files"], "--name", "f")
+    assert len(status(ddstage, store.dir)["ranks"]) == 1
+    assert read_store(ddstage, store.dir, "f", "0-299") == read_bytes(ddstage, datasets["files"], "0-299")
+    store.stop()
+
+
+def test_wrong_token_is_refused_and_logged(ddstage, serve, datasets, tmp_path):
+    """A request with another token changes nothing; the server logs the refusal."""
+    store = serve(2)
+    ddstage.ok("load", "--store", store.dir, datasets["files"], "--name", "f")
+    forged = tmp_path / "forged"
+    forged.mkdir()
+    d = yaml.safe_load((store.dir / "store.yaml").read_text())
+    d["token"] = "0" * 32
+    (forged / "store.yaml").write_text(yaml.safe_dump(d))
+    for cmd in (["stop"], ["status"], ["load", datasets["rows"], "--name", "r"]):
+        assert_usage_error(ddstage.run(*cmd, "--store", forged), "refused")
+    assert [x["name"] for x in status(ddstage, store.dir)["datasets"]] == ["f"]
+    assert "refused a control request" in store.wait_output("refused a control request")
+
+
+def test_store_dir_errors(ddstage, tmp_path):
+    """No store, and a descriptor from a newer ddstage: clear errors, nothing started."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert_usage_error(ddstage.run("status", "--store", empty), "no store")
+    assert_usage_error(ddstage.run("read", "--store", empty, "--dataset", "x", "--ids", "0"), "no store")
+    (empty / "store.yaml").write_text("format_version: 99\ntoken: x\ncontrol: 127.0.0.1:1\nranks: []\ndatasets: []\n")
+    assert_runtime_error(ddstage.run("status", "--store", empty), "newer")
+
+
+def test_second_serve_is_refused(ddstage, serve):
+    store = serve(ranks=0)
+    proc = subprocess.run([ddstage.path, "serve", "--store", store.dir, "--listen", "127.0.0.1:0"],
+                          capture_output=True, text=True, timeout=60, env={**os.environ, **MPI_ENV})
+    assert_usage_error(proc, "already running")
+    store.stop()
+
+
+def test_load_errors_leave_loaded_datasets_serving(ddstage, serve, datasets, tmp_path, gen):
+    """Too large, a name that exists, a missing origin file: refused or rolled back, the
+    loaded dataset keeps serving, no segment of the failed load remains."""
+    store = serve(4)
+    ddstage.ok("load", "--store", store.dir, datasets["files"], "--name", "f")
+    before = store.segments()
+    assert_usage_error(ddstage.run("load", "--store", store.dir, datasets["rows"], "--mem-limit", "1K"),
+                       "does not fit", "rank")
+    assert_usage_error(ddstage.run("load", "--store", store.dir, datasets["files"], "--name", "f"),
+                       "already loaded")
+    gen.ok("files", tmp_path / "doomed", "--samples", "40")
+    doomed = flatten(ddstage, tmp_path / "doomed.ddx", tmp_path / "doomed")
+    victim = sorted((tmp_path / "doomed").rglob("*.bin"))[-1]
+    victim.unlink()
+    proc = ddstage.run("load", "--store", store.dir, doomed, "--name", "doomed")
+    assert proc.returncode != 0 and victim.name in proc.stderr, proc.stderr
+    assert store.segments() == before
+    assert [x["name"] for x in status(ddstage, store.dir)["datasets"]] == ["f"]
+    assert read_store(ddstage, store.dir, "f", "0-299") == read_bytes(ddstage, datasets["files"], "0-299")
+    ddstage.ok("load", "--store", store.dir, datasets["files"], "--name", "f", "--replace")
+    assert read_store(ddstage, store.dir, "f", "7") == read_bytes(ddstage, datasets["files"], "7")
+    store.stop()
+
+
+def test_bad_reads(ddstage, serve, datasets):
+    store = serve(2)
+    ddstage.ok("load", "--store", store.dir, datasets["rows"], "--name", "rows")
+    assert_usage_error(ddstage.run("read", "--store", store.dir, "--dataset", "nope", "--ids", "0"), "nope", "rows")
+    assert_usage_error(ddstage.run("read", "--store", store.dir, "--dataset", "rows", "--ids", "0", "--field", "z"),
+                       "no field 'z'")
+    assert_usage_error(ddstage.run("read", "--store", store.dir, "--dataset", "rows", "--ids", "500", "--field", "x"),
+                       "out of range")
+    assert_usage_error(ddstage.run("read", "--store", store.dir, "--dataset", "rows", "--ids", "0"), "--field")
+    store.stop()
+
+
+def test_killed_rank_fails_reads_quickly_and_stop_cleans_up(ddstage, serve, datasets):
+    """SIGKILL one rank: reads of its rows fail (naming a rank or the dead store) within the
+    timeout instead of hanging; `stop` then removes every process, segment and the descriptor."""
+    store = serve(4)
+    ddstage.ok("load", "--store", store.dir, datasets["files"], "--name", "f")
+    st = status(ddstage, store.dir)
+    owned = st["datasets"][0]["samples_per_rank"]
+    first_of_rank2 = owned[0] + owned[1]
+    pids = store.pids()
+    os.kill(pids[2], signal.SIGKILL)
+    time.sleep(0.5)
+    t0 = time.monotonic()
+    proc = ddstage.run("read", "--store", store.dir, "--dataset", "f", "--ids", str(first_of_rank2))
+    assert time.monotonic() - t0 < 20
+    assert proc.returncode == 1 or proc.returncode == 2, proc.stderr
+    assert "rank 2" in proc.stderr or "not running" in proc.stderr, proc.stderr
+    ddstage.run("stop", "--store", store.dir)
+    store.proc.wait(timeout=30)
+    assert not (store.dir / "store.yaml").exists()
+    assert store.segments() == []
+    assert wait_dead(pids), "server ranks left behind"
+
+
+def test_stale_descriptor_is_detected_and_replaced(ddstage, serve, datasets):
+    """A store killed outright leaves store.yaml behind: clients say it is not running, and a new
+    serve on the directory replaces it."""
+    store = serve(2)
+    ddstage.ok("load", "--store", store.dir, datasets["files"], "--name", "f")
+    store.kill()
+    assert (store.dir / "store.yaml").exists()
+    assert_usage_error(ddstage.run("read", "--store", store.dir, "--dataset", "f", "--ids", "0"), "not running")
+    again = Store(ddstage, store.dir, 2)
+    try:
+        assert "stale" in again.wait_output("stale")
+        assert store.segments() == []  # the dead store's segments were removed
+        assert status(ddstage, store.dir)["datasets"] == []
+        again.stop()
+    finally:
+        again.kill()

@@ -1,0 +1,379 @@
+// Client reads from a real store built in this process: shards loaded into shared memory and a
+// descriptor written next to them, no server process.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <climits>
+#include <filesystem>
+#include <random>
+#include <thread>
+
+#include "ddstage/client.hpp"
+#include "ddstage/error.hpp"
+#include "ddstage/index_writer.hpp"
+#include "ddstage/origin_reader.hpp"
+#include "ddstage/shard_layout.hpp"
+#include "ddstage/shard_loader.hpp"
+#include "ddstage/shard_plan.hpp"
+#include "test_support.hpp"
+
+using namespace ddstage;
+namespace fs = std::filesystem;
+using Bytes = std::vector<std::byte>;
+using Catch::Contains;
+
+namespace {
+
+constexpr uint64_t samples = 240;
+constexpr uint64_t x_bytes = 96;
+
+/// Field "g": variable rows, some of them empty.
+uint64_t g_bytes(uint64_t i) {
+  return i % 7 == 3 ? 0 : (i * 37) % 300 + 1;
+}
+
+std::string this_host() {
+  char name[HOST_NAME_MAX + 1] = {};
+  ::gethostname(name, sizeof name - 1);
+  return name;
+}
+
+/// A dataset with a fixed field "x" (96 bytes) and a variable one "g", both in place in two
+/// source files.
+fs::path write_index(const test::TempDir& dir) {
+  const auto x = test::pattern_bytes(samples * x_bytes, 1);
+  test::write_file(dir / "src/x.bin", x);
+  Bytes g;
+  std::vector<uint64_t> g_at;
+  for (uint64_t i = 0; i < samples; ++i) {
+    g_at.push_back(g.size());
+    const auto row = test::pattern_bytes(g_bytes(i), 100 + i);
+    g.insert(g.end(), row.begin(), row.end());
+  }
+  test::write_file(dir / "src/g.bin", g);
+  IndexWriter w({.out = dir / "d.ddx"});
+  w.set_format("test");
+  w.define({{"x", DType::uint8, {x_bytes}, false, x_bytes, "x.bin"},
+            {"g", DType::uint8, {}, true, 0, "g.bin"}},
+           samples);
+  const auto fx = w.add_source(dir / "src/x.bin");
+  const auto fg = w.add_source(dir / "src/g.bin");
+  for (uint64_t i = 0; i < samples; ++i) {
+    w.put_in_place(i, 0, fx, i * x_bytes, std::span(x).subspan(i * x_bytes, x_bytes));
+    w.put_in_place(i, 1, fg, g_at[i], std::span(g).subspan(g_at[i], g_bytes(i)));
+  }
+  w.commit();
+  return dir / "d.ddx";
+}
+
+/// Three ranks' shards of dataset "d" in shared memory, owned here, and a descriptor naming
+/// this host and process for every rank.
+class TestStore {
+ public:
+  TestStore() : m_index(Index::open(write_index(m_dir))), m_plan(ShardPlan::balance(m_index, 3)) {
+    static int counter = 0;
+    StoreDataset d{.name = "d", .index = m_dir / "d.ddx", .boundaries = m_plan.boundaries()};
+    for (int r = 0; r < m_plan.ranks(); ++r) {
+      const auto name =
+          "/ddstage-test-" + std::to_string(::getpid()) + "-client" + std::to_string(counter++);
+      m_segments.push_back(load_shard(m_index, m_plan.range(r), name));
+      d.segments.push_back(name);
+      d.region_bytes.push_back(m_segments.back().bytes().size());
+      m_descriptor.ranks.push_back(
+          {.rank = r, .host = this_host(), .pid = ::getpid(), .transports = {"local", "shm"}});
+    }
+    m_descriptor.token = std::string(32, 'a');
+    m_descriptor.control = "127.0.0.1:1";
+    m_descriptor.datasets.push_back(std::move(d));
+    write();
+  }
+
+  const fs::path& dir() const { return m_dir.path(); }
+  const Index& index() const { return m_index; }
+  const ShardPlan& plan() const { return m_plan; }
+  StoreDescriptor& descriptor() { return m_descriptor; }
+  void write() const { m_descriptor.write(m_dir.path()); }
+
+  /// Flips one byte of (sample, field) in the shard that holds it.
+  void damage(uint64_t sample, uint32_t field) {
+    const int r = m_plan.owner(sample);
+    auto region = m_segments[r].writable();
+    ShardView view(region, 2, m_plan.range(r));
+    const auto at = view.row(sample, field).data() - region.data();
+    region[at] ^= std::byte{0x10};
+  }
+
+ private:
+  test::TempDir m_dir;
+  Index m_index;
+  ShardPlan m_plan;
+  std::vector<ShmSegment> m_segments;
+  StoreDescriptor m_descriptor;
+};
+
+/// What the origin files hold for these ids.
+Bytes origin_batch(const Index& index, uint32_t field, std::span<const uint64_t> ids) {
+  OriginReader origin(index);
+  Bytes out(origin.batch_bytes(field, ids));
+  origin.read(field, ids, out);
+  return out;
+}
+
+Bytes store_batch(Reader& reader, const std::string& field, std::span<const uint64_t> ids,
+                  bool verify = false) {
+  Bytes out(reader.batch_bytes(field, ids));
+  reader.get_batch(field, ids, out, verify);
+  return out;
+}
+
+/// Unsorted ids with repeats, plus a run of consecutive ids that crosses rank boundaries.
+std::vector<uint64_t> mixed_ids(uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 100; ++i) ids.push_back(rng() % samples);
+  ids.push_back(ids[3]);
+  ids.push_back(ids[3]);
+  for (uint64_t id = 50; id < 200; ++id) ids.push_back(id);
+  ids.push_back(0);
+  ids.push_back(samples - 1);
+  return ids;
+}
+
+std::vector<uint64_t> ids_of_rank(const ShardPlan& plan, int r) {
+  return {plan.range(r).first, plan.range(r).last - 1, plan.range(r).first};
+}
+
+std::vector<std::string> leftover_segments() {
+  const auto prefix = "ddstage-test-" + std::to_string(::getpid()) + "-";
+  std::vector<std::string> found;
+  for (const auto& e : fs::directory_iterator("/dev/shm")) {
+    if (e.path().filename().string().starts_with(prefix)) found.push_back(e.path().string());
+  }
+  return found;
+}
+
+/// A process of this host: alive until kill(), so a rank can die while a client reads.
+class ChildProcess {
+ public:
+  ChildProcess() : m_pid(::fork()) {
+    if (m_pid == 0) {
+      for (;;) ::pause();
+    }
+    REQUIRE(m_pid > 0);
+  }
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+  ~ChildProcess() { kill(); }
+
+  int64_t pid() const { return m_pid; }
+  /// Kills it and waits until it has exited, leaving a zombie that kill(pid, 0) still finds.
+  void exit_unreaped() {
+    ::kill(m_pid, SIGKILL);
+    siginfo_t info{};
+    ::waitid(P_PID, static_cast<id_t>(m_pid), &info, WEXITED | WNOWAIT);
+  }
+  void kill() {
+    if (m_pid <= 0) return;
+    ::kill(m_pid, SIGKILL);
+    int status = 0;
+    ::waitpid(m_pid, &status, 0);
+    m_pid = -1;
+  }
+
+ private:
+  pid_t m_pid;
+};
+
+}  // namespace
+
+TEST_CASE("client: batches from shared memory match origin byte for byte", "[client]") {
+  {
+    TestStore store;
+    // The reader keeps the dataset's mappings alive after Client and Dataset are gone.
+    Reader reader = Client(store.dir()).open("d").reader();
+    const std::vector<std::vector<uint64_t>> batches = {
+        mixed_ids(1), mixed_ids(2), {}, {7}, {3, 10, 17}, {samples - 1, 0, samples - 1}};
+    for (const auto& ids : batches) {
+      for (uint32_t f : {0u, 1u}) {
+        const std::string field = store.index().fields()[f].name;
+        INFO("field " << field << ", " << ids.size() << " ids");
+        const auto expect = origin_batch(store.index(), f, ids);
+        CHECK(store_batch(reader, field, ids) == expect);
+        CHECK(store_batch(reader, field, ids, true) == expect);
+        std::vector<uint64_t> sizes(ids.size());
+        reader.row_sizes(field, ids, sizes);
+        for (std::size_t i = 0; i < ids.size(); ++i) {
+          REQUIRE(sizes[i] == (f == 0 ? x_bytes : g_bytes(ids[i])));
+        }
+      }
+    }
+  }
+  CHECK(leftover_segments().empty());
+}
+
+TEST_CASE("client: verify names the sample whose bytes in the store are damaged", "[client]") {
+  {
+    TestStore store;
+    auto dataset = Client(store.dir()).open("d");
+    auto reader = dataset.reader();
+    const uint64_t bad = store.plan().range(1).first + 2;
+    store.damage(bad, 0);
+    const std::vector<uint64_t> ids = {5, bad, 200};
+    const auto expect = origin_batch(store.index(), 0, ids);
+    CHECK(store_batch(reader, "x", ids) != expect);  // without verify the damage goes through
+    Bytes dest(expect.size());
+    try {
+      reader.get_batch("x", ids, dest, true);
+      FAIL("no ChecksumError");
+    } catch (const ChecksumError& e) {
+      CHECK(e.context().sample == bad);
+      CHECK(e.context().field == "x");
+      CHECK_THAT(e.what(), Contains("sample " + std::to_string(bad)));
+    }
+    CHECK(store_batch(reader, "g", ids, true) == origin_batch(store.index(), 1, ids));
+  }
+  CHECK(leftover_segments().empty());
+}
+
+TEST_CASE("client: bad requests are usage errors before anything is read", "[client]") {
+  {
+    TestStore store;
+    Client client(store.dir());
+    CHECK_THROWS_WITH(client.open("nope"), Contains("nope") && Contains("loaded: d"));
+    CHECK_THROWS_AS(client.open("nope"), UsageError);
+    auto reader = client.open("d").reader();
+    const std::vector<uint64_t> ids = {1, 2, 3};
+    Bytes dest(3 * x_bytes, std::byte{0xee});
+    CHECK_THROWS_WITH(reader.get_batch("y", ids, dest), Contains("'y'") && Contains("x, g"));
+    CHECK_THROWS_AS(reader.get_batch("y", ids, dest), UsageError);
+    const std::vector<uint64_t> out_of_range = {1, 2, samples};
+    CHECK_THROWS_WITH(reader.get_batch("x", out_of_range, dest),
+                      Contains("sample id 240") && Contains("240 samples"));
+    CHECK_THROWS_AS(reader.get_batch("x", out_of_range, dest), UsageError);
+    CHECK_THROWS_AS(reader.batch_bytes("x", out_of_range), UsageError);
+    CHECK(dest == Bytes(3 * x_bytes, std::byte{0xee}));  // nothing was copied
+    Bytes short_dest(3 * x_bytes - 1);
+    CHECK_THROWS_WITH(reader.get_batch("x", ids, short_dest), Contains("batch needs 288"));
+    CHECK_THROWS_AS(reader.get_batch("x", ids, short_dest), UsageError);
+    std::vector<uint64_t> sizes(2);
+    CHECK_THROWS_AS(reader.row_sizes("g", ids, sizes), UsageError);
+  }
+  CHECK(leftover_segments().empty());
+}
+
+TEST_CASE("client: a rank that is gone fails reads of its samples only", "[client]") {
+  {
+    TestStore store;
+    ChildProcess rank1;
+    const int64_t pid = rank1.pid();
+    store.descriptor().ranks[1].pid = pid;
+    store.write();
+    auto reader = Client(store.dir()).open("d").reader();
+    const auto ids1 = ids_of_rank(store.plan(), 1);
+    CHECK(store_batch(reader, "g", ids1) == origin_batch(store.index(), 1, ids1));
+    // After open: its segment stays mapped, only the per-batch check sees the rank is gone,
+    // also while it is an unreaped zombie.
+    rank1.exit_unreaped();
+    auto late = Client(store.dir()).open("d").reader();  // rank 1 not even mapped
+    const auto gone = "rank 1 (pid " + std::to_string(pid) + " on " + this_host() + ") is gone";
+    auto expect_rank1_gone = [&](Reader& r) {
+      try {
+        store_batch(r, "g", mixed_ids(3));
+        FAIL("no error for a dead rank");
+      } catch (const Error& e) {
+        CHECK(e.kind() == ErrorKind::runtime);
+        CHECK(e.context().rank == 1);
+        CHECK_THAT(e.what(), Contains(gone));
+      }
+      for (int other : {0, 2}) {
+        const auto ids = ids_of_rank(store.plan(), other);
+        CHECK(store_batch(r, "x", ids, true) == origin_batch(store.index(), 0, ids));
+      }
+    };
+    expect_rank1_gone(reader);
+    expect_rank1_gone(late);
+    rank1.kill();  // reaped
+    expect_rank1_gone(reader);
+  }
+  CHECK(leftover_segments().empty());
+}
+
+TEST_CASE("client: a store whose rank 0 is gone is not running", "[client]") {
+  {
+    TestStore store;
+    int64_t pid = 0;
+    {
+      ChildProcess rank0;
+      pid = rank0.pid();
+    }
+    store.descriptor().ranks[0].pid = pid;
+    store.write();
+    CHECK_THROWS_WITH(Client(store.dir()),
+                      Contains("is not running") && Contains("pid " + std::to_string(pid)));
+    CHECK_THROWS_AS(Client(store.dir()), UsageError);
+    test::TempDir empty;
+    CHECK_THROWS_WITH(Client(empty.path()), Contains("no store at"));
+  }
+  CHECK(leftover_segments().empty());
+}
+
+TEST_CASE("client: samples of a rank on another node need the fabric transport", "[client]") {
+  {
+    TestStore store;
+    store.descriptor().ranks[2].host = "elsewhere.invalid";
+    store.write();
+    auto reader = Client(store.dir()).open("d").reader();
+    for (int r : {0, 1}) {
+      const auto ids = ids_of_rank(store.plan(), r);
+      CHECK(store_batch(reader, "g", ids, true) == origin_batch(store.index(), 1, ids));
+    }
+    const auto ids2 = ids_of_rank(store.plan(), 2);
+    CHECK_THROWS_WITH(
+        store_batch(reader, "x", ids2),
+        Contains("rank 2 on elsewhere.invalid is not on this node") && Contains("fabric"));
+    CHECK_THROWS_AS(store_batch(reader, "x", ids2), UsageError);
+  }
+  CHECK(leftover_segments().empty());
+}
+
+TEST_CASE("client: readers on two threads read at once", "[client]") {
+  {
+    TestStore store;
+    auto dataset = Client(store.dir()).open("d");
+    std::vector<std::vector<uint64_t>> batches;
+    std::vector<Bytes> expect[2];
+    for (uint64_t seed = 10; seed < 16; ++seed) {
+      batches.push_back(mixed_ids(seed));
+      for (uint32_t f : {0u, 1u})
+        expect[f].push_back(origin_batch(store.index(), f, batches.back()));
+    }
+    // Catch's assertions are not thread-safe: the threads count, the test checks.
+    std::atomic<int> mismatches{0};
+    std::atomic<int> errors{0};
+    auto work = [&](std::size_t t) {
+      try {
+        auto reader = dataset.reader();
+        Bytes dest;
+        for (std::size_t round = 0; round < 300; ++round) {
+          const std::size_t b = (round + t) % batches.size();
+          const uint32_t f = round % 2;
+          dest.resize(expect[f][b].size());
+          reader.get_batch(f == 0 ? "x" : "g", batches[b], dest, round % 3 == 0);
+          if (dest != expect[f][b]) ++mismatches;
+        }
+      } catch (...) {
+        ++errors;
+      }
+    };
+    std::thread one(work, 0);
+    std::thread two(work, 1);
+    one.join();
+    two.join();
+    CHECK(mismatches == 0);
+    CHECK(errors == 0);
+  }
+  CHECK(leftover_segments().empty());
+}
