@@ -8,13 +8,13 @@
 
 #include <fmt/format.h>
 
-#include "ddstage/checksum.hpp"
 #include "ddstage/error.hpp"
 #include "ddstage/file_descriptor.hpp"
 #include "ddstage/shard_layout.hpp"
 #include "ddstage/shard_plan.hpp"
 #include "ddstage/shm_segment.hpp"
 #include "process.hpp"
+#include "read_batch.hpp"
 #include "transport/copy_transport.hpp"
 
 namespace ddstage {
@@ -51,34 +51,6 @@ struct OpenDataset {
 
 namespace {
 
-/// Field id by name, building the list of names only when the name is unknown: get_batch
-/// calls this once per batch and must not allocate.
-uint32_t field_of(const Index& index, const std::string& name) {
-  const auto fields = index.fields();
-  for (uint32_t f = 0; f < fields.size(); ++f) {
-    if (fields[f].name == name) return f;
-  }
-  return index.field_id(name);  // throws the UsageError listing the fields
-}
-
-void check_ids(const Index& index, std::span<const uint64_t> ids) {
-  for (uint64_t id : ids) {
-    if (id >= index.samples()) {
-      throw UsageError(fmt::format("sample id {} is out of range (dataset '{}' has {} samples)", id,
-                                   index.manifest().name, index.samples()));
-    }
-  }
-}
-
-/// Bytes of field for ids, which the caller checked.
-uint64_t bytes_of(const Index& index, uint32_t field, std::span<const uint64_t> ids) {
-  const FieldInfo& info = index.fields()[field];
-  if (!info.variable) return info.row_bytes * ids.size();
-  uint64_t total = 0;
-  for (uint64_t id : ids) total += index.entry(id, field).length;
-  return total;
-}
-
 /// The store's plan must be the one the index describes, or rows would be looked for in the
 /// wrong region. (StoreDescriptor::read already checked one shard per rank in every list.)
 void check_plan(const StoreDescriptor& store, const StoreDataset& info, const Index& index,
@@ -88,6 +60,11 @@ void check_plan(const StoreDescriptor& store, const StoreDataset& info, const In
       throw IndexError(
           fmt::format("store.yaml lists rank {} in position {}", store.ranks[r].rank, r));
     }
+  }
+  if (index.fingerprint() != info.index_fingerprint) {
+    throw IndexError(fmt::format("the index {} changed after dataset '{}' was loaded into the store; "
+                                 "reload it (`ddstage load --replace`)",
+                                 info.index.string(), info.name));
   }
   if (plan.samples() != index.samples()) {
     throw IndexError(
@@ -154,7 +131,6 @@ struct Reader::State {
   /// Turns ids into reads at the caller's positions; a run of ids that are consecutive
   /// samples of one rank is one read (rows of a field lie back to back in a region).
   void plan_reads(uint32_t field, std::span<const uint64_t> ids, std::byte* dest);
-  void verify(uint32_t field, std::span<const uint64_t> ids, const std::byte* dest) const;
 
   std::shared_ptr<const detail::OpenDataset> data;
   detail::CopyTransport shm;
@@ -243,26 +219,8 @@ void Reader::State::plan_reads(uint32_t field, std::span<const uint64_t> ids, st
           {.sample = id, .field = data->index.fields()[field].name, .rank = rank});
     }
     if (row.empty()) continue;
-    if (!reads.empty() && reads.back().rank == rank &&
-        reads.back().offset + reads.back().bytes == offset) {
-      reads.back().bytes += row.size();
-    } else {
-      reads.push_back({offset, row.size(), dest, rank});
-    }
+    detail::append_read(reads, {offset, row.size(), dest, rank});
     dest += row.size();
-  }
-}
-
-void Reader::State::verify(uint32_t field, std::span<const uint64_t> ids,
-                           const std::byte* dest) const {
-  for (uint64_t id : ids) {
-    const Entry& e = data->index.entry(id, field);
-    if (checksum({dest, e.length}) != e.checksum) {
-      throw ChecksumError(
-          "bytes read from the store do not match the index checksum; reload the dataset",
-          {.sample = id, .field = data->index.fields()[field].name, .rank = data->plan.owner(id)});
-    }
-    dest += e.length;
   }
 }
 
@@ -302,7 +260,7 @@ void Reader::get_batch(const std::string& field, std::span<const uint64_t> ids,
   m->plan_reads(f, ids, dest.data());
   m->shm.post(m->reads);
   m->shm.wait();
-  if (verify) m->verify(f, ids, dest.data());
+  if (verify) detail::verify_rows(index, m->data->plan, f, ids, dest.data());
 }
 
 Dataset::Dataset(std::shared_ptr<State> state) : m(std::move(state)) {}

@@ -95,6 +95,7 @@ Index Index::open(const std::filesystem::path& dir) {
   index.m_manifest = std::move(manifest.info);
   index.m_fields = std::move(manifest.fields);
   index.m_samples = header.samples;
+  index.m_fingerprint = header.header_checksum;
   index.m_files = read_file_table(bytes, header, dir / "index.bin");
   index.m_entries = reinterpret_cast<const Entry*>(bytes.data() + header.entries_offset);
   return index;

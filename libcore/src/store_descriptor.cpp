@@ -70,6 +70,7 @@ void emit_dataset(YAML::Emitter& out, const StoreDataset& d) {
   out << YAML::Key << "boundaries" << YAML::Value << YAML::Flow << d.boundaries;
   out << YAML::Key << "segments" << YAML::Value << YAML::Flow << d.segments;
   out << YAML::Key << "region_bytes" << YAML::Value << YAML::Flow << d.region_bytes;
+  out << YAML::Key << "index_fingerprint" << YAML::Value << d.index_fingerprint;
   out << YAML::EndMap;
 }
 
@@ -116,6 +117,7 @@ StoreDataset parse_dataset(const YAML::Node& node, std::size_t i, std::size_t ra
   d.boundaries = require<std::vector<uint64_t>>(node, "boundaries", file, where);
   d.segments = require<std::vector<std::string>>(node, "segments", file, where);
   d.region_bytes = require<std::vector<uint64_t>>(node, "region_bytes", file, where);
+  d.index_fingerprint = require<uint64_t>(node, "index_fingerprint", file, where);
   if (d.boundaries.size() != ranks + 1 || d.segments.size() != ranks ||
       d.region_bytes.size() != ranks) {
     throw IndexError(file.string() + ": dataset '" + d.name +

@@ -198,7 +198,8 @@ Message ServerRank::load(const Message& args) {
   auto sizes = detail::gather_strings(std::to_string(need), MPI_COMM_WORLD);
   auto segments = detail::gather_strings(segment, MPI_COMM_WORLD);
   if (!is_root()) return reply;
-  StoreDataset ds{name, fs::absolute(path), ShardPlan::balance(*index, m_mpi.size()).boundaries(), segments, {}};
+  StoreDataset ds{name, fs::absolute(path), ShardPlan::balance(*index, m_mpi.size()).boundaries(), segments, {},
+                  index->fingerprint()};
   for (const auto& s : sizes) ds.region_bytes.push_back(std::stoull(s));
   std::erase_if(m_descriptor.datasets, [&](const auto& d) { return d.name == name; });
   m_descriptor.datasets.push_back(ds);

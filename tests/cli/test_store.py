@@ -291,3 +291,16 @@ def test_stale_descriptor_is_detected_and_replaced(ddstage, serve, datasets):
         again.stop()
     finally:
         again.kill()
+
+
+def test_reflattened_index_is_refused(ddstage, serve, datasets, tmp_path):
+    """The store holds a snapshot: after the index is re-flattened, clients must not address the
+    old shards with the new index."""
+    store = serve(2)
+    ddstage.ok("load", "--store", store.dir, datasets["files"], "--name", "f")
+    (tmp_path / "tree" / "extra.bin").write_bytes(b"new sample")
+    flatten(ddstage, datasets["files"], tmp_path / "tree", "--force")
+    assert_runtime_error(ddstage.run("read", "--store", store.dir, "--dataset", "f", "--ids", "0"), "changed after")
+    ddstage.ok("load", "--store", store.dir, datasets["files"], "--name", "f", "--replace")
+    assert read_store(ddstage, store.dir, "f", "300") == read_bytes(ddstage, datasets["files"], "300")
+    store.stop()

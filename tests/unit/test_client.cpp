@@ -75,7 +75,10 @@ class TestStore {
  public:
   TestStore() : m_index(Index::open(write_index(m_dir))), m_plan(ShardPlan::balance(m_index, 3)) {
     static int counter = 0;
-    StoreDataset d{.name = "d", .index = m_dir / "d.ddx", .boundaries = m_plan.boundaries()};
+    StoreDataset d{.name = "d",
+                   .index = m_dir / "d.ddx",
+                   .boundaries = m_plan.boundaries(),
+                   .index_fingerprint = m_index.fingerprint()};
     for (int r = 0; r < m_plan.ranks(); ++r) {
       const auto name =
           "/ddstage-test-" + std::to_string(::getpid()) + "-client" + std::to_string(counter++);
@@ -376,4 +379,12 @@ TEST_CASE("client: readers on two threads read at once", "[client]") {
     CHECK(errors == 0);
   }
   CHECK(leftover_segments().empty());
+}
+
+TEST_CASE("client: an index re-flattened after loading is refused, not misread", "[client]") {
+  TestStore store;
+  auto descriptor = StoreDescriptor::read(store.dir());
+  descriptor.datasets[0].index_fingerprint ^= 1;
+  descriptor.write(store.dir());
+  CHECK_THROWS_WITH(Client(store.dir()).open("d"), Catch::Contains("changed after") && Catch::Contains("reload"));
 }

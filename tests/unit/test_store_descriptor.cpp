@@ -35,7 +35,8 @@ StoreDescriptor sample_descriptor() {
        .index = "/scratch/data sets/train.ddx",
        .boundaries = {0, 333, 667, 1000},
        .segments = {"/ddstage-a-train-0", "/ddstage-a-train-1", "/ddstage-a-train-2"},
-       .region_bytes = {uint64_t{5} << 32, 12, 0}});
+       .region_bytes = {uint64_t{5} << 32, 12, 0},
+       .index_fingerprint = 0xfedcba9876543210ull});
   d.datasets.push_back({.name = "val: \"quoted\"",
                         .index = "/scratch/val.ddx",
                         .boundaries = {0, 0, 0, 7},
@@ -64,6 +65,7 @@ void require_same(const StoreDescriptor& a, const StoreDescriptor& b) {
     REQUIRE(a.datasets[i].boundaries == b.datasets[i].boundaries);
     REQUIRE(a.datasets[i].segments == b.datasets[i].segments);
     REQUIRE(a.datasets[i].region_bytes == b.datasets[i].region_bytes);
+    REQUIRE(a.datasets[i].index_fingerprint == b.datasets[i].index_fingerprint);
   }
 }
 

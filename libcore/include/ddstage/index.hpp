@@ -92,6 +92,9 @@ class Index {
   std::filesystem::path resolve(uint32_t file) const;
   /// Throws StaleError naming the file if its size or mtime differ from flatten time.
   void check_fresh(uint32_t file) const;
+  /// Identity of this exact index.bin (its header checksum, which covers the body checksum):
+  /// a store records it at load, so a client never addresses shards with a re-flattened index.
+  uint64_t fingerprint() const noexcept { return m_fingerprint; }
   /// check_fresh for every file reads can touch (not `copied` ones); the first stale one throws.
   void check_all_fresh() const;
 
@@ -102,6 +105,7 @@ class Index {
   std::vector<FieldInfo> m_fields;
   std::vector<FileInfo> m_files;
   uint64_t m_samples = 0;
+  uint64_t m_fingerprint = 0;
   MappedFile m_map;
   const Entry* m_entries = nullptr;
 };

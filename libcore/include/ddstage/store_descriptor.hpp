@@ -27,6 +27,7 @@ struct StoreDataset {
   std::vector<uint64_t> boundaries;    ///< ShardPlan boundaries, ranks + 1 values
   std::vector<std::string> segments;   ///< per rank: shared-memory segment name
   std::vector<uint64_t> region_bytes;  ///< per rank: bytes of its shard region
+  uint64_t index_fingerprint = 0;      ///< Index::fingerprint() of what was loaded
 };
 
 /// Everything in store.yaml. The token authorises control requests; the file is mode 0600.

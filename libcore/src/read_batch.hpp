@@ -1,0 +1,77 @@
+// Checks and planning every reader of shard regions does per batch (Client readers, the
+// embedded Store): header-only so that MPI-free and MPI builds share one definition.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "ddstage/checksum.hpp"
+#include "ddstage/error.hpp"
+#include "ddstage/index.hpp"
+#include "ddstage/shard_plan.hpp"
+#include "transport/transport.hpp"
+
+namespace ddstage::detail {
+
+/// Field id by name, building the list of names only when the name is unknown: get_batch
+/// calls this once per batch and must not allocate.
+inline uint32_t field_of(const Index& index, const std::string& name) {
+  const auto fields = index.fields();
+  for (uint32_t f = 0; f < fields.size(); ++f) {
+    if (fields[f].name == name) return f;
+  }
+  return index.field_id(name);  // throws the UsageError listing the fields
+}
+
+/// UsageError for the first id that is not a sample of index.
+inline void check_ids(const Index& index, std::span<const uint64_t> ids) {
+  for (uint64_t id : ids) {
+    if (id >= index.samples()) {
+      throw UsageError(fmt::format("sample id {} is out of range (dataset '{}' has {} samples)", id,
+                                   index.manifest().name, index.samples()));
+    }
+  }
+}
+
+/// Bytes of field for ids, which the caller checked.
+inline uint64_t bytes_of(const Index& index, uint32_t field, std::span<const uint64_t> ids) {
+  const FieldInfo& info = index.fields()[field];
+  if (!info.variable) return info.row_bytes * ids.size();
+  uint64_t total = 0;
+  for (uint64_t id : ids) total += index.entry(id, field).length;
+  return total;
+}
+
+/// Appends a read of one row, merged into the previous read when it continues it in the same
+/// rank's region and in dest: rows of consecutive samples lie back to back in a region, so a
+/// run of consecutive ids of one rank becomes one read (one memcpy, one MPI_Get, one fi_read).
+inline void append_read(std::vector<ReadOp>& reads, const ReadOp& row) {
+  if (!reads.empty()) {
+    ReadOp& last = reads.back();
+    if (last.rank == row.rank && last.offset + last.bytes == row.offset && last.dest + last.bytes == row.dest) {
+      last.bytes += row.bytes;
+      return;
+    }
+  }
+  reads.push_back(row);
+}
+
+/// Checks each row of dest (ids' rows back to back) against the index's checksum; a
+/// ChecksumError names the sample, the field and the rank the row came from.
+inline void verify_rows(const Index& index, const ShardPlan& plan, uint32_t field, std::span<const uint64_t> ids,
+                        const std::byte* dest) {
+  for (uint64_t id : ids) {
+    const Entry& e = index.entry(id, field);
+    if (checksum({dest, e.length}) != e.checksum) {
+      throw ChecksumError("bytes read from the store do not match the index checksum; reload the dataset",
+                          {.sample = id, .field = index.fields()[field].name, .rank = plan.owner(id)});
+    }
+    dest += e.length;
+  }
+}
+
+}  // namespace ddstage::detail
