@@ -147,7 +147,8 @@ void OriginReader::read_run(std::size_t begin, std::size_t end) {
   fd.pread_exact(m_scratch, first.offset);
   for (std::size_t i = begin; i < end; ++i) {
     const Entry& e = *m_requests[i].entry;
-    std::memcpy(m_requests[i].dest, m_scratch.data() + (e.offset - first.offset), e.length);
+    // A run of empty rows leaves the scratch buffer empty (null data): memcpy must not see it.
+    if (e.length) std::memcpy(m_requests[i].dest, m_scratch.data() + (e.offset - first.offset), e.length);
   }
 }
 

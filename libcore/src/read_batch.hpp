@@ -52,7 +52,8 @@ inline uint64_t bytes_of(const Index& index, uint32_t field, std::span<const uin
 inline void append_read(std::vector<ReadOp>& reads, const ReadOp& row) {
   if (!reads.empty()) {
     ReadOp& last = reads.back();
-    if (last.rank == row.rank && last.offset + last.bytes == row.offset && last.dest + last.bytes == row.dest) {
+    if (last.rank == row.rank && last.offset + last.bytes == row.offset &&
+        last.dest + last.bytes == row.dest) {
       last.bytes += row.bytes;
       return;
     }
@@ -62,13 +63,14 @@ inline void append_read(std::vector<ReadOp>& reads, const ReadOp& row) {
 
 /// Checks each row of dest (ids' rows back to back) against the index's checksum; a
 /// ChecksumError names the sample, the field and the rank the row came from.
-inline void verify_rows(const Index& index, const ShardPlan& plan, uint32_t field, std::span<const uint64_t> ids,
-                        const std::byte* dest) {
+inline void verify_rows(const Index& index, const ShardPlan& plan, uint32_t field,
+                        std::span<const uint64_t> ids, const std::byte* dest) {
   for (uint64_t id : ids) {
     const Entry& e = index.entry(id, field);
     if (checksum({dest, e.length}) != e.checksum) {
-      throw ChecksumError("bytes read from the store do not match the index checksum; reload the dataset",
-                          {.sample = id, .field = index.fields()[field].name, .rank = plan.owner(id)});
+      throw ChecksumError(
+          "bytes read from the store do not match the index checksum; reload the dataset",
+          {.sample = id, .field = index.fields()[field].name, .rank = plan.owner(id)});
     }
     dest += e.length;
   }

@@ -3,7 +3,6 @@
 #include <vector>
 
 #include "ddstage/origin_reader.hpp"
-#include "ddstage/shard_layout.hpp"
 
 namespace ddstage {
 namespace {
@@ -13,14 +12,12 @@ constexpr std::size_t entries_per_chunk = 1u << 16;
 
 }  // namespace
 
-ShmSegment load_shard(const Index& index, ShardRange range, const std::string& segment,
-                      const ShardLoadOptions& options) {
-  ShardLayout layout(index, range);
-  auto shm = ShmSegment::create(segment, layout.total_bytes());
-  auto region = shm.writable();
+void fill_shard(const Index& index, const ShardLayout& layout, std::span<std::byte> region,
+                const ShardLoadOptions& options) {
   layout.write_tables(region);
   OriginReader reader(index, {.verify = options.verify, .allow_stale = options.allow_stale});
   const auto fields = static_cast<uint32_t>(index.fields().size());
+  const ShardRange range = layout.range();
   std::vector<EntryRead> reads;
   reads.reserve(entries_per_chunk);
   uint64_t loaded = 0;
@@ -36,6 +33,13 @@ ShmSegment load_shard(const Index& index, ShardRange range, const std::string& s
     if (reads.size() >= entries_per_chunk) flush();
   }
   if (!reads.empty()) flush();
+}
+
+ShmSegment load_shard(const Index& index, ShardRange range, const std::string& segment,
+                      const ShardLoadOptions& options) {
+  ShardLayout layout(index, range);
+  auto shm = ShmSegment::create(segment, layout.total_bytes());
+  fill_shard(index, layout, shm.writable(), options);
   return shm;
 }
 

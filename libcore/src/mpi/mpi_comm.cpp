@@ -9,12 +9,13 @@
 
 namespace ddstage::detail {
 
-void mpi_check(int rc, const char* call) {
+void mpi_check(int rc, const char* call, ErrorContext context) {
   if (rc == MPI_SUCCESS) return;
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(rc, text, &len);
-  throw Error(ErrorKind::runtime, std::string(call) + " failed: " + std::string(text, static_cast<std::size_t>(len)));
+  throw Error(ErrorKind::runtime, std::string(call) + " failed: " + std::string(text, static_cast<std::size_t>(len)),
+              std::move(context));
 }
 
 MpiSession::MpiSession(int* argc, char*** argv) {
@@ -32,6 +33,21 @@ MpiSession::MpiSession(int* argc, char*** argv) {
 
 MpiSession::~MpiSession() {
   if (m_owns && MPI_Finalize() != MPI_SUCCESS) spdlog::warn("MPI_Finalize failed");
+}
+
+MpiCommDup::MpiCommDup(MPI_Comm comm) {
+  mpi_check(MPI_Comm_dup(comm, &m_comm), "MPI_Comm_dup");
+  mpi_check(MPI_Comm_set_errhandler(m_comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+}
+
+MpiCommDup::~MpiCommDup() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) {
+    spdlog::warn("a communicator outlived MPI_Finalize and was not freed");
+  } else if (MPI_Comm_free(&m_comm) != MPI_SUCCESS) {
+    spdlog::warn("MPI_Comm_free failed");
+  }
 }
 
 namespace {
@@ -87,6 +103,19 @@ bool all_ok(bool ok, MPI_Comm comm) {
   int mine = ok ? 1 : 0, all = 0;
   mpi_check(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce");
   return all == 1;
+}
+
+std::optional<RankFailure> first_failure(const std::string& failure, MPI_Comm comm) {
+  // The common case, everyone fine, costs one small allreduce; texts travel only on failure.
+  if (all_ok(failure.empty(), comm)) return std::nullopt;
+  std::string first;
+  const auto failures = gather_strings(failure, comm);
+  for (std::size_t r = 0; r < failures.size() && first.empty(); ++r) {
+    if (!failures[r].empty()) first = std::to_string(r) + " " + failures[r];
+  }
+  first = bcast_string(first, comm);
+  const auto space = first.find(' ');
+  return RankFailure{std::stoi(first.substr(0, space)), first.substr(space + 1)};
 }
 
 double max_over_ranks(double v, MPI_Comm comm) {

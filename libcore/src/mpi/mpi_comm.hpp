@@ -4,8 +4,11 @@
 #include <mpi.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "ddstage/error.hpp"
 
 namespace ddstage::detail {
 
@@ -26,6 +29,22 @@ class MpiSession {
   int m_size = 1;
 };
 
+/// Owns a duplicate of an app's communicator (errors returned as codes), so that a library's
+/// collectives and messages never match the app's. Collective to create and to free.
+class MpiCommDup {
+ public:
+  explicit MpiCommDup(MPI_Comm comm);
+  MpiCommDup(const MpiCommDup&) = delete;
+  MpiCommDup& operator=(const MpiCommDup&) = delete;
+  /// MPI_Comm_free unless MPI is already finalized; logs failures, never throws.
+  ~MpiCommDup();
+
+  MPI_Comm get() const noexcept { return m_comm; }
+
+ private:
+  MPI_Comm m_comm = MPI_COMM_NULL;
+};
+
 /// Rank 0's text to every rank. Non-root ranks wait with MPI_Ibcast + a short sleep between
 /// tests: an idle server rank must not spin a core (OpenMPI's blocking calls busy-poll).
 std::string bcast_string(const std::string& text, MPI_Comm comm);
@@ -36,7 +55,17 @@ bool all_ok(bool ok, MPI_Comm comm);
 /// Maximum of v over ranks, on every rank.
 double max_over_ranks(double v, MPI_Comm comm);
 
-/// Throws Error naming the MPI call and its error string when rc is not MPI_SUCCESS.
-void mpi_check(int rc, const char* call);
+/// A rank's failure, as every rank learns it from first_failure.
+struct RankFailure {
+  int rank = 0;
+  std::string text;
+};
+/// Collective: nullopt on every rank when `failure` is empty on every rank; otherwise the
+/// lowest failing rank and its text, on every rank (so all ranks can throw the same error).
+std::optional<RankFailure> first_failure(const std::string& failure, MPI_Comm comm);
+
+/// Throws Error naming the MPI call and its error string (and context, e.g. the target rank)
+/// when rc is not MPI_SUCCESS.
+void mpi_check(int rc, const char* call, ErrorContext context = {});
 
 }  // namespace ddstage::detail

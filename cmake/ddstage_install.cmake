@@ -1,0 +1,75 @@
+# Installing libcore as a CMake package: an app does
+#   find_package(ddstage REQUIRED)
+#   target_link_libraries(app PRIVATE ddstage::core)
+# Included from the top-level CMakeLists.txt after libcore/ is added. tests/install/ proves
+# that the installed package builds and runs a separate project (examples/reader-app/).
+include(CMakePackageConfigHelpers)
+
+set(DDSTAGE_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/ddstage
+    CACHE STRING "Where ddstageConfig.cmake is installed, relative to the prefix")
+mark_as_advanced(DDSTAGE_INSTALL_CMAKEDIR)
+
+# libcore is a static library: its PRIVATE dependencies reach the export as $<LINK_ONLY:...>
+# (CMake adds that for static libraries), so every target it names must exist in the consumer.
+# ddstageConfig.cmake.in knows how to find the ones below; anything else is flagged here, at
+# configure time (and tests/install fails), rather than at some app's link.
+get_target_property(_ddstage_core_links ddstage_core LINK_LIBRARIES)
+set(_ddstage_known_links yaml-cpp PkgConfig::XXHASH spdlog::spdlog Threads::Threads
+    MPI::MPI_CXX PkgConfig::FABRIC)
+set(DDSTAGE_CORE_NEEDS_MPI 0)
+set(DDSTAGE_CORE_NEEDS_FABRIC 0)
+foreach(_lib IN LISTS _ddstage_core_links)
+  if(_lib STREQUAL "MPI::MPI_CXX")
+    set(DDSTAGE_CORE_NEEDS_MPI 1)
+  elseif(_lib STREQUAL "PkgConfig::FABRIC")
+    set(DDSTAGE_CORE_NEEDS_FABRIC 1)
+  endif()
+  if(NOT _lib IN_LIST _ddstage_known_links AND NOT _lib MATCHES "^\\$<BUILD_INTERFACE:")
+    message(WARNING "ddstage_core links '${_lib}', which the installed package cannot find: "
+            "add a find_dependency for it to cmake/ddstageConfig.cmake.in and to the list in "
+            "cmake/ddstage_install.cmake (or link it as $<BUILD_INTERFACE:...> if it is header-only).")
+  endif()
+endforeach()
+
+# A sanitized static library needs the sanitizer runtime at the app's link too.
+if(DDSTAGE_SANITIZE)
+  target_link_options(ddstage_core INTERFACE $<INSTALL_INTERFACE:-fsanitize=address,undefined>)
+endif()
+
+install(TARGETS ddstage_core EXPORT ddstageTargets
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+
+# Public headers, and the generated config.hpp beside them: both resolve as <ddstage/...>
+# through the one $<INSTALL_INTERFACE:include> that libcore already declares.
+# Without MPI, the headers of the MPI-only parts (the server, the embedded Store, <mpi.h>
+# conveniences) would declare what the library does not contain: leave them out.
+set(_ddstage_header_excludes)
+if(NOT DDSTAGE_HAVE_MPI)
+  foreach(_h mpi.hpp store.hpp store_server.hpp)
+    list(APPEND _ddstage_header_excludes PATTERN ${_h} EXCLUDE)
+  endforeach()
+endif()
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/libcore/include/ddstage
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+  FILES_MATCHING PATTERN "*.hpp" ${_ddstage_header_excludes})
+install(FILES ${PROJECT_BINARY_DIR}/generated/ddstage/config.hpp
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ddstage)
+
+install(EXPORT ddstageTargets
+  NAMESPACE ddstage::
+  FILE ddstageTargets.cmake
+  DESTINATION ${DDSTAGE_INSTALL_CMAKEDIR})
+
+configure_package_config_file(cmake/ddstageConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/cmake/ddstageConfig.cmake
+  INSTALL_DESTINATION ${DDSTAGE_INSTALL_CMAKEDIR})
+# 0.x: a minor release may change the API, so only the same major.minor is compatible.
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/cmake/ddstageConfigVersion.cmake
+  VERSION ${PROJECT_VERSION}
+  COMPATIBILITY SameMinorVersion)
+install(FILES
+  ${PROJECT_BINARY_DIR}/cmake/ddstageConfig.cmake
+  ${PROJECT_BINARY_DIR}/cmake/ddstageConfigVersion.cmake
+  DESTINATION ${DDSTAGE_INSTALL_CMAKEDIR})

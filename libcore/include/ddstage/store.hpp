@@ -1,0 +1,114 @@
+// The embedded store: every rank of an MPI job holds a shard of each dataset and reads any row
+// with MPI RMA, or all ranks exchange rows together. No MPI header here (see ddstage/mpi.hpp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "ddstage/index.hpp"
+
+namespace ddstage {
+
+/// Settings of an embedded Store.
+struct StoreOptions {
+  /// get_batch_collective: most bytes one rank sends in one all-to-all round (a single larger
+  /// row goes alone in its round). Bounded rounds beat one unbounded exchange (2-8 MiB best in
+  /// the seed measurements). 1 byte to 2 GiB - 1.
+  uint64_t max_round_bytes = 4ull << 20;
+  /// When every rank is on one node, put the shards in one MPI shared-memory window
+  /// (MPI_Win_allocate_shared) and read any rank's rows with a plain memcpy. false, or ranks on
+  /// several nodes: MPI_Win_allocate and MPI_Get (the MPI library's own path: with OpenMPI's
+  /// osc/rdma a same-node get costs ~1 µs unloaded, ~100 µs when ranks outnumber cores).
+  bool direct_on_node = true;
+  /// load: skip the origin files' size/mtime check.
+  bool allow_stale = false;
+};
+
+/// Shards of datasets held by the ranks of an MPI communicator (DDStore style). The app
+/// initialises MPI; the Store works on its own duplicate of the communicator. Construction,
+/// load() and destruction are collective: every rank calls them, in the same order, and the
+/// Store must be destroyed before MPI_Finalize. Errors from collective calls are thrown on
+/// every rank alike, naming the rank that failed.
+///
+/// Threads: get_batch from readers in several threads of one rank makes concurrent MPI calls
+/// (MPI_Get, flush) and needs MPI initialised with MPI_THREAD_MULTIPLE (MPI_Init_thread);
+/// thread_level() tells what MPI provides. The exception is a shared window (direct_on_node,
+/// all ranks on one node): there get_batch is memcpy only and makes no MPI call. The Store
+/// itself (load, reader()) and get_batch_collective are for one thread per rank at a time.
+class Store {
+ public:
+  class Reader;
+
+  /// comm as its Fortran handle (MPI_Comm_c2f), so that this header needs no mpi.h: C++ apps
+  /// use make_store(MPI_Comm) from ddstage/mpi.hpp. UsageError when MPI is not initialised or
+  /// options are out of range.
+  explicit Store(int fortran_comm, StoreOptions options = {});
+  Store(Store&&) noexcept;
+  Store& operator=(Store&&) noexcept;
+  /// Collective: frees every dataset's window.
+  ~Store();
+
+  int rank() const noexcept;
+  int size() const noexcept;
+  /// MPI_Query_thread's answer (MPI_THREAD_SINGLE .. MPI_THREAD_MULTIPLE as ints).
+  int thread_level() const noexcept;
+
+  /// Collective. Every rank opens the index, takes its contiguous byte-balanced share
+  /// (ShardPlan::balance over the communicator's size), allocates it in an MPI window and
+  /// fills it from origin (with verify, checking every entry's checksum). If any rank fails,
+  /// every rank throws the first failing rank's error and nothing of the dataset remains.
+  /// name defaults to the index's dataset name; a name already loaded is a UsageError.
+  void load(const std::filesystem::path& index, const std::string& name = "", bool verify = false);
+  /// A loaded dataset's index; UsageError listing the loaded names when there is none.
+  const Index& index(const std::string& name) const;
+  /// A reader of a loaded dataset for the calling thread; it must not outlive the Store.
+  Reader reader(const std::string& name) const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> m;
+};
+
+/// Per-thread reader of one dataset of a Store: owns its scratch and shares no lock.
+class Store::Reader {
+ public:
+  Reader(Reader&&) noexcept;
+  Reader& operator=(Reader&&) noexcept;
+  ~Reader();
+
+  /// Total bytes of field for ids (repeats counted); UsageError for an unknown field or id.
+  uint64_t batch_bytes(const std::string& field, std::span<const uint64_t> ids) const;
+  /// Per-id sizes of field, for variable-length rows (sizes.size() == ids.size()).
+  void row_sizes(const std::string& field, std::span<const uint64_t> ids,
+                 std::span<uint64_t> sizes) const;
+
+  /// One-sided: reads the rows of ids (any order, repeats allowed) into dest, concatenated in
+  /// the order asked; dest.size() must equal batch_bytes(). This rank's rows (every rank's,
+  /// with direct_on_node on one node) are copied, other ranks' rows fetched with MPI_Get (one
+  /// get per run of consecutive samples of one rank), completed by one flush per batch. With
+  /// verify, every row's checksum is checked against the index (ChecksumError naming sample, field
+  /// and rank). Bad input is a UsageError before anything is read.
+  void get_batch(const std::string& field, std::span<const uint64_t> ids, std::span<std::byte> dest,
+                 bool verify = false);
+
+  /// Collective over the Store's ranks: every rank calls it at the same point with its own ids
+  /// (possibly none) and gets them as get_batch would. Requests are exchanged all-to-all, owners
+  /// pack their rows and the rows travel back in rounds of at most max_round_bytes sent per
+  /// rank. Bad input on any rank (unknown field, id out of range, wrong dest size, a batch of
+  /// 2 GiB or more) is a UsageError thrown on every rank before any row moves. One thread per
+  /// rank at a time.
+  void get_batch_collective(const std::string& field, std::span<const uint64_t> ids,
+                            std::span<std::byte> dest);
+
+ private:
+  friend class Store;
+  struct State;
+  explicit Reader(std::unique_ptr<State> state);
+  std::unique_ptr<State> m;
+};
+
+}  // namespace ddstage

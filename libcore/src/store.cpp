@@ -1,0 +1,335 @@
+#include "ddstage/store.hpp"
+
+#include <climits>
+#include <exception>
+
+#include <fmt/format.h>
+
+#include "ddstage/error.hpp"
+#include "ddstage/shard_layout.hpp"
+#include "ddstage/shard_loader.hpp"
+#include "ddstage/shard_plan.hpp"
+#include "mpi/mpi_comm.hpp"
+#include "mpi/mpi_window.hpp"
+#include "read_batch.hpp"
+#include "transport/mpi_all_to_all.hpp"
+#include "transport/mpi_rma_transport.hpp"
+
+namespace ddstage {
+namespace detail {
+
+/// One loaded dataset. Every rank computes every rank's layout from the index, so a reader
+/// finds any remote row by arithmetic, with no metadata round trip.
+struct EmbeddedDataset {
+  EmbeddedDataset(std::string name_, Index index_, int ranks)
+      : name(std::move(name_)), index(std::move(index_)), plan(ShardPlan::balance(index, ranks)) {
+    layouts.reserve(static_cast<std::size_t>(ranks));
+    for (int r = 0; r < ranks; ++r) layouts.emplace_back(index, plan.range(r));
+  }
+
+  std::string name;
+  Index index;
+  ShardPlan plan;
+  std::vector<ShardLayout> layouts;      // by rank
+  MpiWindow window;                      // this rank's shard, in one window with every rank's
+  std::vector<const std::byte*> direct;  // by rank: the region when this process maps it, or null
+};
+
+namespace {
+
+/// A failure as one line for the other ranks: kind letter, then the message with its context.
+std::string describe(const std::exception_ptr& failure) {
+  if (!failure) return {};
+  try {
+    std::rethrow_exception(failure);
+  } catch (const Error& e) {
+    return (e.kind() == ErrorKind::usage ? "U" : "R") + std::string(e.what());
+  } catch (const std::exception& e) {
+    return "R" + std::string(e.what());
+  } catch (...) {
+    return "Ran unknown exception";
+  }
+}
+
+/// Collective. Returns when no rank failed; otherwise throws on every rank: the first failing
+/// rank its own exception, the others an error of the same kind naming that rank.
+void agree(const std::exception_ptr& failure, MPI_Comm comm, int self) {
+  const auto first = first_failure(describe(failure), comm);
+  if (!first) return;
+  if (first->rank == self) std::rethrow_exception(failure);
+  const std::string message = fmt::format("rank {} failed: {}", first->rank, first->text.substr(1));
+  if (first->text[0] == 'U') throw UsageError(message, {.rank = first->rank});
+  throw Error(ErrorKind::runtime, message, {.rank = first->rank});
+}
+
+}  // namespace
+}  // namespace detail
+
+struct Store::State {
+  State(int fortran_comm, StoreOptions options_)
+      : comm(MPI_Comm_f2c(fortran_comm)), options(options_) {
+    MPI_Comm_rank(comm.get(), &rank);
+    MPI_Comm_size(comm.get(), &size);
+    MPI_Query_thread(&thread_level);
+    shared = options.direct_on_node && on_one_node();
+  }
+
+  /// Whether every rank of comm shares this node's memory.
+  bool on_one_node() const;
+
+  const detail::EmbeddedDataset& find(const std::string& name) const;
+  std::unique_ptr<detail::EmbeddedDataset> prepare(const std::filesystem::path& path,
+                                                   std::string name) const;
+  /// Collective: UsageError on every rank unless all ranks opened the same index.
+  void check_same_index(const Index& index, const std::filesystem::path& path) const;
+  void fill(detail::EmbeddedDataset& ds, bool verify) const;
+
+  detail::MpiCommDup comm;  // declared first: freed after every window on it
+  StoreOptions options;
+  int rank = 0;
+  int size = 1;
+  int thread_level = 0;
+  bool shared = false;  // shards in shared windows, read by memcpy from any rank
+  // In load order, which is the same on every rank, so destruction frees the windows (a
+  // collective) in the same order everywhere.
+  std::vector<std::unique_ptr<detail::EmbeddedDataset>> datasets;
+};
+
+bool Store::State::on_one_node() const {
+  MPI_Comm node = MPI_COMM_NULL;
+  detail::mpi_check(
+      MPI_Comm_split_type(comm.get(), MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node),
+      "MPI_Comm_split_type");
+  int node_size = 0;
+  MPI_Comm_size(node, &node_size);
+  MPI_Comm_free(&node);
+  return node_size == size;
+}
+
+const detail::EmbeddedDataset& Store::State::find(const std::string& name) const {
+  std::string loaded;
+  for (const auto& ds : datasets) {
+    if (ds->name == name) return *ds;
+    loaded += (loaded.empty() ? "" : ", ") + ds->name;
+  }
+  throw UsageError(fmt::format("no dataset '{}' is loaded in this store (loaded: {})", name,
+                               loaded.empty() ? "none" : loaded));
+}
+
+std::unique_ptr<detail::EmbeddedDataset> Store::State::prepare(const std::filesystem::path& path,
+                                                               std::string name) const {
+  auto index = Index::open(path);
+  if (name.empty()) name = index.manifest().name;
+  for (const auto& ds : datasets) {
+    if (ds->name == name)
+      throw UsageError("dataset '" + name + "' is already loaded in this store");
+  }
+  return std::make_unique<detail::EmbeddedDataset>(std::move(name), std::move(index), size);
+}
+
+void Store::State::check_same_index(const Index& index, const std::filesystem::path& path) const {
+  // Every rank computes every rank's layout from its own copy of the index instead of asking:
+  // that only works if all copies are the same. Equal minima of v and ~v mean equal values.
+  const uint64_t mine[2] = {index.fingerprint(), ~index.fingerprint()};
+  uint64_t lowest[2] = {};
+  detail::mpi_check(MPI_Allreduce(mine, lowest, 2, MPI_UINT64_T, MPI_MIN, comm.get()),
+                    "MPI_Allreduce");
+  if (lowest[0] != mine[0] || lowest[1] != mine[1]) {
+    throw UsageError("the ranks opened different indexes at " + path.string() +
+                     " (one path, different contents): give every rank the same index");
+  }
+}
+
+void Store::State::fill(detail::EmbeddedDataset& ds, bool verify) const {
+  fill_shard(ds.index, ds.layouts[static_cast<std::size_t>(rank)], ds.window.region(),
+             {.verify = verify, .allow_stale = options.allow_stale});
+}
+
+Store::Store(int fortran_comm, StoreOptions options) {
+  int initialised = 0;
+  MPI_Initialized(&initialised);
+  if (!initialised) throw UsageError("a Store needs MPI: call MPI_Init (or MPI_Init_thread) first");
+  if (options.max_round_bytes == 0 || options.max_round_bytes > static_cast<uint64_t>(INT_MAX)) {
+    throw UsageError(fmt::format("max_round_bytes must be 1 to {} bytes, not {}", INT_MAX,
+                                 options.max_round_bytes));
+  }
+  m = std::make_unique<State>(fortran_comm, options);
+}
+
+Store::Store(Store&&) noexcept = default;
+Store& Store::operator=(Store&&) noexcept = default;
+Store::~Store() = default;
+
+int Store::rank() const noexcept {
+  return m->rank;
+}
+int Store::size() const noexcept {
+  return m->size;
+}
+int Store::thread_level() const noexcept {
+  return m->thread_level;
+}
+
+void Store::load(const std::filesystem::path& index, const std::string& name, bool verify) {
+  const MPI_Comm comm = m->comm.get();
+  // Phase 1, nothing allocated: can every rank open the index?
+  std::unique_ptr<detail::EmbeddedDataset> ds;
+  std::exception_ptr failure;
+  try {
+    ds = m->prepare(index, name);
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  detail::agree(failure, comm, m->rank);
+  m->check_same_index(ds->index, index);
+  // Phase 2: allocate and fill; on any failure every rank drops its window (a collective).
+  const uint64_t bytes = ds->layouts[static_cast<std::size_t>(m->rank)].total_bytes();
+  ds->window = m->shared ? detail::MpiWindow::allocate_shared(bytes, comm)
+                         : detail::MpiWindow::allocate(bytes, comm);
+  ds->window.lock_all();
+  try {
+    m->fill(*ds, verify);
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  // Syncs around the agreeing collective order every rank's fill before any direct read.
+  ds->window.sync();
+  detail::agree(failure, comm, m->rank);
+  ds->window.sync();
+  if (m->shared) {
+    ds->direct = ds->window.shared_bases(m->size);
+  } else {
+    ds->direct.assign(static_cast<std::size_t>(m->size), nullptr);  // others' rows by MPI_Get
+    ds->direct[static_cast<std::size_t>(m->rank)] = ds->window.region().data();
+  }
+  m->datasets.push_back(std::move(ds));
+}
+
+const Index& Store::index(const std::string& name) const {
+  return m->find(name).index;
+}
+
+struct Store::Reader::State {
+  State(const detail::EmbeddedDataset& data_, const Store::State& store)
+      : data(&data_),
+        comm(store.comm.get()),
+        self(store.rank),
+        map{&data->index, &data->plan, &data->layouts[static_cast<std::size_t>(self)],
+            data->window.region()},
+        rma(data->window.get(), data->direct),
+        all_to_all(comm, store.options.max_round_bytes) {}
+
+  /// Turns ids into reads at the caller's positions; a run of consecutive samples of one rank
+  /// is one read.
+  void plan_reads(uint32_t field, std::span<const uint64_t> ids, std::byte* dest);
+  /// The checks get_batch_collective agrees on before any row moves; the field's id.
+  uint32_t check_collective(const std::string& field, std::span<const uint64_t> ids,
+                            std::size_t dest_bytes) const;
+
+  const detail::EmbeddedDataset* data;
+  MPI_Comm comm;
+  int self;
+  detail::ShardMap map;
+  detail::MpiRmaTransport rma;
+  detail::MpiAllToAll all_to_all;
+  std::vector<detail::ReadOp> reads;  // reused across batches
+};
+
+void Store::Reader::State::plan_reads(uint32_t field, std::span<const uint64_t> ids,
+                                      std::byte* dest) {
+  reads.clear();
+  const FieldInfo& info = data->index.fields()[field];
+  int rank = 0;
+  ShardRange range;
+  for (uint64_t id : ids) {
+    // Ids usually come in runs of one rank: look the owner up only when one leaves its range.
+    if (id < range.first || id >= range.last) {
+      rank = data->plan.owner(id);
+      range = data->plan.range(rank);
+    }
+    const uint64_t bytes = info.variable ? data->index.entry(id, field).length : info.row_bytes;
+    if (bytes == 0) continue;
+    detail::append_read(reads, {data->layouts[static_cast<std::size_t>(rank)].row_offset(id, field),
+                                bytes, dest, rank});
+    dest += bytes;
+  }
+}
+
+uint32_t Store::Reader::State::check_collective(const std::string& field,
+                                                std::span<const uint64_t> ids,
+                                                std::size_t dest_bytes) const {
+  const uint32_t f = detail::field_of(data->index, field);
+  detail::check_ids(data->index, ids);
+  const uint64_t need = detail::bytes_of(data->index, f, ids);
+  if (dest_bytes != need) {
+    throw UsageError(
+        fmt::format("destination holds {} bytes; the batch needs {}", dest_bytes, need));
+  }
+  // MPI counts and displacements are int: a rank's whole batch must fit one.
+  if (need > static_cast<uint64_t>(INT_MAX) || ids.size() > static_cast<std::size_t>(INT_MAX)) {
+    throw UsageError(
+        fmt::format("a collective batch of {} ids, {} bytes is too large (under 2 GiB per rank "
+                    "per call): split it",
+                    ids.size(), need));
+  }
+  return f;
+}
+
+Store::Reader Store::reader(const std::string& name) const {
+  return Reader(std::make_unique<Reader::State>(m->find(name), *m));
+}
+
+Store::Reader::Reader(std::unique_ptr<State> state) : m(std::move(state)) {}
+Store::Reader::Reader(Reader&&) noexcept = default;
+Store::Reader& Store::Reader::operator=(Reader&&) noexcept = default;
+Store::Reader::~Reader() = default;
+
+uint64_t Store::Reader::batch_bytes(const std::string& field, std::span<const uint64_t> ids) const {
+  const Index& index = m->data->index;
+  const uint32_t f = detail::field_of(index, field);
+  detail::check_ids(index, ids);
+  return detail::bytes_of(index, f, ids);
+}
+
+void Store::Reader::row_sizes(const std::string& field, std::span<const uint64_t> ids,
+                              std::span<uint64_t> sizes) const {
+  const Index& index = m->data->index;
+  const uint32_t f = detail::field_of(index, field);
+  if (sizes.size() != ids.size()) {
+    throw UsageError(fmt::format("sizes holds {} values for {} ids", sizes.size(), ids.size()));
+  }
+  detail::check_ids(index, ids);
+  for (std::size_t i = 0; i < ids.size(); ++i) sizes[i] = index.entry(ids[i], f).length;
+}
+
+void Store::Reader::get_batch(const std::string& field, std::span<const uint64_t> ids,
+                              std::span<std::byte> dest, bool verify) {
+  const Index& index = m->data->index;
+  const uint32_t f = detail::field_of(index, field);
+  detail::check_ids(index, ids);
+  if (const uint64_t need = detail::bytes_of(index, f, ids); dest.size() != need) {
+    throw UsageError(
+        fmt::format("destination holds {} bytes; the batch needs {}", dest.size(), need));
+  }
+  m->plan_reads(f, ids, dest.data());
+  m->rma.post(m->reads);
+  m->rma.wait();
+  if (verify) detail::verify_rows(index, m->data->plan, f, ids, dest.data());
+}
+
+void Store::Reader::get_batch_collective(const std::string& field, std::span<const uint64_t> ids,
+                                         std::span<std::byte> dest) {
+  // Every rank must take part in every exchange, so bad input anywhere stops all ranks here,
+  // before the first all-to-all.
+  uint32_t f = 0;
+  std::exception_ptr failure;
+  try {
+    f = m->check_collective(field, ids, dest.size());
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  detail::agree(failure, m->comm, m->self);
+  m->all_to_all.exchange(m->map, f, ids, dest.data());
+}
+
+}  // namespace ddstage

@@ -1,0 +1,56 @@
+#include "transport/mpi_rma_transport.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "mpi/mpi_comm.hpp"
+
+namespace ddstage::detail {
+namespace {
+
+/// MPI counts are int: a longer run is split into gets of this many bytes.
+constexpr uint64_t max_get_bytes = 1ull << 30;
+
+}  // namespace
+
+MpiRmaTransport::MpiRmaTransport(MPI_Win win, std::vector<const std::byte*> direct)
+    : m_win(win), m_direct(std::move(direct)), m_is_touched(m_direct.size()) {}
+
+void MpiRmaTransport::post(std::span<const ReadOp> reads) {
+  for (const ReadOp& op : reads) {
+    if (const std::byte* base = m_direct[static_cast<std::size_t>(op.rank)]) {
+      std::memcpy(op.dest, base + op.offset, op.bytes);
+    } else {
+      get(op);
+    }
+  }
+}
+
+void MpiRmaTransport::get(const ReadOp& op) {
+  for (uint64_t done = 0; done < op.bytes; done += max_get_bytes) {
+    const int n = static_cast<int>(std::min(max_get_bytes, op.bytes - done));
+    mpi_check(MPI_Get(op.dest + done, n, MPI_BYTE, op.rank, static_cast<MPI_Aint>(op.offset + done),
+                      n, MPI_BYTE, m_win),
+              "MPI_Get", {.rank = op.rank});
+  }
+  if (!m_is_touched[op.rank]) {
+    m_is_touched[op.rank] = 1;
+    m_touched.push_back(op.rank);
+  }
+}
+
+void MpiRmaTransport::wait() {
+  if (m_touched.empty()) return;
+  // One flush per batch. flush_all visits every rank of the window, so when a batch touches
+  // few of many ranks, flushing just those is cheaper.
+  if (m_touched.size() * 4 < m_is_touched.size()) {
+    for (int r : m_touched) mpi_check(MPI_Win_flush(r, m_win), "MPI_Win_flush", {.rank = r});
+  } else {
+    mpi_check(MPI_Win_flush_all(m_win), "MPI_Win_flush_all");
+  }
+  for (int r : m_touched) m_is_touched[r] = 0;
+  m_touched.clear();
+}
+
+}  // namespace ddstage::detail
