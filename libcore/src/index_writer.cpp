@@ -21,6 +21,7 @@
 #include "ddstage/file_descriptor.hpp"
 #include "ddstage/mapped_file.hpp"
 #include "index_layout.hpp"
+#include "process.hpp"
 #include "manifest.hpp"
 
 namespace ddstage {
@@ -31,15 +32,6 @@ constexpr std::size_t pack_buffer_bytes = 4u << 20;
 constexpr auto progress_interval = std::chrono::milliseconds(200);
 
 int64_t mtime_ns(const struct stat& st) { return int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec; }
-
-std::string utc_now() {
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
 
 /// Longest common directory of the source paths: the root they are recorded relative to.
 fs::path common_root(const std::vector<fs::path>& paths) {
@@ -333,7 +325,7 @@ void IndexWriter::State::write_tables() {
   index_fd = FileDescriptor();
 
   detail::Manifest manifest;
-  manifest.info = {options.name, format, root, DDSTAGE_VERSION, utc_now(), total_bytes, attributes};
+  manifest.info = {options.name, format, root, DDSTAGE_VERSION, detail::utc_now(), total_bytes, attributes};
   manifest.samples = samples;
   manifest.fields = fields;
   detail::write_manifest(tmp / "manifest.yaml", manifest, files);

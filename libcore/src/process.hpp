@@ -8,6 +8,8 @@ namespace ddstage::detail {
 
 /// This host's name, as server ranks record it in store.yaml.
 std::string host_name();
+/// Now, in UTC, as ISO 8601 ("2026-12-01T03:40:00Z"): for manifests and descriptors.
+std::string utc_now();
 /// True if pid runs. A zombie (killed, not yet reaped by its parent, e.g. under a container's
 /// PID 1 that reaps nothing) is dead: kill(pid, 0) alone would call it alive.
 bool process_alive(int64_t pid);

@@ -46,6 +46,17 @@ inline uint64_t bytes_of(const Index& index, uint32_t field, std::span<const uin
   return total;
 }
 
+/// Per-id sizes of a field: what a caller sizes variable-length destinations with.
+inline void row_sizes_of(const Index& index, const std::string& field, std::span<const uint64_t> ids,
+                         std::span<uint64_t> sizes) {
+  const uint32_t f = field_of(index, field);
+  if (sizes.size() != ids.size()) {
+    throw UsageError(fmt::format("sizes holds {} values for {} ids", sizes.size(), ids.size()));
+  }
+  check_ids(index, ids);
+  for (std::size_t i = 0; i < ids.size(); ++i) sizes[i] = index.entry(ids[i], f).length;
+}
+
 /// Appends a read of one row, merged into the previous read when it continues it in the same
 /// rank's region and in dest: rows of consecutive samples lie back to back in a region, so a
 /// run of consecutive ids of one rank becomes one read (one memcpy, one MPI_Get, one fi_read).

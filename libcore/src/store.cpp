@@ -293,13 +293,7 @@ uint64_t Store::Reader::batch_bytes(const std::string& field, std::span<const ui
 
 void Store::Reader::row_sizes(const std::string& field, std::span<const uint64_t> ids,
                               std::span<uint64_t> sizes) const {
-  const Index& index = m->data->index;
-  const uint32_t f = detail::field_of(index, field);
-  if (sizes.size() != ids.size()) {
-    throw UsageError(fmt::format("sizes holds {} values for {} ids", sizes.size(), ids.size()));
-  }
-  detail::check_ids(index, ids);
-  for (std::size_t i = 0; i < ids.size(); ++i) sizes[i] = index.entry(ids[i], f).length;
+  detail::row_sizes_of(m->data->index, field, ids, sizes);
 }
 
 void Store::Reader::get_batch(const std::string& field, std::span<const uint64_t> ids,

@@ -68,15 +68,6 @@ std::size_t count_line(const std::string& lines, const std::string& value) {
   return n;
 }
 
-std::string utc_now() {
-  std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 /// This rank's part of one loaded dataset.
 struct LoadedShard {
   fs::path index;
@@ -386,7 +377,7 @@ void ServerRank::run() {
   if (is_root()) {
     m_descriptor.token = m_token;
     m_descriptor.control = m_listener->address();
-    m_descriptor.started = utc_now();
+    m_descriptor.started = detail::utc_now();
     for (std::size_t r = 0; r < infos.size(); ++r) {
       std::istringstream in(infos[r]);
       RankInfo info{static_cast<int>(r)};

@@ -304,3 +304,23 @@ def test_reflattened_index_is_refused(ddstage, serve, datasets, tmp_path):
     ddstage.ok("load", "--store", store.dir, datasets["files"], "--name", "f", "--replace")
     assert read_store(ddstage, store.dir, "f", "300") == read_bytes(ddstage, datasets["files"], "300")
     store.stop()
+
+
+def test_bench_store_structure(ddstage, serve, datasets, tmp_path):
+    """bench store at a tiny size: every cell present, bytes add up, percentiles ordered (never
+    a speed)."""
+    store = serve(2)
+    ddstage.ok("load", "--store", store.dir, datasets["rows"], "--name", "rows")
+    out = tmp_path / "bench.json"
+    text = ddstage.ok("bench", "store", "--store", store.dir, "--dataset", "rows", "--field", "x",
+                      "--batch", "1,16", "--samples", "64", "--json", out).stdout
+    assert "memcpy floor" in text
+    report = json.loads(out.read_text())
+    cells = {(r["mode"], r["batch"]) for r in report["results"]}
+    assert cells == {("memcpy-floor", 1), ("get_batch", 1), ("memcpy-floor", 16), ("get_batch", 16)}
+    for r in report["results"]:
+        assert r["bytes"] == 64 * 768 * 4
+        assert r["p50_us_per_row"] <= r["p99_us_per_row"] <= r["p999_us_per_row"] <= r["max_us_per_row"]
+    assert_usage_error(ddstage.run("bench", "store", "--store", store.dir, "--dataset", "rows", "--field", "x",
+                                   "--batch", "0"), "batch")
+    store.stop()
