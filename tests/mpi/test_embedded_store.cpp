@@ -76,13 +76,7 @@ fs::path write_dataset(const fs::path& dir, const std::string& name, uint64_t sp
   const auto x = test::pattern_bytes(samples * x_bytes, 1);
   test::write_file(src / "x.bin", x);
   test::write_file(src / "x2.bin", x);
-  Bytes g;
-  std::vector<uint64_t> g_at;
-  for (uint64_t i = 0; i < samples; ++i) {
-    g_at.push_back(g.size());
-    const auto row = test::pattern_bytes(g_bytes(i), 100 + i);
-    g.insert(g.end(), row.begin(), row.end());
-  }
+  const auto [g, g_at] = test::variable_rows(samples, g_bytes);
   test::write_file(src / "g.bin", g);
   IndexWriter w({.out = dir / (name + ".ddx"), .name = name});
   w.set_format("test");

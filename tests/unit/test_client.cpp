@@ -46,13 +46,7 @@ std::string this_host() {
 fs::path write_index(const test::TempDir& dir) {
   const auto x = test::pattern_bytes(samples * x_bytes, 1);
   test::write_file(dir / "src/x.bin", x);
-  Bytes g;
-  std::vector<uint64_t> g_at;
-  for (uint64_t i = 0; i < samples; ++i) {
-    g_at.push_back(g.size());
-    const auto row = test::pattern_bytes(g_bytes(i), 100 + i);
-    g.insert(g.end(), row.begin(), row.end());
-  }
+  const auto [g, g_at] = test::variable_rows(samples, g_bytes);
   test::write_file(dir / "src/g.bin", g);
   IndexWriter w({.out = dir / "d.ddx"});
   w.set_format("test");

@@ -65,6 +65,24 @@ inline void write_file(const std::filesystem::path& path, const std::vector<std:
   out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
 }
 
+/// Rows of varying size back to back: row i is pattern_bytes(size_of(i), 100 + i), starting at
+/// at[i] of bytes.
+struct VariableRows {
+  std::vector<std::byte> bytes;
+  std::vector<uint64_t> at;
+};
+
+template <typename SizeOf>
+VariableRows variable_rows(uint64_t n, SizeOf&& size_of) {
+  VariableRows rows;
+  for (uint64_t i = 0; i < n; ++i) {
+    rows.at.push_back(rows.bytes.size());
+    const auto row = pattern_bytes(size_of(i), 100 + i);
+    rows.bytes.insert(rows.bytes.end(), row.begin(), row.end());
+  }
+  return rows;
+}
+
 /// A flatten request for these sources, everything else default.
 inline formats::FlattenRequest request_for(std::initializer_list<std::filesystem::path> sources) {
   formats::FlattenRequest r;
