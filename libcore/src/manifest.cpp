@@ -5,6 +5,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "ddstage/error.hpp"
+#include "yaml_keys.hpp"
 
 namespace ddstage::detail {
 namespace {
@@ -40,17 +41,6 @@ std::size_t count_packs(const std::vector<FileInfo>& files, bool packs) {
   std::size_t n = 0;
   for (const auto& f : files) n += is_pack(f) == packs;
   return n;
-}
-
-template <typename T>
-T require(const YAML::Node& node, const char* key, const std::filesystem::path& path) {
-  auto v = node[key];
-  if (!v) throw IndexError(path.string() + ": missing key '" + key + "'");
-  try {
-    return v.as<T>();
-  } catch (const YAML::Exception&) {
-    throw IndexError(path.string() + ": key '" + key + "' has a bad value");
-  }
 }
 
 FieldInfo parse_field(const YAML::Node& node, const std::filesystem::path& path) {

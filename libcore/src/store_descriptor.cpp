@@ -15,24 +15,13 @@
 
 #include "ddstage/error.hpp"
 #include "ddstage/file_descriptor.hpp"
+#include "yaml_keys.hpp"
 
 namespace ddstage {
 namespace {
 
 namespace fs = std::filesystem;
-
-/// The value at key, converted; IndexError naming the file and the key's full path otherwise.
-template <typename T>
-T require(const YAML::Node& node, const std::string& key, const fs::path& file,
-          const std::string& where = "") {
-  auto v = node[key];
-  if (!v) throw IndexError(file.string() + ": missing key '" + where + key + "'");
-  try {
-    return v.as<T>();
-  } catch (const YAML::Exception&) {
-    throw IndexError(file.string() + ": key '" + where + key + "' has a bad value");
-  }
-}
+using detail::require;
 
 /// The list at key; IndexError when it is missing or not a list.
 YAML::Node require_list(const YAML::Node& node, const std::string& key, const fs::path& file) {
