@@ -1,7 +1,13 @@
 #include "ddstage/shard_loader.hpp"
 
+#include <algorithm>
+#include <atomic>
+#include <exception>
+#include <mutex>
+#include <thread>
 #include <vector>
 
+#include "ddstage/error.hpp"
 #include "ddstage/origin_reader.hpp"
 
 namespace ddstage {
@@ -10,29 +16,125 @@ namespace {
 /// Entries handed to one read_entries call: bounds the request list, not the I/O size.
 constexpr std::size_t entries_per_chunk = 1u << 16;
 
+/// Samples [first, last) of the shard and their entry bytes: what a stream takes at a time.
+struct Chunk {
+  uint64_t first = 0;
+  uint64_t last = 0;
+  uint64_t bytes = 0;
+};
+
+/// Contiguous sample ranges of about chunk_bytes each: a stream reading one chunk reads long
+/// stretches of each file (rows of one field sit together), and many chunks let fast streams
+/// take over the work of slow ones.
+std::vector<Chunk> plan_chunks(const Index& index, ShardRange range, uint64_t chunk_bytes) {
+  const std::size_t fields = index.fields().size();
+  std::vector<Chunk> chunks;
+  Chunk c{range.first, range.first, 0};
+  for (uint64_t s = range.first; s < range.last; ++s) {
+    for (uint32_t f = 0; f < fields; ++f) c.bytes += index.entry(s, f).length;
+    c.last = s + 1;
+    if (c.bytes >= chunk_bytes || (c.last - c.first) * fields >= entries_per_chunk) {
+      chunks.push_back(c);
+      c = {c.last, c.last, 0};
+    }
+  }
+  if (c.last > c.first) chunks.push_back(c);
+  return chunks;
+}
+
+/// What the streams of one fill_shard share: the next chunk to take, the progress so far and
+/// the first error.
+class StreamQueue {
+ public:
+  StreamQueue(std::vector<Chunk> chunks, const ShardLoadOptions& options)
+      : m_chunks(std::move(chunks)), m_options(options) {
+    for (const auto& c : m_chunks) m_total += c.bytes;
+  }
+
+  std::size_t chunks() const noexcept { return m_chunks.size(); }
+  /// The next chunk to read, or nullptr once all are taken or a stream failed.
+  const Chunk* take() {
+    if (m_failed.load(std::memory_order_relaxed)) return nullptr;
+    const std::size_t i = m_next.fetch_add(1, std::memory_order_relaxed);
+    return i < m_chunks.size() ? &m_chunks[i] : nullptr;
+  }
+  void done(const Chunk& c) {
+    std::lock_guard lock(m_mutex);
+    m_done += c.bytes;
+    if (m_options.progress) m_options.progress(m_done, m_total);
+  }
+  /// Keeps the first error only: later ones are usually the other streams noticing the same
+  /// broken file, and the first names the cause.
+  void fail(std::exception_ptr error) {
+    std::lock_guard lock(m_mutex);
+    if (!m_error) m_error = std::move(error);
+    m_failed = true;
+  }
+  void rethrow_failure() const {
+    if (m_error) std::rethrow_exception(m_error);
+  }
+
+ private:
+  std::vector<Chunk> m_chunks;
+  const ShardLoadOptions& m_options;
+  std::atomic<std::size_t> m_next{0};
+  std::atomic<bool> m_failed{false};
+  std::mutex m_mutex;
+  std::exception_ptr m_error;
+  uint64_t m_done = 0;
+  uint64_t m_total = 0;
+};
+
+/// One stream: its own OriginReader (open files, scratch buffer), so streams share no lock
+/// while reading.
+void run_stream(const Index& index, const ShardLayout& layout, std::byte* region, const ShardLoadOptions& options,
+                StreamQueue& queue) noexcept {
+  try {
+    OriginReader reader(index, {.verify = options.verify, .allow_stale = options.allow_stale});
+    const auto fields = static_cast<uint32_t>(index.fields().size());
+    std::vector<EntryRead> reads;
+    while (const Chunk* c = queue.take()) {
+      reads.clear();
+      // Sample-major: the fields of one sample often sit together in the file.
+      for (uint64_t s = c->first; s < c->last; ++s) {
+        for (uint32_t f = 0; f < fields; ++f) reads.push_back({s, f, region + layout.row_offset(s, f)});
+      }
+      reader.read_entries(reads);
+      queue.done(*c);
+    }
+  } catch (...) {
+    queue.fail(std::current_exception());
+  }
+}
+
 }  // namespace
+
+void check_load_streams(unsigned streams) {
+  if (streams < 1 || streams > max_load_streams) {
+    throw UsageError("--streams must be 1 to " + std::to_string(max_load_streams) + ", not " +
+                     std::to_string(streams));
+  }
+}
 
 void fill_shard(const Index& index, const ShardLayout& layout, std::span<std::byte> region,
                 const ShardLoadOptions& options) {
+  check_load_streams(options.streams);
   layout.write_tables(region);
-  OriginReader reader(index, {.verify = options.verify, .allow_stale = options.allow_stale});
-  const auto fields = static_cast<uint32_t>(index.fields().size());
-  const ShardRange range = layout.range();
-  std::vector<EntryRead> reads;
-  reads.reserve(entries_per_chunk);
-  uint64_t loaded = 0;
-  auto flush = [&] {
-    reader.read_entries(reads);
-    for (const auto& r : reads) loaded += index.entry(r.sample, r.field).length;
-    reads.clear();
-    if (options.progress) options.progress(loaded);
-  };
-  // Sample-major within a chunk: the fields of one sample often sit together in the file.
-  for (uint64_t s = range.first; s < range.last; ++s) {
-    for (uint32_t f = 0; f < fields; ++f) reads.push_back({s, f, region.data() + layout.row_offset(s, f)});
-    if (reads.size() >= entries_per_chunk) flush();
-  }
-  if (!reads.empty()) flush();
+  StreamQueue queue(plan_chunks(index, layout.range(), std::max<uint64_t>(options.chunk_bytes, 1)), options);
+  const auto streams = std::min<std::size_t>(options.streams, queue.chunks());
+  {
+    std::vector<std::jthread> others;
+    try {
+      for (std::size_t i = 1; i < streams; ++i) {
+        others.emplace_back(run_stream, std::cref(index), std::cref(layout), region.data(), std::cref(options),
+                            std::ref(queue));
+      }
+    } catch (...) {
+      queue.fail(std::current_exception());  // no thread: the started ones stop at their next chunk
+    }
+    run_stream(index, layout, region.data(), options, queue);
+  }  // joins every stream: none may still write into region once we return or throw
+  queue.rethrow_failure();
 }
 
 ShmSegment load_shard(const Index& index, ShardRange range, const std::string& segment,

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <span>
 #include <string>
@@ -13,23 +14,39 @@
 
 namespace ddstage {
 
+/// Most streams one load may run: each is a thread with its own open files and scratch buffer.
+inline constexpr unsigned max_load_streams = 64;
+
 struct ShardLoadOptions {
   bool verify = false;       ///< check every entry's checksum
   bool allow_stale = false;  ///< skip the source size/mtime check
-  /// Called after each chunk with bytes loaded so far (for progress).
-  std::function<void(uint64_t bytes)> progress;
+  /// Reader threads, each with its own large preads in flight (1 to max_load_streams).
+  unsigned streams = 4;
+  /// Bytes a stream takes at a time (at least one sample): the granularity of load balancing
+  /// between streams and of stopping them after an error.
+  uint64_t chunk_bytes = 16ull << 20;
+  /// Called with the entry bytes loaded so far and the shard's total entry bytes, after each
+  /// chunk. Calls come from the reader threads but never overlap; keep it cheap, it holds the
+  /// streams that finish meanwhile.
+  std::function<void(uint64_t done, uint64_t total)> progress;
 };
+
+/// UsageError unless 1 <= streams <= max_load_streams: a request can be refused before any
+/// rank starts loading.
+void check_load_streams(unsigned streams);
 
 /// Fills region (at least layout.total_bytes() long, from whichever allocator exposes it: a
 /// shared-memory segment, an MPI window) with layout's tables and its samples' rows, read from
-/// origin with large preads (entries adjacent in a file are read at once). Errors propagate
-/// naming file or sample; the region is then partly filled and must not be published.
+/// origin by options.streams threads, each over its own byte-balanced chunks of samples with
+/// large preads (entries adjacent in a file are read at once, up to 8 MiB). The first error
+/// of any stream stops the others and propagates naming file or sample; the region is then
+/// partly filled and must not be published. UsageError for a streams count out of range.
 void fill_shard(const Index& index, const ShardLayout& layout, std::span<std::byte> region,
                 const ShardLoadOptions& options = {});
 
 /// Creates shared-memory segment `segment` holding samples `range` of index in the ShardLayout
-/// and fills it from origin with large preads (entries adjacent in a file are read at once).
-/// On any failure the segment is removed and the error propagates (naming file or sample).
+/// and fills it as fill_shard does. On any failure the segment is removed and the error
+/// propagates (naming file or sample).
 ShmSegment load_shard(const Index& index, ShardRange range, const std::string& segment,
                       const ShardLoadOptions& options = {});
 
