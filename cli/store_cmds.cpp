@@ -1,5 +1,7 @@
 #include "store_cmds.hpp"
 
+#include <chrono>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
@@ -7,6 +9,7 @@
 #include "ddstage/config.hpp"
 #include "ddstage/error.hpp"
 #include "ddstage/settings.hpp"
+#include "ddstage/shard_loader.hpp"
 #include "ddstage/store_control.hpp"
 #include "json_writer.hpp"
 #include "progress_line.hpp"
@@ -28,6 +31,7 @@ struct StoreOptions {
   bool replace = false;
   bool allow_stale = false;
   bool json = false;
+  unsigned streams = 0;  ///< 0: the server's default
 };
 
 uint64_t parse_mem_limit(const std::string& text) {
@@ -49,11 +53,30 @@ void run_serve(const StoreOptions& opts, const CliContext& ctx) {
 #endif
 }
 
+/// The store's progress as ProgressLine draws it: samples estimated from the bytes done.
+ProgressUpdate load_update(const LoadProgress& p, double seconds) {
+  const double fraction = p.bytes_total ? static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total) : 0;
+  return {static_cast<uint64_t>(fraction * static_cast<double>(p.samples_total)), p.samples_total, p.bytes_done,
+          seconds, false};
+}
+
 void run_load(const StoreOptions& opts, const CliContext& ctx) {
-  ctx.resolve_settings();
+  const auto settings = ctx.resolve_settings();
   StoreControl control(opts.store);
-  auto r = control.load({opts.index, opts.name, opts.verify, opts.replace, opts.allow_stale,
-                         parse_mem_limit(opts.mem_limit)});
+  LoadRequest request{opts.index, opts.name, opts.verify, opts.replace, opts.allow_stale,
+                      parse_mem_limit(opts.mem_limit), opts.streams};
+  const ProgressLine line("load", settings);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  if (line.enabled()) request.progress = [&](const LoadProgress& p) { line(load_update(p, elapsed())); };
+  LoadResult r;
+  try {
+    r = control.load(request);
+  } catch (...) {
+    if (line.enabled()) fmt::print(stderr, "\n");  // the error line must not overwrite the progress line
+    throw;
+  }
+  if (line.enabled()) line({r.samples, r.samples, r.bytes, elapsed(), true});
   fmt::print("loaded '{}': {} samples, {} in {:.2f} s ({}/s){}\n", r.name, r.samples,
              human_bytes(static_cast<double>(r.bytes)), r.seconds,
              human_bytes(static_cast<double>(r.bytes) / std::max(r.seconds, 1e-9)),
@@ -141,6 +164,8 @@ void setup_load(CLI::App& app, CliContext& ctx) {
   sub->add_flag("--replace", opts->replace, "Replace a loaded dataset of the same name (once the new one is loaded)");
   sub->add_flag("--allow-stale", opts->allow_stale, "Load sources that changed after flattening");
   sub->add_option("--mem-limit", opts->mem_limit, "Bytes each rank may hold for this load (default: the server's)");
+  sub->add_option("--streams", opts->streams, "Reader threads per rank, each with large reads in flight (default: the server's)")
+      ->check(CLI::Range(1u, max_load_streams));
   sub->callback([opts, &ctx] { run_load(*opts, ctx); });
 }
 

@@ -21,9 +21,11 @@ using detail::Message;
 
 /// Sends one request and returns the reply, turning a refusal into the server's error (with
 /// the kind the server gave it, so exit codes survive the round trip).
-Message send(const StoreDescriptor& d, Message request, std::chrono::milliseconds timeout) {
+Message send(const StoreDescriptor& d, Message request, std::chrono::milliseconds timeout,
+             const std::function<void(const Message&)>& on_interim = {}) {
   request["token"] = d.token;
-  Message reply = detail::control_request(d.control, request, timeout);
+  Message reply = on_interim ? detail::control_request(d.control, request, timeout, on_interim)
+                             : detail::control_request(d.control, request, timeout);
   if (!reply["ok"] || !reply["ok"].as<bool>()) {
     const auto message = reply["error"] ? reply["error"].as<std::string>() : "the store refused the request";
     const bool usage = reply["kind"] && reply["kind"].as<std::string>() == "usage";
@@ -55,7 +57,16 @@ LoadResult StoreControl::load(const LoadRequest& request) {
   m["replace"] = request.replace;
   m["allow_stale"] = request.allow_stale;
   m["mem_limit"] = request.mem_limit;
-  auto reply = send(m_descriptor, m, m_timeout);
+  if (request.streams) m["streams"] = request.streams;
+  if (request.progress) m["progress"] = true;
+  std::function<void(const Message&)> on_interim;
+  if (request.progress) {
+    on_interim = [&](const Message& interim) {
+      request.progress({interim["progress"].as<uint64_t>(), interim["total"].as<uint64_t>(),
+                        interim["samples"].as<uint64_t>()});
+    };
+  }
+  auto reply = send(m_descriptor, m, m_timeout, on_interim);
   return {reply["name"].as<std::string>(), reply["samples"].as<uint64_t>(), reply["bytes"].as<uint64_t>(),
           reply["seconds"].as<double>(), reply["verified"].as<bool>()};
 }

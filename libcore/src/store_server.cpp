@@ -4,12 +4,15 @@
 
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <csignal>
 #include <ctime>
 #include <fstream>
 #include <sstream>
 #include <map>
+#include <mutex>
 #include <optional>
+#include <thread>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -75,6 +78,77 @@ struct LoadedShard {
   ShmSegment segment;
 };
 
+/// Rank 0's account of a running load: logged at info level every 10%, and sent to the client
+/// that asked for it as interim messages {progress, total, samples} before the reply. Rank 0
+/// sees only its own shard; shards are balanced by bytes, so its fraction done, scaled to the
+/// dataset's bytes, estimates the whole load's (the reply carries the exact time).
+class LoadReporter {
+ public:
+  LoadReporter(std::string name, uint64_t dataset_bytes, uint64_t samples, detail::ControlConnection* client)
+      : m_name(std::move(name)), m_bytes(dataset_bytes), m_samples(samples), m_client(client),
+        m_thread([this](std::stop_token stop) { run(stop); }) {}
+  LoadReporter(const LoadReporter&) = delete;
+  LoadReporter& operator=(const LoadReporter&) = delete;
+
+  /// From the loading streams: atomics only, the socket is the reporter thread's.
+  void update(uint64_t done, uint64_t total) noexcept {
+    m_fraction = total ? static_cast<double>(done) / static_cast<double>(total) : 1.0;
+  }
+
+ private:
+  static constexpr auto interval = std::chrono::milliseconds(250);
+  /// Sent even without news, so the client's per-message timeout measures a silent store, not a
+  /// long load (rank 0 may wait on slower ranks after its own shard is done).
+  static constexpr auto keepalive = std::chrono::seconds(5);
+
+  /// Reports at once (the client sees the load start), then every interval, and once more
+  /// when stopped (the log reaches 100% even for a load shorter than an interval).
+  void run(std::stop_token stop) {
+    double sent = -1;
+    int logged_decile = 0;
+    auto last_send = std::chrono::steady_clock::now();
+    std::mutex mutex;
+    std::unique_lock lock(mutex);
+    for (;;) {
+      const double fraction = m_fraction.load();
+      const auto now = std::chrono::steady_clock::now();
+      if (fraction != sent || now - last_send >= keepalive) {
+        send(fraction);
+        sent = fraction;
+        last_send = now;
+      }
+      for (; logged_decile < static_cast<int>(fraction * 10); ++logged_decile) {
+        spdlog::info("loading '{}': {}% (rank 0's shard)", m_name, (logged_decile + 1) * 10);
+      }
+      if (stop.stop_requested()) return;
+      m_wake.wait_for(lock, stop, interval, [] { return false; });
+    }
+  }
+
+  void send(double fraction) {
+    if (!m_client) return;
+    detail::Message m;
+    m["progress"] = static_cast<uint64_t>(fraction * static_cast<double>(m_bytes));
+    m["total"] = m_bytes;
+    m["samples"] = m_samples;
+    try {
+      m_client->send(m, std::chrono::seconds(2));
+    } catch (const Error& e) {
+      // The load goes on for every rank; the client learns the outcome if it comes back to read.
+      spdlog::warn("stopped sending load progress to {}: {}", m_client->peer(), e.what());
+      m_client = nullptr;
+    }
+  }
+
+  std::string m_name;
+  uint64_t m_bytes;
+  uint64_t m_samples;
+  detail::ControlConnection* m_client;
+  std::atomic<double> m_fraction{0};
+  std::condition_variable_any m_wake;
+  std::jthread m_thread;  // last: starts once everything it reads is set
+};
+
 /// The state and command handlers of one server rank. Every command runs on every rank, in the
 /// same order (rank 0 broadcasts it), so all ranks hold the same datasets.
 class ServerRank {
@@ -107,6 +181,7 @@ class ServerRank {
   std::string m_token;
   // Rank 0 only.
   std::optional<detail::ControlListener> m_listener;
+  detail::ControlConnection* m_client = nullptr;  ///< whose request execute() is running
   StoreDescriptor m_descriptor;
   bool m_stopping = false;
 };
@@ -175,15 +250,22 @@ Message ServerRank::load(const Message& args) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::string segment = fmt::format("/ddstage-{}-{}-g{}-r{}", m_token.substr(0, 8), segment_safe(name),
                                           ++m_generation, m_mpi.rank());
+  std::optional<LoadReporter> reporter;
+  if (is_root()) {
+    reporter.emplace(name, index->manifest().total_bytes, index->samples(), args["progress"].as<bool>() ? m_client : nullptr);
+  }
   std::optional<ShmSegment> loaded;
   try {
-    loaded = load_shard(*index, range, segment, {.verify = verify, .allow_stale = allow_stale});
+    ShardLoadOptions options{.verify = verify, .allow_stale = allow_stale, .streams = args["streams"].as<unsigned>()};
+    if (reporter) options.progress = [&](uint64_t done, uint64_t total) { reporter->update(done, total); };
+    loaded = load_shard(*index, range, segment, options);
   } catch (const Error& e) {
     failure = encode_failure(e);
   }
   if (!agree(failure, reply)) return reply;
   const double seconds =
       detail::max_over_ranks(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), MPI_COMM_WORLD);
+  reporter.reset();  // kept until every rank is done: its keepalives cover the wait for the slowest
   m_loaded.insert_or_assign(name, LoadedShard{fs::absolute(path), range, std::move(*loaded)});
 
   auto sizes = detail::gather_strings(std::to_string(need), MPI_COMM_WORLD);
@@ -302,6 +384,9 @@ Message make_command(const Message& request) {
       command[flag] = request[flag] ? request[flag].as<bool>() : false;
     }
     command["mem_limit"] = request["mem_limit"] ? request["mem_limit"].as<uint64_t>() : 0;
+    command["streams"] = request["streams"] ? request["streams"].as<unsigned>() : ShardLoadOptions{}.streams;
+    check_load_streams(command["streams"].as<unsigned>());
+    command["progress"] = request["progress"] ? request["progress"].as<bool>() : false;
   } else if (op == "unload") {
     if (!request["name"]) throw UsageError("unload request without a name");
     command["name"] = request["name"].as<std::string>();
@@ -332,12 +417,14 @@ void ServerRank::serve_rank0() {
       }
       const Message command = make_command(request);
       detail::bcast_string(YAML::Dump(command), MPI_COMM_WORLD);
+      m_client = &*connection;
       reply = execute(command);
     } catch (const Error& e) {
       reply = error_reply(e.what(), e.kind());
     } catch (const YAML::Exception& e) {
       reply = error_reply("malformed control request: " + e.msg, ErrorKind::usage);
     }
+    m_client = nullptr;
     try {
       connection->send(reply);
     } catch (const Error& e) {

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,14 @@ struct LoadResult {
   bool verified = false;
 };
 
+/// How far a load has come, as rank 0 estimates it: its own shard's fraction done scaled to
+/// the dataset (shards are balanced by bytes, so the ranks advance at about the same rate).
+struct LoadProgress {
+  uint64_t bytes_done = 0;
+  uint64_t bytes_total = 0;
+  uint64_t samples_total = 0;
+};
+
 struct LoadRequest {
   std::filesystem::path index;  ///< DATASET.ddx, readable by every server rank
   std::string name;             ///< default: the index's dataset name
@@ -52,6 +61,10 @@ struct LoadRequest {
   bool replace = false;         ///< replace a loaded dataset of the same name
   bool allow_stale = false;
   uint64_t mem_limit = 0;       ///< bytes per rank for this load; 0 = the server's --mem-limit
+  unsigned streams = 0;         ///< reader threads per rank; 0 = the server's default
+  /// Called as the store reports progress (a few times a second); the request's timeout then
+  /// bounds the wait between reports rather than the whole load.
+  std::function<void(const LoadProgress&)> progress;
 };
 
 /// Sends control requests to the store in DIR. Every call is one request/response over TCP to

@@ -352,4 +352,17 @@ Message control_request(const std::string& address, const Message& request, mill
   return read_message(fd.get(), deadline, address);
 }
 
+Message control_request(const std::string& address, const Message& request, milliseconds timeout,
+                        const std::function<void(const Message&)>& on_interim) {
+  const Deadline sending(timeout);
+  const auto fd = connect_to(address, sending);
+  const std::string frame = encode(request);
+  write_all(fd.get(), std::as_bytes(std::span(frame)), sending, address);
+  for (;;) {
+    Message message = read_message(fd.get(), Deadline(timeout), address);
+    if (!message["progress"]) return message;
+    on_interim(message);
+  }
+}
+
 }  // namespace ddstage::detail

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -61,5 +62,12 @@ class ControlListener {
 /// there or the reply does not come in time.
 Message control_request(const std::string& address, const Message& request,
                         std::chrono::milliseconds timeout);
+
+/// As control_request, for requests the server answers with interim messages first (those
+/// carrying "progress", e.g. a load's): each goes to on_interim, and the reply is the first
+/// message without "progress". The timeout bounds the wait for each message, not the whole
+/// exchange, so a long operation that keeps reporting does not time out.
+Message control_request(const std::string& address, const Message& request, std::chrono::milliseconds timeout,
+                        const std::function<void(const Message&)>& on_interim);
 
 }  // namespace ddstage::detail
