@@ -1,6 +1,7 @@
 #include "bench_cmd.hpp"
 
 #include "bench_flatten.hpp"
+#include "bench_load.hpp"
 
 namespace ddstage::cli {
 
@@ -33,6 +34,7 @@ void setup_bench(CLI::App& app, CliContext& ctx) {
   s->callback([store, &ctx] { run_bench_store(*store, ctx); });
 
   setup_bench_flatten(*bench, ctx);
+  setup_bench_load(*bench, ctx);
 }
 
 }  // namespace ddstage::cli

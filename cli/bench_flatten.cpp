@@ -1,6 +1,5 @@
 #include "bench_flatten.hpp"
 
-#include <fcntl.h>
 #include <stdlib.h>
 
 #include <chrono>
@@ -9,10 +8,10 @@
 #include <fmt/format.h>
 
 #include "ddstage/error.hpp"
-#include "ddstage/file_descriptor.hpp"
 #include "ddstage/index.hpp"
 #include "flatten_cmd.hpp"
 #include "json_writer.hpp"
+#include "page_cache.hpp"
 #include "progress_line.hpp"
 
 namespace ddstage::cli {
@@ -28,32 +27,6 @@ struct BenchFlattenOptions {
 };
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-/// Drops the sources' pages from the page cache (POSIX_FADV_DONTNEED needs no privileges), so
-/// both measurements read the origin the way a real flatten does: once, cold.
-void evict_sources(const Index& index) {
-  for (uint32_t i = 0; i < index.files().size(); ++i) {
-    if (index.files()[i].kind == FileKind::pack) continue;
-    auto fd = FileDescriptor::open(index.resolve(i), O_RDONLY);
-    if (int rc = ::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_DONTNEED); rc != 0) {
-      throw IoError("posix_fadvise " + fd.path().string(), rc);
-    }
-  }
-}
-
-/// What `cat FILES > /dev/null` does: sequential 1 MiB reads of every file, once.
-uint64_t cat_files(const Index& index) {
-  std::vector<std::byte> buffer(1u << 20);
-  uint64_t total = 0;
-  for (uint32_t i = 0; i < index.files().size(); ++i) {
-    if (index.files()[i].kind == FileKind::pack) continue;
-    auto fd = FileDescriptor::open(index.resolve(i), O_RDONLY);
-    for (ssize_t n; (n = ::read(fd.get(), buffer.data(), buffer.size())) != 0; total += static_cast<uint64_t>(n)) {
-      if (n < 0) throw IoError("read " + fd.path().string(), errno);
-    }
-  }
-  return total;
-}
 
 struct FlattenRun {
   double seconds = 0;
@@ -87,11 +60,13 @@ void run_bench_flatten(const BenchFlattenOptions& opts, const CliContext& ctx) {
   // First pass warms the page cache for both measurements and tells which files are sources.
   timed_flatten(opts.flatten, settings, out);
   auto index = Index::open(out);
-  if (!opts.warm) evict_sources(index);
+  // Both measurements read the origin the way a real flatten does: once, cold.
+  const auto sources = index_files(index, {FileKind::source, FileKind::copied});
+  if (!opts.warm) drop_cached_pages(sources);
   const auto t_cat = Clock::now();
-  const uint64_t cat_bytes = cat_files(index);
+  const uint64_t cat_bytes = read_sequentially(sources);
   const double cat_s = seconds_since(t_cat);
-  if (!opts.warm) evict_sources(index);
+  if (!opts.warm) drop_cached_pages(sources);
   const auto run = timed_flatten(opts.flatten, settings, out);
 
   const double samples_s = static_cast<double>(index.samples()) / run.seconds;
