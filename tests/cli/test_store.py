@@ -324,3 +324,55 @@ def test_bench_store_structure(ddstage, serve, datasets, tmp_path):
     assert_usage_error(ddstage.run("bench", "store", "--store", store.dir, "--dataset", "rows", "--field", "x",
                                    "--batch", "0"), "batch")
     store.stop()
+
+
+def test_load_streams_and_progress(ddstage, serve, datasets):
+    """--streams 1 and --streams 3 load the origin's bytes; with DDSTAGE_PROGRESS=always the
+    load draws progress on stderr (what the store reported, then the end) and still prints its
+    result; rank 0 logs its progress; --streams 0 is a usage error."""
+    store = serve(2)
+    for streams in ("1", "3"):
+        for ds, fields in (("rows", ("x", "y")), ("files", (None,))):
+            name = f"{ds}{streams}"
+            proc = ddstage.ok("load", "--store", store.dir, datasets[ds], "--name", name, "--streams", streams,
+                              "--verify", env={"DDSTAGE_PROGRESS": "always"})
+            assert f"loaded '{name}'" in proc.stdout and "verified" in proc.stdout
+            draws = [d for d in proc.stderr.replace("\r", "\n").splitlines() if d.startswith("load:")]
+            assert len(draws) >= 2, proc.stderr  # at least one report from the store, and the end
+            assert "(100%)" in draws[-1] and " in " in draws[-1], draws
+            n = 500 if ds == "rows" else 300
+            for field in fields:
+                assert read_store(ddstage, store.dir, name, f"0-{n - 1}", field) == \
+                    read_bytes(ddstage, datasets[ds], f"0-{n - 1}", field)
+    assert "loading 'files3': 100%" in store.wait_output("loading 'files3': 100%")
+    assert "load:" not in ddstage.ok("load", "--store", store.dir, datasets["files"], "--name", "quiet").stderr
+    for bad in ("0", "65", "-1", "x"):
+        assert_usage_error(ddstage.run("load", "--store", store.dir, datasets["files"], "--name", "z", "--streams", bad),
+                           "--streams")
+    assert "z" not in [d["name"] for d in status(ddstage, store.dir)["datasets"]]
+    store.stop()
+
+
+def test_bench_load_structure(ddstage, serve, datasets, tmp_path):
+    """bench load: both steps reported, bytes are the index's, the ratio is the bandwidths'
+    (never a speed), and the temporary dataset is gone afterwards."""
+    store = serve(2)
+    ddstage.ok("load", "--store", store.dir, datasets["files"], "--name", "kept")
+    for ds, extra in (("rows", ["--streams", "2"]), ("files", ["--warm"])):
+        out = tmp_path / f"bench-{ds}.json"
+        text = ddstage.ok("bench", "load", "--store", store.dir, datasets[ds], "--json", out, *extra).stdout
+        assert "sequential read (cat)" in text and "ratio: load at" in text
+        report = json.loads(out.read_text())
+        info = json.loads(ddstage.ok("info", datasets[ds], "--json").stdout)
+        assert report["bench"] == "load" and report["ranks"] == 2
+        assert report["bytes"] == info["total_bytes"] and report["samples"] == info["samples"]
+        assert report["cat_bytes"] >= report["bytes"] and report["warm"] == ("--warm" in extra)
+        assert report["streams"] == (2 if ds == "rows" else 4)
+        assert report["ratio_vs_cat"] == pytest.approx(report["load_mb_per_s"] / report["cat_mb_per_s"], rel=1e-3)
+    assert [d["name"] for d in status(ddstage, store.dir)["datasets"]] == ["kept"]
+    assert_usage_error(ddstage.run("bench", "load", "--store", store.dir, datasets["rows"], "--name", "kept"),
+                       "already loaded")
+    assert [d["name"] for d in status(ddstage, store.dir)["datasets"]] == ["kept"]  # a failed bench unloads nothing
+    assert_usage_error(ddstage.run("bench", "load", "--store", store.dir, datasets["rows"], "--streams", "0"),
+                       "--streams")
+    store.stop()
