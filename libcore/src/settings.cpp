@@ -10,7 +10,7 @@
 namespace ddstage {
 namespace {
 
-constexpr std::array<SettingDef, 6> table{{
+constexpr std::array<SettingDef, 10> table{{
     {"log.level", SettingType::string, "info", "log level: trace, debug, info, warn, error, off",
      "trace|debug|info|warn|error|off"},
     {"progress", SettingType::string, "auto", "progress line on stderr: auto (when a terminal), always, never",
@@ -19,6 +19,13 @@ constexpr std::array<SettingDef, 6> table{{
     {"flatten.pack_size", SettingType::size, "256M", "start a new pack file past this size"},
     {"flatten.memory", SettingType::size, "64M", "memory a format may use to decode (whole chunks, blocks)"},
     {"origin.allow_stale", SettingType::boolean, "false", "read sources that changed after flattening"},
+    {"fabric.provider", SettingType::string, "auto",
+     "libfabric provider: auto, or a name such as cxi, verbs, efa, tcp, net, shm (tcp matches tcp;ofi_rxm)"},
+    {"fabric.domain", SettingType::string, "",
+     "libfabric domain or interface (lo, hsn0, mlx5_0); empty: the provider's first"},
+    {"fabric.window", SettingType::integer, "128", "fabric reads a reader keeps in flight"},
+    {"read_timeout", SettingType::duration, "10s",
+     "a read batch fails when its peers make no progress for this long (500ms, 10s, 2m)"},
 }};
 
 const SettingDef* find_def(std::string_view key) {
@@ -47,6 +54,7 @@ void check_type(const SettingDef& d, const std::string& value, std::string_view 
     case SettingType::boolean: ok = parse_bool(value).has_value(); break;
     case SettingType::integer: ok = parse_int(value).has_value(); break;
     case SettingType::size: ok = parse_size(value).has_value(); break;
+    case SettingType::duration: ok = parse_duration(value).has_value(); break;
     case SettingType::string:
       ok = d.choices.empty() || ("|" + std::string(d.choices) + "|").find("|" + value + "|") != std::string::npos;
       break;
@@ -125,6 +133,26 @@ std::optional<uint64_t> parse_size(std::string_view text) {
   return v * mult;
 }
 
+std::optional<std::chrono::milliseconds> parse_duration(std::string_view text) {
+  // Longest suffix first: "ms" must not be read as minutes.
+  static constexpr std::array<std::pair<std::string_view, double>, 4> units{
+      {{"ms", 1.0}, {"s", 1e3}, {"m", 60e3}, {"h", 3600e3}}};
+  double scale = 1e3;
+  for (const auto& [suffix, ms] : units) {
+    if (text.ends_with(suffix)) {
+      text.remove_suffix(suffix.size());
+      scale = ms;
+      break;
+    }
+  }
+  double v = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || !(v >= 0 && v * scale < 1e15)) {
+    return std::nullopt;  // also NaN, inf and spans no clock can hold
+  }
+  return std::chrono::milliseconds(static_cast<int64_t>(v * scale + 0.5));
+}
+
 Settings::Settings() {
   for (const auto& d : table) m_values[std::string(d.key)] = {std::string(d.default_value), SettingSource::default_value};
 }
@@ -172,6 +200,9 @@ const Settings::Value& Settings::value(std::string_view key) const {
 bool Settings::get_bool(std::string_view key) const { return *parse_bool(value(key).text); }
 int64_t Settings::get_int(std::string_view key) const { return *parse_int(value(key).text); }
 uint64_t Settings::get_size(std::string_view key) const { return *parse_size(value(key).text); }
+std::chrono::milliseconds Settings::get_duration(std::string_view key) const {
+  return *parse_duration(value(key).text);
+}
 const std::string& Settings::get_string(std::string_view key) const { return value(key).text; }
 SettingSource Settings::source(std::string_view key) const { return value(key).source; }
 

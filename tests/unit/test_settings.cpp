@@ -40,3 +40,34 @@ TEST_CASE("every setting has an env name and a valid default", "[settings]") {
   CHECK(parse_size("256M") == 256u << 20);
   CHECK(!parse_size("12Q").has_value());
 }
+
+TEST_CASE("durations take ms, s, m, h; a plain number is seconds", "[settings]") {
+  using std::chrono::milliseconds;
+  CHECK(parse_duration("10s") == milliseconds(10000));
+  CHECK(parse_duration("500ms") == milliseconds(500));
+  CHECK(parse_duration("2m") == milliseconds(120000));
+  CHECK(parse_duration("1h") == milliseconds(3600000));
+  CHECK(parse_duration("3") == milliseconds(3000));
+  CHECK(parse_duration("1.5") == milliseconds(1500));
+  CHECK(parse_duration("0") == milliseconds(0));
+  for (const char* bad : {"", "s", "ms", "-1s", "10 s", "10x", "inf", "nan", "1e300s"}) {
+    INFO(bad);
+    CHECK(!parse_duration(bad).has_value());
+  }
+  CHECK(Settings().get_duration("read_timeout") == milliseconds(10000));
+  auto s = Settings::resolve({}, {{"DDSTAGE_READ_TIMEOUT", "750ms"}}, std::nullopt, false);
+  CHECK(s.get_duration("read_timeout") == milliseconds(750));
+  CHECK_THROWS_WITH(Settings::resolve({}, {{"DDSTAGE_READ_TIMEOUT", "soon"}}, std::nullopt, false),
+                    Catch::Contains("DDSTAGE_READ_TIMEOUT"));
+}
+
+TEST_CASE("fabric settings have their defaults and env names", "[settings]") {
+  Settings s;
+  CHECK(s.get_string("fabric.provider") == "auto");
+  CHECK(s.get_string("fabric.domain").empty());
+  CHECK(s.get_int("fabric.window") == 128);
+  auto e = Settings::resolve({}, {{"DDSTAGE_FABRIC_PROVIDER", "shm"}, {"DDSTAGE_FABRIC_DOMAIN", "lo"}}, std::nullopt,
+                             false);
+  CHECK(e.get_string("fabric.provider") == "shm");
+  CHECK(e.get_string("fabric.domain") == "lo");
+}

@@ -1,6 +1,7 @@
 // The one settings table: every tunable with its type, default, help, env name and YAML key.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -12,7 +13,7 @@
 
 namespace ddstage {
 
-enum class SettingType { boolean, integer, size, string };
+enum class SettingType { boolean, integer, size, string, duration };
 
 /// One row of the settings table.
 struct SettingDef {
@@ -50,6 +51,8 @@ class Settings {
   int64_t get_int(std::string_view key) const;
   /// Sizes accept suffixes K, M, G, T (powers of 1024).
   uint64_t get_size(std::string_view key) const;
+  /// Durations: a number with unit ms, s, m or h; a plain number is seconds ("10", "500ms").
+  std::chrono::milliseconds get_duration(std::string_view key) const;
   const std::string& get_string(std::string_view key) const;
   SettingSource source(std::string_view key) const;
   /// Where the config file was looked for (empty when nowhere), and whether it was there.
@@ -69,5 +72,7 @@ class Settings {
 
 /// Parses "256M" style sizes; nullopt if malformed.
 std::optional<uint64_t> parse_size(std::string_view text);
+/// Parses "10s" / "500ms" / "2m" / "1h" / "1.5" (seconds); nullopt if malformed or negative.
+std::optional<std::chrono::milliseconds> parse_duration(std::string_view text);
 
 }  // namespace ddstage
