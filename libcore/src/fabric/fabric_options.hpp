@@ -1,0 +1,27 @@
+// The fabric.* and read_timeout settings as one value the fabric classes take.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "ddstage/settings.hpp"
+
+namespace ddstage::detail {
+
+struct FabricOptions {
+  std::string provider = "auto";  ///< "auto" or a provider name (fabric.provider)
+  std::string domain;             ///< domain / interface name, empty: the provider's first
+  std::size_t window = 128;       ///< reads in flight per reader
+  std::chrono::milliseconds read_timeout{10000};  ///< a batch fails after this long without progress
+  /// Caps one read below the provider's max_msg_size (0: the provider's limit alone). Larger
+  /// rows are split either way.
+  uint64_t max_read_bytes = 0;
+
+  /// From fabric.provider, fabric.domain, fabric.window and read_timeout; a window below 1 is a
+  /// UsageError.
+  static FabricOptions from(const Settings& settings);
+};
+
+}  // namespace ddstage::detail

@@ -1,0 +1,205 @@
+#include "fabric/fabric_transport.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstdlib>
+#include <set>
+
+#include <spdlog/spdlog.h>
+
+#include "fabric/fabric_provider.hpp"
+
+namespace ddstage::detail {
+
+FabricTransport::FabricTransport(const FabricOptions& options, std::vector<FabricRemote> remotes)
+    : m_options(options), m_remotes(std::move(remotes)), m_slots(std::max<std::size_t>(options.window, 1)) {
+  for (const FabricRemote& r : m_remotes) {
+    m_addresses.push_back(from_hex(r.peer.address_hex));
+    if (m_addresses.back().empty()) continue;
+    if (m_provider.empty()) m_provider = r.peer.provider;
+    if (r.peer.provider != m_provider) {
+      throw UsageError("fabric servers run different providers: " + m_provider + " and " + r.peer.provider);
+    }
+  }
+  if (m_provider.empty()) throw std::logic_error("FabricTransport without any rank to read from");
+  const auto reached = std::find_if(m_addresses.begin(), m_addresses.end(), [](const auto& a) { return !a.empty(); });
+  m_info = find_provider(m_provider, m_options.domain, reached->size());
+  m_max_read = m_info->ep_attr->max_msg_size;
+  if (m_options.max_read_bytes) m_max_read = std::min(m_max_read, m_options.max_read_bytes);
+  open_endpoint();
+}
+
+void FabricTransport::open_endpoint() {
+  // Registrations belong to the old domain: closed before it.
+  if (m_local) m_local->clear();
+  m_endpoint.reset();
+  m_free.clear();
+  for (uint32_t i = 0; i < m_slots.size(); ++i) m_free.push_back(static_cast<uint32_t>(m_slots.size() - 1 - i));
+  m_endpoint.emplace(*m_info);
+  if (m_endpoint->mr_mode(FI_MR_LOCAL) && !m_local) m_local.emplace();
+  m_peers.assign(m_addresses.size(), FI_ADDR_NOTAVAIL);
+  for (std::size_t rank = 0; rank < m_addresses.size(); ++rank) {
+    if (!m_addresses[rank].empty()) m_peers[rank] = m_endpoint->insert_peer(m_addresses[rank]);
+  }
+}
+
+std::string FabricTransport::where(int rank) const {
+  const std::string& host = m_remotes[static_cast<std::size_t>(rank)].host;
+  return "rank " + std::to_string(rank) + (host.empty() ? "" : " on " + host);
+}
+
+void FabricTransport::post(std::span<const ReadOp> reads) {
+  if (!m_endpoint) open_endpoint();  // the last time-out failed to reopen it
+  if (in_flight() == 0) m_last_progress = std::chrono::steady_clock::now();
+  // FI_MORE promises another read follows: the last one with bytes must go without it.
+  std::size_t last = reads.size();
+  for (std::size_t i = reads.size(); i-- > 0;) {
+    if (reads[i].bytes) {
+      last = i;
+      break;
+    }
+  }
+  for (std::size_t i = 0; i < reads.size(); ++i) {
+    const ReadOp& op = reads[i];
+    if (op.rank < 0 || static_cast<std::size_t>(op.rank) >= m_peers.size() || m_peers[op.rank] == FI_ADDR_NOTAVAIL) {
+      throw std::logic_error("fabric read aimed at rank " + std::to_string(op.rank) + ", which this reader does not reach");
+    }
+    if (op.bytes == 0) continue;
+    void* desc = local_desc(reads, op);
+    for (uint64_t done = 0; done < op.bytes;) {
+      const uint64_t len = std::min(op.bytes - done, m_max_read);
+      post_one(op.rank, op.offset + done, len, op.dest + done, desc, i == last && done + len == op.bytes);
+      done += len;
+    }
+  }
+}
+
+void* FabricTransport::local_desc(std::span<const ReadOp> reads, const ReadOp& op) {
+  if (!m_local) return nullptr;
+  // One registration spanning the whole batch's destinations (the caller's buffer) when it can
+  // be made; destinations scattered over unmapped gaps get one each.
+  const std::byte* lo = op.dest;
+  const std::byte* hi = op.dest + op.bytes;
+  for (const ReadOp& r : reads) {
+    if (!r.bytes) continue;
+    lo = std::min<const std::byte*>(lo, r.dest);
+    hi = std::max<const std::byte*>(hi, r.dest + r.bytes);
+  }
+  try {
+    return m_local->desc(*m_endpoint, lo, hi);
+  } catch (const FabricError&) {
+    return m_local->desc(*m_endpoint, op.dest, op.dest + op.bytes);
+  }
+}
+
+void FabricTransport::post_one(int rank, uint64_t offset, uint64_t bytes, std::byte* dest, void* desc, bool last) {
+  while (m_free.empty()) progress(true);
+  Slot& slot = m_slots[m_free.back()];
+  m_free.pop_back();
+  const FabricRegionInfo& region = m_remotes[static_cast<std::size_t>(rank)].region;
+  slot.rank = rank;
+  slot.iov = {dest, bytes};
+  slot.desc = desc;
+  slot.rma = {region.base + offset, bytes, region.key};
+  const fi_msg_rma msg{&slot.iov, &slot.desc, 1, m_peers[rank], &slot.rma, 1, &slot, 0};
+  // Deferring is only safe while a later read in this burst will flush: not when the window is
+  // now full, since we are about to wait on the queue.
+  uint64_t flags = FI_COMPLETION | (!last && !m_free.empty() ? FI_MORE : 0);
+  for (;;) {
+    const ssize_t rc = fi_readmsg(m_endpoint->ep(), &msg, flags);
+    if (rc == 0) {
+      m_last_progress = std::chrono::steady_clock::now();
+      return;
+    }
+    if (rc != -FI_EAGAIN) {
+      release(&slot);
+      FabricError error("fi_readmsg to " + where(rank), m_provider, static_cast<int>(rc), {.rank = rank});
+      // The reads already posted may still land in the caller's buffer: let them finish first.
+      while (in_flight() > 0) progress(true);
+      m_error.reset();
+      throw error;
+    }
+    // Reads we deferred with FI_MORE must go out before the queue can drain.
+    flags &= ~FI_MORE;
+    progress(false);
+  }
+}
+
+void FabricTransport::release(Slot* slot) noexcept {
+  m_free.push_back(static_cast<uint32_t>(slot - m_slots.data()));
+}
+
+void FabricTransport::progress(bool block) {
+  std::array<fi_cq_entry, 64> entries;
+  for (;;) {
+    const ssize_t n = fi_cq_read(m_endpoint->cq(), entries.data(), entries.size());
+    if (n > 0) {
+      for (ssize_t i = 0; i < n; ++i) release(static_cast<Slot*>(entries[i].op_context));
+      m_last_progress = std::chrono::steady_clock::now();
+      return;
+    }
+    if (n == -FI_EAVAIL) {
+      fi_cq_err_entry err{};
+      if (fi_cq_readerr(m_endpoint->cq(), &err, 0) <= 0) continue;
+      auto* slot = static_cast<Slot*>(err.op_context);
+      // shm 1.17 reports a dead peer as an entry tied to no read (and a negative code): the
+      // reads to that peer stay outstanding and the deadline names them.
+      if (!slot) {
+        spdlog::debug("fabric ({}): completion error without a read: {}", m_provider, fi_strerror(std::abs(err.err)));
+        continue;
+      }
+      if (!m_error) {
+        char text[256] = "";
+        const char* detail = fi_cq_strerror(m_endpoint->cq(), err.prov_errno, err.err_data, text, sizeof text);
+        m_error.emplace("fi_read from " + where(slot->rank), m_provider, -err.err, ErrorContext{.rank = slot->rank},
+                        detail ? detail : "");
+      }
+      release(slot);
+      m_last_progress = std::chrono::steady_clock::now();
+      return;
+    }
+    if (n != -FI_EAGAIN) throw FabricError("fi_cq_read", m_provider, static_cast<int>(n));
+    check_deadline();
+    if (!block) return;
+  }
+}
+
+void FabricTransport::check_deadline() {
+  if (in_flight() > 0 && std::chrono::steady_clock::now() - m_last_progress > m_options.read_timeout) time_out();
+}
+
+void FabricTransport::time_out() {
+  std::set<int> ranks;
+  for (std::size_t i = 0; i < m_slots.size(); ++i) {
+    if (std::find(m_free.begin(), m_free.end(), i) == m_free.end()) ranks.insert(m_slots[i].rank);
+  }
+  std::string names;
+  for (int r : ranks) names += (names.empty() ? "" : ", ") + where(r);
+  const auto ms = m_options.read_timeout.count();
+  const std::string span = ms % 1000 ? std::to_string(ms) + " ms" : std::to_string(ms / 1000) + " s";
+  Error error(ErrorKind::runtime,
+              "fabric reads from " + names + " made no progress for " + span + " (read_timeout, provider " +
+                  m_provider + "): server dead or hung",
+              {.rank = *ranks.begin()});
+  // Closing the endpoint abandons the stuck reads: no provider writes into the caller's buffer
+  // after that. A fresh one serves the other ranks; if it cannot be opened, the next post retries.
+  m_error.reset();
+  try {
+    open_endpoint();
+  } catch (const Error&) {
+    m_endpoint.reset();
+  }
+  throw error;
+}
+
+void FabricTransport::wait() {
+  while (in_flight() > 0) progress(true);
+  if (m_local) m_local->batch_done();
+  if (m_error) {
+    FabricError error = std::move(*m_error);
+    m_error.reset();
+    throw error;
+  }
+}
+
+}  // namespace ddstage::detail

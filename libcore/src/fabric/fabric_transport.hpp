@@ -1,0 +1,78 @@
+// The `fabric` transport: one-sided fi_read from server ranks' registered regions.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <rdma/fi_rma.h>
+
+#include "fabric/fabric_endpoint.hpp"
+#include "fabric/fabric_handles.hpp"
+#include "fabric/fabric_mr_cache.hpp"
+#include "fabric/fabric_options.hpp"
+#include "fabric/fabric_peer.hpp"
+#include "transport/transport.hpp"
+
+namespace ddstage::detail {
+
+/// Reads for one Reader (one thread) over its own endpoint and queue. Reads larger than the
+/// provider's max_msg_size (or options.max_read_bytes) are split; up to options.window are in
+/// flight, posted with FI_MORE on all but the last of a burst; -FI_EAGAIN (rxm connects lazily)
+/// is met by progressing the queue and retrying. wait() reaps every completion. A read that
+/// fails is an Error naming its rank, host and the provider's text; when no read completes for
+/// options.read_timeout the batch fails naming the ranks still outstanding, the endpoint is
+/// reopened (abandoning those reads) and the transport stays usable for the other ranks.
+class FabricTransport final : public Transport {
+ public:
+  /// remotes[rank]: that rank's server and region; a rank with an empty address is not read.
+  /// Every server must run the same provider; this reader opens it in options.domain.
+  FabricTransport(const FabricOptions& options, std::vector<FabricRemote> remotes);
+
+  std::string_view name() const noexcept override { return "fabric"; }
+  void post(std::span<const ReadOp> reads) override;
+  void wait() override;
+  /// The provider the reads go over ("tcp;ofi_rxm").
+  const std::string& provider() const noexcept { return m_provider; }
+
+ private:
+  /// One read in flight; `context` first, so the completion's op_context is the slot itself.
+  struct Slot {
+    fi_context2 context;
+    iovec iov;
+    void* desc;
+    fi_rma_iov rma;
+    int rank;
+  };
+
+  void open_endpoint();
+  void* local_desc(std::span<const ReadOp> reads, const ReadOp& op);
+  void post_one(int rank, uint64_t offset, uint64_t bytes, std::byte* dest, void* desc, bool last);
+  /// Reaps completions; with `block`, until at least one landed. Throws on time-out.
+  void progress(bool block);
+  void release(Slot* slot) noexcept;
+  void check_deadline();
+  [[noreturn]] void time_out();
+  std::size_t in_flight() const noexcept { return m_slots.size() - m_free.size(); }
+  std::string where(int rank) const;
+
+  FabricOptions m_options;
+  std::vector<FabricRemote> m_remotes;
+  std::vector<std::string> m_addresses;  // raw, per rank; empty: not reached
+  std::string m_provider;
+  InfoPtr m_info;
+  std::optional<FabricEndpoint> m_endpoint;
+  std::vector<fi_addr_t> m_peers;  // per rank, in the current endpoint's address vector
+  uint64_t m_max_read = 0;
+  std::vector<Slot> m_slots;
+  std::vector<uint32_t> m_free;
+  std::optional<FabricMrCache> m_local;  // only when the provider needs FI_MR_LOCAL
+  std::optional<FabricError> m_error;    // first failed read of this batch
+  std::chrono::steady_clock::time_point m_last_progress;
+};
+
+}  // namespace ddstage::detail
