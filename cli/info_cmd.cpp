@@ -9,6 +9,7 @@
 
 #include "ddstage/config.hpp"
 #include "ddstage/error.hpp"
+#include "ddstage/fabric_info.hpp"
 #include "ddstage/index.hpp"
 #include "ddstage/origin_verify.hpp"
 #include "json_writer.hpp"
@@ -23,6 +24,7 @@ struct InfoOptions {
   bool verify = false;
   bool allow_stale = false;
   bool settings = false;
+  bool fabric = false;
 };
 
 /// Per-field row sizes, from the entries (variable fields differ per sample).
@@ -122,6 +124,43 @@ void print_settings(const Settings& settings) {
              DDSTAGE_HAVE_HDF5, DDSTAGE_HAVE_CUDA, DDSTAGE_HAVE_HIP);
 }
 
+void print_fabric(const Settings& settings, bool json) {
+  const auto rows = describe_fabric_providers(settings);
+  const auto chosen = std::find_if(rows.begin(), rows.end(), [](const auto& r) { return r.chosen; });
+  const std::string wanted = settings.get_string("fabric.provider");
+  const std::string domain = settings.get_string("fabric.domain");
+  if (json) {
+    JsonWriter j;
+    j.begin_object().field("provider_setting", wanted).field("domain_setting", domain);
+    j.key("providers").begin_array();
+    for (const auto& r : rows) {
+      j.begin_object().field("provider", r.provider).field("fabric", r.fabric).field("domain", r.domain);
+      j.field("mr_mode", r.mr_mode).field("max_msg_size", r.max_msg_size).field("progress", r.progress);
+      j.field("chosen", r.chosen).field("why", r.why).end_object();
+    }
+    j.end_array().end_object();
+    fmt::print("{}\n", j.str());
+  } else {
+    fmt::print("fabric.provider={} fabric.domain={}\n", wanted, domain.empty() ? "(any)" : domain);
+    fmt::print("  {:<14} {:<16} {:<8} {:<20} {:>9} {:<8} {}\n", "provider", "fabric", "domain", "mr_mode",
+               "max_msg", "progress", "why");
+    for (const auto& r : rows) {
+      // Providers without a limit report 2^64-1 or close to it.
+      const std::string max_msg = r.max_msg_size >= (uint64_t{1} << 62) ? "any"
+                                                                          : human_bytes(static_cast<double>(r.max_msg_size));
+      fmt::print("{} {:<14} {:<16} {:<8} {:<20} {:>9} {:<8} {}\n", r.chosen ? '*' : ' ', r.provider, r.fabric,
+                 r.domain, r.mr_mode, max_msg, r.progress, r.why);
+    }
+    if (chosen == rows.end()) fmt::print("picked: none\n");
+    else fmt::print("picked: {} in domain {}\n", chosen->provider, chosen->domain);
+  }
+  if (chosen == rows.end()) {
+    std::fflush(stdout);
+    throw UsageError("fabric.provider '" + wanted + "'" + (domain.empty() ? "" : " in domain '" + domain + "'") +
+                     " is not available on this node (listed above)");
+  }
+}
+
 /// Prints the failures and throws, so the exit code says the data is bad.
 void report_failures(const VerifyReport& r) {
   std::fflush(stdout);  // the table first, then the verdict, also when both go to one pipe
@@ -141,7 +180,8 @@ void report_failures(const VerifyReport& r) {
 void run_info(const InfoOptions& opts, const CliContext& ctx) {
   auto settings = ctx.resolve_settings();
   if (opts.settings) return print_settings(settings);
-  if (opts.dataset.empty()) throw UsageError("info needs a DATASET.ddx (or --settings)");
+  if (opts.fabric) return print_fabric(settings, opts.json);
+  if (opts.dataset.empty()) throw UsageError("info needs a DATASET.ddx (or --settings, --fabric)");
   auto index = Index::open(opts.dataset);
   const bool allow_stale = opts.allow_stale || settings.get_bool("origin.allow_stale");
   if (!allow_stale) index.check_all_fresh();
@@ -171,6 +211,8 @@ void setup_info(CLI::App& app, CliContext& ctx) {
   sub->add_flag("--verify", opts->verify, "Re-read every sample from origin and check its checksum (exit 1 on mismatch)");
   sub->add_flag("--allow-stale", opts->allow_stale, "Do not refuse sources that changed after flattening");
   sub->add_flag("--settings", opts->settings, "Print every setting, its value and where it came from");
+  sub->add_flag("--fabric", opts->fabric,
+                "List the libfabric providers this node offers and which fabric.provider/fabric.domain pick");
   add_setting_option(*sub, ctx, "--threads", "threads", "Threads for --verify (default: one per core)");
   sub->callback([opts, &ctx] { run_info(*opts, ctx); });
 }
