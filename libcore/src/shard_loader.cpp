@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "ddstage/error.hpp"
+#include "ddstage/file_descriptor.hpp"
 #include "ddstage/origin_reader.hpp"
 
 namespace ddstage {
@@ -90,7 +91,9 @@ class StreamQueue {
 void run_stream(const Index& index, const ShardLayout& layout, std::byte* region, const ShardLoadOptions& options,
                 StreamQueue& queue) noexcept {
   try {
-    OriginReader reader(index, {.verify = options.verify, .allow_stale = options.allow_stale});
+    // Streams share the process's open-file limit: each caches its share of a single reader's.
+    const std::size_t max_open = std::clamp<std::size_t>(open_file_limit() / 4 / options.streams, 1, 1024);
+    OriginReader reader(index, {.verify = options.verify, .allow_stale = options.allow_stale, .max_open_files = max_open});
     const auto fields = static_cast<uint32_t>(index.fields().size());
     std::vector<EntryRead> reads;
     while (const Chunk* c = queue.take()) {
