@@ -66,6 +66,7 @@ TEST_CASE("fabric settings have their defaults and env names", "[settings]") {
   CHECK(s.get_string("fabric.provider") == "auto");
   CHECK(s.get_string("fabric.domain").empty());
   CHECK(s.get_int("fabric.window") == 128);
+  CHECK(s.get_size("fabric.inflight_bytes") == 4u << 20);
   auto e = Settings::resolve({}, {{"DDSTAGE_FABRIC_PROVIDER", "shm"}, {"DDSTAGE_FABRIC_DOMAIN", "lo"}}, std::nullopt,
                              false);
   CHECK(e.get_string("fabric.provider") == "shm");

@@ -14,13 +14,16 @@ struct FabricOptions {
   std::string provider = "auto";  ///< "auto" or a provider name (fabric.provider)
   std::string domain;             ///< domain / interface name, empty: the provider's first
   std::size_t window = 128;       ///< reads in flight per reader
+  /// Bytes in flight per reader: many large reads at once queue up in the provider and run
+  /// slower than a few (tcp;ofi_rxm here: 1.6 GB/s with 128 MiB in flight, 3 GB/s with 2 MiB).
+  uint64_t max_bytes_in_flight = 4u << 20;
   std::chrono::milliseconds read_timeout{10000};  ///< a batch fails after this long without progress
   /// Caps one read below the provider's max_msg_size (0: the provider's limit alone). Larger
   /// rows are split either way.
   uint64_t max_read_bytes = 0;
 
-  /// From fabric.provider, fabric.domain, fabric.window and read_timeout; a window below 1 is a
-  /// UsageError.
+  /// From fabric.provider, fabric.domain, fabric.window, fabric.inflight_bytes and read_timeout;
+  /// a window below 1 is a UsageError.
   static FabricOptions from(const Settings& settings);
 };
 

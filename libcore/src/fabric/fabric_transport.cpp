@@ -34,6 +34,7 @@ void FabricTransport::open_endpoint() {
   if (m_local) m_local->clear();
   m_endpoint.reset();
   m_free.clear();
+  m_bytes_in_flight = 0;
   for (uint32_t i = 0; i < m_slots.size(); ++i) m_free.push_back(static_cast<uint32_t>(m_slots.size() - 1 - i));
   m_endpoint.emplace(*m_info);
   if (m_endpoint->mr_mode(FI_MR_LOCAL) && !m_local) m_local.emplace();
@@ -51,27 +52,28 @@ std::string FabricTransport::where(int rank) const {
 void FabricTransport::post(std::span<const ReadOp> reads) {
   if (!m_endpoint) open_endpoint();  // the last time-out failed to reopen it
   if (in_flight() == 0) m_last_progress = std::chrono::steady_clock::now();
-  // FI_MORE promises another read follows: the last one with bytes must go without it.
-  std::size_t last = reads.size();
-  for (std::size_t i = reads.size(); i-- > 0;) {
-    if (reads[i].bytes) {
-      last = i;
-      break;
-    }
-  }
-  for (std::size_t i = 0; i < reads.size(); ++i) {
-    const ReadOp& op = reads[i];
+  // Each chunk is posted once the next is known: whether FI_MORE may defer it depends on
+  // whether the next can follow without waiting for completions.
+  std::optional<Chunk> pending;
+  for (const ReadOp& op : reads) {
     if (op.rank < 0 || static_cast<std::size_t>(op.rank) >= m_peers.size() || m_peers[op.rank] == FI_ADDR_NOTAVAIL) {
       throw std::logic_error("fabric read aimed at rank " + std::to_string(op.rank) + ", which this reader does not reach");
     }
     if (op.bytes == 0) continue;
     void* desc = local_desc(reads, op);
     for (uint64_t done = 0; done < op.bytes;) {
-      const uint64_t len = std::min(op.bytes - done, m_max_read);
-      post_one(op.rank, op.offset + done, len, op.dest + done, desc, i == last && done + len == op.bytes);
-      done += len;
+      const Chunk chunk{op.rank, op.offset + done, std::min(op.bytes - done, m_max_read), op.dest + done, desc};
+      if (pending) post_one(*pending, &chunk);
+      pending = chunk;
+      done += chunk.bytes;
     }
   }
+  if (pending) post_one(*pending, nullptr);
+}
+
+bool FabricTransport::has_room(uint64_t bytes) const noexcept {
+  // A chunk larger than the byte cap still goes, alone.
+  return !m_free.empty() && (m_bytes_in_flight == 0 || m_bytes_in_flight + bytes <= m_options.max_bytes_in_flight);
 }
 
 void* FabricTransport::local_desc(std::span<const ReadOp> reads, const ReadOp& op) {
@@ -92,19 +94,21 @@ void* FabricTransport::local_desc(std::span<const ReadOp> reads, const ReadOp& o
   }
 }
 
-void FabricTransport::post_one(int rank, uint64_t offset, uint64_t bytes, std::byte* dest, void* desc, bool last) {
-  while (m_free.empty()) progress(true);
+void FabricTransport::post_one(const Chunk& chunk, const Chunk* next) {
+  while (!has_room(chunk.bytes)) progress(true);
   Slot& slot = m_slots[m_free.back()];
   m_free.pop_back();
+  m_bytes_in_flight += chunk.bytes;
+  const int rank = chunk.rank;
   const FabricRegionInfo& region = m_remotes[static_cast<std::size_t>(rank)].region;
   slot.rank = rank;
-  slot.iov = {dest, bytes};
-  slot.desc = desc;
-  slot.rma = {region.base + offset, bytes, region.key};
+  slot.iov = {chunk.dest, chunk.bytes};
+  slot.desc = chunk.desc;
+  slot.rma = {region.base + chunk.offset, chunk.bytes, region.key};
   const fi_msg_rma msg{&slot.iov, &slot.desc, 1, m_peers[rank], &slot.rma, 1, &slot, 0};
-  // Deferring is only safe while a later read in this burst will flush: not when the window is
-  // now full, since we are about to wait on the queue.
-  uint64_t flags = FI_COMPLETION | (!last && !m_free.empty() ? FI_MORE : 0);
+  // Deferring is only safe while the next read will flush it: not when that one must first
+  // wait on the queue (window or byte cap full), nor for the last of the burst.
+  uint64_t flags = FI_COMPLETION | (next && has_room(next->bytes) ? FI_MORE : 0);
   for (;;) {
     const ssize_t rc = fi_readmsg(m_endpoint->ep(), &msg, flags);
     if (rc == 0) {
@@ -126,6 +130,7 @@ void FabricTransport::post_one(int rank, uint64_t offset, uint64_t bytes, std::b
 }
 
 void FabricTransport::release(Slot* slot) noexcept {
+  m_bytes_in_flight -= slot->iov.iov_len;
   m_free.push_back(static_cast<uint32_t>(slot - m_slots.data()));
 }
 

@@ -21,8 +21,8 @@
 namespace ddstage::detail {
 
 /// Reads for one Reader (one thread) over its own endpoint and queue. Reads larger than the
-/// provider's max_msg_size (or options.max_read_bytes) are split; up to options.window are in
-/// flight, posted with FI_MORE on all but the last of a burst; -FI_EAGAIN (rxm connects lazily)
+/// provider's max_msg_size (or options.max_read_bytes) are split; up to options.window reads
+/// and options.max_bytes_in_flight bytes are in flight, posted with FI_MORE on all but the last of a burst; -FI_EAGAIN (rxm connects lazily)
 /// is met by progressing the queue and retrying. wait() reaps every completion. A read that
 /// fails is an Error naming its rank, host and the provider's text; when no read completes for
 /// options.read_timeout the batch fails naming the ranks still outstanding, the endpoint is
@@ -51,7 +51,18 @@ class FabricTransport final : public Transport {
 
   void open_endpoint();
   void* local_desc(std::span<const ReadOp> reads, const ReadOp& op);
-  void post_one(int rank, uint64_t offset, uint64_t bytes, std::byte* dest, void* desc, bool last);
+  /// One fi_read's worth of a ReadOp.
+  struct Chunk {
+    int rank;
+    uint64_t offset;
+    uint64_t bytes;
+    std::byte* dest;
+    void* desc;
+  };
+  /// Posts `chunk` once the window and byte cap allow; `next`: the chunk that follows in this
+  /// burst, if any.
+  void post_one(const Chunk& chunk, const Chunk* next);
+  bool has_room(uint64_t bytes) const noexcept;
   /// Reaps completions; with `block`, until at least one landed. Throws on time-out.
   void progress(bool block);
   void release(Slot* slot) noexcept;
@@ -70,6 +81,7 @@ class FabricTransport final : public Transport {
   uint64_t m_max_read = 0;
   std::vector<Slot> m_slots;
   std::vector<uint32_t> m_free;
+  uint64_t m_bytes_in_flight = 0;
   std::optional<FabricMrCache> m_local;  // only when the provider needs FI_MR_LOCAL
   std::optional<FabricError> m_error;    // first failed read of this batch
   std::chrono::steady_clock::time_point m_last_progress;
