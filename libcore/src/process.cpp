@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <ctime>
 #include <fstream>
@@ -42,6 +43,21 @@ bool is_ddstage_process(int64_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline", std::ios::binary);
   std::string cmdline((std::istreambuf_iterator<char>(in)), {});
   return cmdline.find("ddstage") != std::string::npos;
+}
+
+uint64_t mem_available() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  uint64_t kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit) {
+    if (key == "MemAvailable:") return kb * 1024;
+  }
+  return 0;
+}
+
+uint64_t default_mem_limit(int holders_on_node) {
+  return mem_available() / 10 * 8 / static_cast<uint64_t>(std::max(1, holders_on_node));
 }
 
 }  // namespace ddstage::detail

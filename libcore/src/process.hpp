@@ -15,5 +15,11 @@ std::string utc_now();
 bool process_alive(int64_t pid);
 /// True if pid is alive and its command line mentions ddstage: never signal a reused pid.
 bool is_ddstage_process(int64_t pid);
+/// MemAvailable from /proc/meminfo in bytes (0 when unknown): what a shard may take without
+/// pushing the node into swap or the OOM killer.
+uint64_t mem_available();
+/// The default memory a shard holder may use: 80% of mem_available(), shared by the holders
+/// on this node. (The other 20% is for the page cache that loads read through and the app.)
+uint64_t default_mem_limit(int holders_on_node);
 
 }  // namespace ddstage::detail

@@ -1,5 +1,6 @@
 #include "ddstage/store.hpp"
 
+#include <algorithm>
 #include <climits>
 #include <exception>
 
@@ -11,6 +12,7 @@
 #include "ddstage/shard_plan.hpp"
 #include "mpi/mpi_comm.hpp"
 #include "mpi/mpi_window.hpp"
+#include "process.hpp"
 #include "read_batch.hpp"
 #include "transport/mpi_all_to_all.hpp"
 #include "transport/mpi_rma_transport.hpp"
@@ -71,11 +73,15 @@ struct Store::State {
     MPI_Comm_rank(comm.get(), &rank);
     MPI_Comm_size(comm.get(), &size);
     MPI_Query_thread(&thread_level);
-    shared = options.direct_on_node && on_one_node();
+    const int on_node = ranks_on_node();
+    shared = options.direct_on_node && on_node == size;
+    mem_limit = options.mem_limit ? options.mem_limit : detail::default_mem_limit(on_node);
   }
 
-  /// Whether every rank of comm shares this node's memory.
-  bool on_one_node() const;
+  /// How many ranks of comm share this node's memory (this one included).
+  int ranks_on_node() const;
+  /// UsageError unless this rank can hold `need` more bytes within mem_limit.
+  void check_fits(const std::string& name, uint64_t need) const;
 
   const detail::EmbeddedDataset& find(const std::string& name) const;
   std::unique_ptr<detail::EmbeddedDataset> prepare(const std::filesystem::path& path,
@@ -90,12 +96,13 @@ struct Store::State {
   int size = 1;
   int thread_level = 0;
   bool shared = false;  // shards in shared windows, read by memcpy from any rank
+  uint64_t mem_limit = 0;
   // In load order, which is the same on every rank, so destruction frees the windows (a
   // collective) in the same order everywhere.
   std::vector<std::unique_ptr<detail::EmbeddedDataset>> datasets;
 };
 
-bool Store::State::on_one_node() const {
+int Store::State::ranks_on_node() const {
   MPI_Comm node = MPI_COMM_NULL;
   detail::mpi_check(
       MPI_Comm_split_type(comm.get(), MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node),
@@ -103,7 +110,17 @@ bool Store::State::on_one_node() const {
   int node_size = 0;
   MPI_Comm_size(node, &node_size);
   MPI_Comm_free(&node);
-  return node_size == size;
+  return node_size;
+}
+
+void Store::State::check_fits(const std::string& name, uint64_t need) const {
+  uint64_t used = 0;
+  for (const auto& ds : datasets) used += ds->window.region().size();
+  if (used + need > mem_limit) {
+    throw UsageError(fmt::format(
+        "dataset '{}' does not fit: rank {} on {} needs {} bytes, has {} of {} free (StoreOptions::mem_limit)",
+        name, rank, detail::host_name(), need, mem_limit - std::min(mem_limit, used), mem_limit));
+  }
 }
 
 const detail::EmbeddedDataset& Store::State::find(const std::string& name) const {
@@ -172,20 +189,30 @@ int Store::thread_level() const noexcept {
 
 void Store::load(const std::filesystem::path& index, const std::string& name, bool verify) {
   const MPI_Comm comm = m->comm.get();
-  // Phase 1, nothing allocated: can every rank open the index?
+  // Phase 1, nothing allocated: can every rank open the index and hold its shard?
   std::unique_ptr<detail::EmbeddedDataset> ds;
   std::exception_ptr failure;
+  uint64_t bytes = 0;
   try {
     ds = m->prepare(index, name);
+    bytes = ds->layouts[static_cast<std::size_t>(m->rank)].total_bytes();
+    m->check_fits(ds->name, bytes);
   } catch (...) {
     failure = std::current_exception();
   }
   detail::agree(failure, comm, m->rank);
   m->check_same_index(ds->index, index);
   // Phase 2: allocate and fill; on any failure every rank drops its window (a collective).
-  const uint64_t bytes = ds->layouts[static_cast<std::size_t>(m->rank)].total_bytes();
-  ds->window = m->shared ? detail::MpiWindow::allocate_shared(bytes, comm)
-                         : detail::MpiWindow::allocate(bytes, comm);
+  // An allocation that fails on every rank alike (what MPI libraries do: the window is one
+  // collective object) is agreed on like any other failure; the mem_limit check above is what
+  // keeps a rank from failing alone.
+  try {
+    ds->window = m->shared ? detail::MpiWindow::allocate_shared(bytes, comm)
+                           : detail::MpiWindow::allocate(bytes, comm);
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  detail::agree(failure, comm, m->rank);
   ds->window.lock_all();
   try {
     m->fill(*ds, verify);

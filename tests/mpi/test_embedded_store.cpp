@@ -17,6 +17,7 @@
 #include "ddstage/index_writer.hpp"
 #include "ddstage/mpi.hpp"
 #include "ddstage/origin_reader.hpp"
+#include "ddstage/shard_layout.hpp"
 #include "ddstage/shard_plan.hpp"
 #include "ddstage/store.hpp"
 #include "test_support.hpp"
@@ -220,6 +221,23 @@ void test_failed_load(Store& store, const fs::path& dir) {
   check_throws<Error>([&] { store.load(dir / "none.ddx"); }, "none.ddx");
 }
 
+/// Every rank may hold its shard of d once; the last rank not even that. A load past a rank's
+/// limit is refused on every rank, naming that rank, and what was loaded keeps serving.
+void test_mem_limit(const fs::path& dir, const Index& index) {
+  const auto range = ShardPlan::balance(index, g_size).range(g_rank);
+  const uint64_t shard = ShardLayout(index, range).total_bytes();
+  {
+    Store store = make_store(MPI_COMM_WORLD, {.mem_limit = shard + shard / 2});
+    store.load(dir / "d.ddx");
+    check_throws<UsageError>([&] { store.load(dir / "d.ddx", "d2"); }, "does not fit");
+    check_throws<UsageError>([&] { (void)store.reader("d2"); }, "no dataset 'd2'");
+    test_rma(store, index);
+  }
+  Store small = make_store(MPI_COMM_WORLD, {.mem_limit = g_rank == g_size - 1 ? shard - 1 : shard});
+  check_throws<UsageError>([&] { small.load(dir / "d.ddx"); },
+                           "rank " + std::to_string(g_size - 1) + " on ");
+}
+
 void run(const fs::path& dir) {
   const auto index = Index::open(dir / "d.ddx");
   // Shards in a shared window read by memcpy (all ranks here share a node), then in a plain
@@ -243,6 +261,7 @@ void run(const fs::path& dir) {
     other.load(dir / "d.ddx");
     test_collective(other, index, 2);
   }
+  test_mem_limit(dir, index);
 }
 
 }  // namespace

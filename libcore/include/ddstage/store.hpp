@@ -26,6 +26,10 @@ struct StoreOptions {
   bool direct_on_node = true;
   /// load: skip the origin files' size/mtime check.
   bool allow_stale = false;
+  /// Bytes of shard regions each rank may hold, over all its datasets; a load that would pass
+  /// it is refused on every rank before anything is allocated. 0: 80% of the node's available
+  /// memory at construction, divided by the Store's ranks on that node.
+  uint64_t mem_limit = 0;
 };
 
 /// Shards of datasets held by the ranks of an MPI communicator (DDStore style). The app
@@ -59,8 +63,10 @@ class Store {
 
   /// Collective. Every rank opens the index, takes its contiguous byte-balanced share
   /// (ShardPlan::balance over the communicator's size), allocates it in an MPI window and
-  /// fills it from origin (with verify, checking every entry's checksum). If any rank fails,
-  /// every rank throws the first failing rank's error and nothing of the dataset remains.
+  /// fills it from origin (with verify, checking every entry's checksum). A shard that would
+  /// pass a rank's mem_limit is a UsageError naming rank, host, bytes needed and free, raised
+  /// before any rank allocates. If any rank fails, every rank throws the first failing rank's
+  /// error and nothing of the dataset remains.
   /// name defaults to the index's dataset name; a name already loaded is a UsageError.
   void load(const std::filesystem::path& index, const std::string& name = "", bool verify = false);
   /// A loaded dataset's index; UsageError listing the loaded names when there is none.
