@@ -90,7 +90,7 @@ void print_status_json(const StoreStatus& s) {
   j.key("ranks").begin_array();
   for (const auto& r : s.ranks) {
     j.begin_object().field("rank", r.info.rank).field("host", r.info.host).field("pid", r.info.pid);
-    j.field("alive", r.alive).field("memory_used", r.memory_used).field("memory_limit", r.info.memory_limit);
+    j.field("state", std::string(state_name(r.state))).field("memory_used", r.memory_used).field("memory_limit", r.info.memory_limit);
     j.key("transports").begin_array();
     for (const auto& t : r.info.transports) j.value(t);
     j.end_array().end_object();
@@ -111,11 +111,11 @@ void print_status_json(const StoreStatus& s) {
 void print_status_text(const StoreStatus& s) {
   fmt::print("store     control {} since {}{}\n", s.control, s.started,
              s.error.empty() ? "" : "  (NOT ANSWERING: " + s.error + ")");
-  fmt::print("ranks\n  {:<5} {:<20} {:<8} {:<6} {:<12} {:<12} {}\n", "rank", "host", "pid", "state", "memory used",
+  fmt::print("ranks\n  {:<5} {:<20} {:<8} {:<13} {:<12} {:<12} {}\n", "rank", "host", "pid", "state", "memory used",
              "limit", "transports");
   for (const auto& r : s.ranks) {
-    fmt::print("  {:<5} {:<20} {:<8} {:<6} {:<12} {:<12} {}\n", r.info.rank, r.info.host, r.info.pid,
-               r.alive ? "up" : "lost", human_bytes(static_cast<double>(r.memory_used)),
+    fmt::print("  {:<5} {:<20} {:<8} {:<13} {:<12} {:<12} {}\n", r.info.rank, r.info.host, r.info.pid,
+               state_name(r.state), human_bytes(static_cast<double>(r.memory_used)),
                human_bytes(static_cast<double>(r.info.memory_limit)), fmt::join(r.info.transports, ","));
   }
   fmt::print("datasets\n");

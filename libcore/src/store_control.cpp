@@ -45,6 +45,16 @@ DatasetStatus dataset_status(const StoreDataset& d) {
 
 }  // namespace
 
+std::string_view state_name(RankState s) {
+  switch (s) {
+    case RankState::up: return "up";
+    case RankState::not_answering: return "not answering";
+    case RankState::lost: return "lost";
+    case RankState::unknown: break;
+  }
+  return "unknown";
+}
+
 StoreControl::StoreControl(const std::filesystem::path& dir, std::chrono::milliseconds timeout)
     : m_dir(dir), m_descriptor(StoreDescriptor::read(dir)), m_timeout(timeout) {}
 
@@ -92,10 +102,15 @@ StoreStatus StoreControl::status() {
   }
   // The descriptor was rewritten by the load/unload that came last: read it again.
   if (lost.empty()) m_descriptor = StoreDescriptor::read(m_dir);
+  const auto here = detail::host_name();
   for (std::size_t r = 0; r < m_descriptor.ranks.size(); ++r) {
-    RankStatus rs{m_descriptor.ranks[r], lost.empty()};
-    if (lost.empty() && reply["memory_used"] && r < reply["memory_used"].size()) {
-      rs.memory_used = reply["memory_used"][r].as<uint64_t>();
+    RankStatus rs{m_descriptor.ranks[r]};
+    if (lost.empty()) {
+      rs.state = RankState::up;
+      if (reply["memory_used"] && r < reply["memory_used"].size()) rs.memory_used = reply["memory_used"][r].as<uint64_t>();
+    } else if (rs.info.host == here) {
+      // Which rank died is what a user needs to know: its process is gone, the others' are not.
+      rs.state = detail::process_alive(rs.info.pid) ? RankState::not_answering : RankState::lost;
     }
     status.ranks.push_back(rs);
   }

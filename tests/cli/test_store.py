@@ -154,7 +154,7 @@ def test_serve_load_read_status_stop(ddstage, serve, datasets):
     assert "loaded 'rows': 500 samples" in out and "verified" in out
     ddstage.ok("load", "--store", store.dir, datasets["files"])
     st = status(ddstage, store.dir)
-    assert [r["rank"] for r in st["ranks"]] == [0, 1, 2, 3] and all(r["alive"] for r in st["ranks"])
+    assert [r["rank"] for r in st["ranks"]] == [0, 1, 2, 3] and all(r["state"] == "up" for r in st["ranks"])
     by_name = {d["name"]: d for d in st["datasets"]}
     assert set(by_name) == {"rows", "files"}
     for d in by_name.values():
@@ -268,6 +268,10 @@ def test_killed_rank_fails_reads_quickly_and_stop_cleans_up(ddstage, serve, data
     assert time.monotonic() - t0 < 20
     assert proc.returncode == 1 or proc.returncode == 2, proc.stderr
     assert "rank 2" in proc.stderr or "not running" in proc.stderr, proc.stderr
+    # Status names the dead rank whether or not MPI took the other ranks down with it.
+    proc = ddstage.run("status", "--store", store.dir, "--json")
+    assert proc.returncode == 1, proc.stderr
+    assert json.loads(proc.stdout)["ranks"][2]["state"] == "lost", proc.stdout
     ddstage.run("stop", "--store", store.dir)
     store.proc.wait(timeout=30)
     assert not (store.dir / "store.yaml").exists()

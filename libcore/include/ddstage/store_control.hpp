@@ -7,16 +7,26 @@
 #include <filesystem>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "ddstage/store_descriptor.hpp"
 
 namespace ddstage {
 
+/// What a status request learnt of one rank.
+enum class RankState {
+  up,             ///< answered (through rank 0)
+  not_answering,  ///< the store did not answer, but this rank's process runs (on this host)
+  lost,           ///< the store did not answer and this rank's process is gone (on this host)
+  unknown,        ///< the store did not answer and the rank runs on another host
+};
+std::string_view state_name(RankState s);
+
 /// One rank in a status report.
 struct RankStatus {
   RankInfo info;
-  bool alive = false;       ///< answered this status request
+  RankState state = RankState::unknown;
   uint64_t memory_used = 0;  ///< bytes of shard regions it holds
 };
 
