@@ -40,17 +40,6 @@ extern "C" void on_signal(int sig) { g_signal = sig; }
 constexpr auto accept_poll = std::chrono::milliseconds(200);
 constexpr auto request_timeout = std::chrono::seconds(10);
 
-uint64_t mem_available() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  uint64_t kb = 0;
-  std::string unit;
-  while (in >> key >> kb >> unit) {
-    if (key == "MemAvailable:") return kb * 1024;
-  }
-  return 0;
-}
-
 /// Characters safe in a shared-memory name; the dataset name itself is kept as given.
 std::string segment_safe(const std::string& name) {
   std::string out;
@@ -459,7 +448,7 @@ void ServerRank::run() {
   // Memory: an explicit limit, or 80% of what is available now, shared by this node's ranks.
   const auto hosts = detail::bcast_string(join_lines(detail::gather_strings(m_host, MPI_COMM_WORLD)), MPI_COMM_WORLD);
   const auto on_node = std::max<std::size_t>(1, count_line(hosts, m_host));
-  m_mem_limit = m_options.mem_limit ? m_options.mem_limit : mem_available() / 10 * 8 / on_node;
+  m_mem_limit = m_options.mem_limit ? m_options.mem_limit : detail::default_mem_limit(static_cast<int>(on_node));
   auto infos = detail::gather_strings(fmt::format("{} {} {}", m_host, ::getpid(), m_mem_limit), MPI_COMM_WORLD);
   if (is_root()) {
     m_descriptor.token = m_token;
