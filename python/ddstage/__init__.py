@@ -1,0 +1,179 @@
+"""ddstage from Python: read batches of samples from a ddstage store into numpy arrays.
+
+    import ddstage
+    train = ddstage.Client("/scratch/store").open("train")   # a store started by `ddstage serve`
+    x = train.get_batch("x", [5, 99, 1000])                   # array (3, *shape of x)
+
+Fixed-size fields come back as one array of shape (len(ids), *field shape) in the field's
+dtype, read straight into it by libcore with the GIL released. Variable-length fields come
+back as (data, offsets): data of shape (total, *element shape), offsets int64 of
+len(ids) + 1, row i being data[offsets[i]:offsets[i + 1]] (split_rows() makes a list).
+Pass out= to read into an array you own (C-contiguous, writable, exactly the batch's bytes).
+
+Errors are ddstage.Error (a RuntimeError); errors in the caller's input (unknown dataset or
+field, bad ids, a wrong out=) are ddstage.UsageError, also a ValueError; a checksum mismatch
+with verify=True is ddstage.ChecksumError. The message is libcore's.
+
+Readers are per thread: a Dataset keeps one reader per thread that uses it, and a thread
+that wants its own explicitly takes dataset.reader(). An MPI job can hold the data itself:
+ddstage.Store(comm) (when ddstage was built with MPI; mpi4py provides comm).
+"""
+import atexit
+import itertools
+import os
+import threading
+import weakref
+
+import numpy as np
+
+from . import _ddstage
+from ._ddstage import ChecksumError, Error, FieldInfo, UsageError, __version__
+
+HAVE_MPI = _ddstage.HAVE_MPI
+
+__all__ = ["Client", "Dataset", "Store", "Error", "UsageError", "ChecksumError", "FieldInfo",
+           "split_rows", "HAVE_MPI", "__version__"]
+
+
+def split_rows(data, offsets):
+    """The rows of a variable-length batch (data, offsets) as a list of views of data."""
+    return [data[offsets[i]:offsets[i + 1]] for i in range(len(offsets) - 1)]
+
+
+class Dataset:
+    """A loaded dataset, from Client.open() or Store.dataset(): its fields and batched reads.
+
+    get_batch/row_sizes/batch_bytes use a reader of the calling thread, created on first use;
+    reader() gives a thread one of its own to keep."""
+
+    def __init__(self, name, samples, fields, new_reader):
+        self.name = name
+        self.samples = samples
+        self.fields = {f.name: f for f in fields}
+        self._new_reader = new_reader
+        self._local = threading.local()
+
+    def __len__(self):
+        return self.samples
+
+    def __repr__(self):
+        return f"ddstage.Dataset({self.name!r}, samples={self.samples}, fields={list(self.fields)})"
+
+    def field(self, name):
+        """FieldInfo of a field (UsageError listing the fields when there is none)."""
+        try:
+            return self.fields[name]
+        except KeyError:
+            raise UsageError(f"no field '{name}' in dataset '{self.name}' (fields: "
+                             f"{', '.join(self.fields)})") from None
+
+    def reader(self):
+        """A new reader: get_batch, row_sizes, batch_bytes; for one thread at a time."""
+        return self._new_reader()
+
+    def _reader(self):
+        reader = getattr(self._local, "reader", None)
+        if reader is None:
+            reader = self._local.reader = self._new_reader()
+        return reader
+
+    def get_batch(self, field, ids, out=None, verify=False):
+        """Rows of field for ids (any order, repeats allowed), in the order asked: an array for
+        fixed-size rows, (data, offsets) for variable ones. verify checks every row's checksum."""
+        return self._reader().get_batch(field, ids, out=out, verify=verify)
+
+    def row_sizes(self, field, ids):
+        """Bytes of each id's row of field (uint64 array)."""
+        return self._reader().row_sizes(field, ids)
+
+    def batch_bytes(self, field, ids):
+        """Total bytes of field for ids, repeats counted."""
+        return self._reader().batch_bytes(field, ids)
+
+
+class Client:
+    """A client of a store started by `ddstage serve --store DIR`: same-node ranks are read
+    through shared memory; no MPI needed. UsageError when DIR holds no running store."""
+
+    def __init__(self, store):
+        self._client = _ddstage.Client(os.fspath(store))
+
+    def open(self, name):
+        """A loaded dataset by name (UsageError listing the loaded ones when there is none)."""
+        ds = self._client.open(name)
+        return Dataset(ds.name, ds.samples, ds.fields, ds.reader)
+
+
+class EmbeddedDataset(Dataset):
+    """A dataset of an embedded Store: also reads collectively (every rank at once)."""
+
+    def get_batch_collective(self, field, ids, out=None):
+        """Collective over the Store's ranks: each rank passes its own ids (possibly none) and
+        gets its rows, exchanged all-to-all in bounded rounds."""
+        return self._reader().get_batch_collective(field, ids, out=out)
+
+
+class Store:
+    """The embedded store of an MPI job (DDStore style): every rank holds a shard of each
+    loaded dataset. Construction, load() and close() are collective.
+
+    comm: an mpi4py communicator (default MPI.COMM_WORLD) or a Fortran handle (int).
+    max_round_bytes, direct_on_node, allow_stale: as StoreOptions in ddstage/store.hpp.
+    Close it before MPI is finalized: `with ddstage.Store(comm) as store:`, close(), or at
+    interpreter exit, which closes every open Store before mpi4py finalizes MPI."""
+
+    def __init__(self, comm=None, **options):
+        if not HAVE_MPI:
+            raise UsageError("this ddstage was built without MPI: no embedded Store")
+        if comm is None:
+            from mpi4py import MPI
+            comm = MPI.COMM_WORLD
+        handle = comm if isinstance(comm, int) else comm.py2f()
+        self._store = _ddstage.Store(handle, **options)
+        _close_at_exit(self)
+
+    rank = property(lambda self: self._store.rank)
+    size = property(lambda self: self._store.size)
+    thread_level = property(lambda self: self._store.thread_level)
+    closed = property(lambda self: self._store.closed)
+
+    def load(self, index, name=None, verify=False):
+        """Collective: every rank loads its shard of the index DATASET.ddx; returns the name."""
+        return self._store.load(os.fspath(index), name or "", verify)
+
+    def dataset(self, name):
+        """A loaded dataset; its readers read other ranks' rows with MPI one-sided gets."""
+        store = self._store
+        return EmbeddedDataset(name, store.samples(name), store.fields(name), lambda: store.reader(name))
+
+    def close(self):
+        """Collective: frees every dataset's window; readers refuse to read afterwards."""
+        self._store.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+# serial -> Store, for closing what is still open at exit in reverse creation order (the same
+# order on every rank, as closing is collective).
+_open_stores = weakref.WeakValueDictionary()
+_serials = itertools.count()
+_exit_hook = []
+
+
+def _close_at_exit(store):
+    # Registered when the first Store exists, so after mpi4py's own hook: atexit runs it first,
+    # before mpi4py finalizes MPI.
+    if not _exit_hook:
+        _exit_hook.append(atexit.register(_close_open_stores))
+    _open_stores[next(_serials)] = store
+
+
+def _close_open_stores():
+    for serial in sorted(_open_stores.keys(), reverse=True):
+        store = _open_stores.get(serial)
+        if store is not None and not store.closed:
+            store.close()

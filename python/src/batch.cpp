@@ -1,0 +1,94 @@
+#include "batch.hpp"
+
+#include <fmt/format.h>
+
+#include "ddstage/error.hpp"
+
+namespace ddstage::python {
+
+py::dtype numpy_dtype(DType t) {
+  switch (t) {
+    case DType::bytes: return py::dtype("uint8");
+    case DType::boolean: return py::dtype("bool");
+    // Every other canonical name is numpy's own spelling.
+    default: return py::dtype(std::string(dtype_name(t)));
+  }
+}
+
+const FieldInfo& field_info(const Index& index, const std::string& field) {
+  return index.fields()[index.field_id(field)];
+}
+
+uint64_t unit_bytes(const FieldInfo& info) {
+  if (!info.variable) return info.row_bytes;
+  uint64_t unit = dtype_size(info.dtype);
+  for (uint64_t d : info.shape) unit *= d;
+  if (unit == 0) {
+    throw IndexError(fmt::format("field '{}' has an empty element shape", info.name), {.field = info.name});
+  }
+  return unit;
+}
+
+py::array_t<int64_t> as_ids(const py::handle& ids) {
+  py::array array = py::array::ensure(ids);
+  if (!array) throw UsageError("ids must be a sequence of integer sample ids");
+  if (array.ndim() != 1) {
+    throw UsageError(fmt::format("ids must be a one-dimensional sequence of sample ids, not {} dimensions",
+                                 array.ndim()));
+  }
+  // An empty list becomes a float64 array: no id is no id, whatever its dtype.
+  if (array.size() == 0) return py::array_t<int64_t>(0);
+  const char kind = array.dtype().kind();
+  if (kind != 'i' && kind != 'u') {
+    throw UsageError(fmt::format("ids must be integers, not {}", py::str(array.dtype()).cast<std::string>()));
+  }
+  auto ints = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(array);
+  const int64_t* id = ints.data();
+  for (py::ssize_t i = 0; i < ints.size(); ++i) {
+    if (id[i] < 0) throw UsageError(fmt::format("sample id {} is negative", id[i]));
+  }
+  return ints;
+}
+
+py::array destination(const py::object& out, uint64_t bytes, const FieldInfo& field, uint64_t rows) {
+  if (out.is_none()) {
+    std::vector<py::ssize_t> shape{static_cast<py::ssize_t>(rows)};
+    for (uint64_t d : field.shape) shape.push_back(static_cast<py::ssize_t>(d));
+    return py::array(numpy_dtype(field.dtype), shape);
+  }
+  if (!py::isinstance<py::array>(out)) {
+    throw UsageError(fmt::format("out must be a numpy array, not {}",
+                                 py::str(py::type::of(out).attr("__name__")).cast<std::string>()));
+  }
+  auto array = py::reinterpret_borrow<py::array>(out);
+  if (!(array.flags() & py::array::c_style)) throw UsageError("out must be C-contiguous");
+  if (!array.writeable()) throw UsageError("out must be writable");
+  if (static_cast<uint64_t>(array.nbytes()) != bytes) {
+    throw UsageError(fmt::format("out holds {} bytes; this batch of field '{}' is {} bytes", array.nbytes(),
+                                 field.name, bytes),
+                     {.field = field.name});
+  }
+  return array;
+}
+
+py::array_t<int64_t> offsets_of(std::span<const uint64_t> sizes, uint64_t unit, const std::string& field) {
+  py::array_t<int64_t> offsets(static_cast<py::ssize_t>(sizes.size() + 1));
+  int64_t* o = offsets.mutable_data();
+  o[0] = 0;
+  for (std::size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] % unit != 0) {
+      throw IndexError(fmt::format("a row of field '{}' holds {} bytes, not a whole number of {}-byte elements",
+                                   field, sizes[i], unit),
+                       {.field = field});
+    }
+    o[i + 1] = o[i] + static_cast<int64_t>(sizes[i] / unit);
+  }
+  return offsets;
+}
+
+void throw_busy() {
+  throw UsageError("this reader is busy in another thread: a reader belongs to one thread (take one per "
+                   "thread with reader())");
+}
+
+}  // namespace ddstage::python

@@ -1,0 +1,101 @@
+// ddstage._ddstage: libcore's client, readers and (with MPI) the embedded Store for Python.
+// The pure-Python package (python/ddstage/) builds the user-facing API on top of it.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <pybind11/stl/filesystem.h>
+
+#include "batch.hpp"
+#include "ddstage/client.hpp"
+#include "ddstage/config.hpp"
+#include "ddstage/error.hpp"
+#include "store_binding.hpp"
+
+namespace ddstage::python {
+namespace {
+
+/// Python classes for libcore's errors: Error is a RuntimeError; UsageError (the caller's
+/// input: exit code 2 in the CLI) is also a ValueError; ChecksumError is a run-time Error.
+void bind_errors(py::module_& m) {
+  // Never freed: exception classes live as long as the interpreter.
+  static PyObject* error = PyErr_NewException("ddstage.Error", PyExc_RuntimeError, nullptr);
+  static PyObject* usage =
+      PyErr_NewException("ddstage.UsageError", py::make_tuple(py::handle(error), py::handle(PyExc_ValueError)).release().ptr(),
+                         nullptr);
+  static PyObject* checksum = PyErr_NewException("ddstage.ChecksumError", error, nullptr);
+  m.add_object("Error", py::handle(error));
+  m.add_object("UsageError", py::handle(usage));
+  m.add_object("ChecksumError", py::handle(checksum));
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const ChecksumError& e) {
+      PyErr_SetString(checksum, e.what());
+    } catch (const Error& e) {
+      PyErr_SetString(e.kind() == ErrorKind::usage ? usage : error, e.what());
+    }
+  });
+}
+
+void bind_field(py::module_& m) {
+  py::class_<FieldInfo>(m, "FieldInfo", "One field of every sample: element type and row shape.")
+      .def_readonly("name", &FieldInfo::name)
+      .def_property_readonly("dtype", [](const FieldInfo& f) { return numpy_dtype(f.dtype); },
+                             "numpy dtype of the elements (opaque bytes are uint8)")
+      .def_property_readonly("shape", [](const FieldInfo& f) { return py::tuple(py::cast(f.shape)); },
+                             "shape of one row; for a variable field, of one element of its first axis")
+      .def_readonly("variable", &FieldInfo::variable, "whether rows differ in length")
+      .def_readonly("row_bytes", &FieldInfo::row_bytes, "bytes per row; 0 when variable")
+      .def_readonly("source", &FieldInfo::source)
+      .def("__repr__", [](const FieldInfo& f) {
+        return "FieldInfo(" + f.name + ", " + std::string(dtype_name(f.dtype)) +
+               (f.variable ? ", variable" : "") + ")";
+      });
+}
+
+std::vector<FieldInfo> fields_of(const Index& index) {
+  return {index.fields().begin(), index.fields().end()};
+}
+
+using ClientReader = Guarded<Reader>;
+
+void bind_client(py::module_& m) {
+  py::class_<ClientReader>(m, "Reader", "Reads batches of one served dataset; one per thread.")
+      .def("batch_bytes", &batch_bytes<Reader>, py::arg("field"), py::arg("ids"))
+      .def("row_sizes", &row_sizes<Reader>, py::arg("field"), py::arg("ids"))
+      .def(
+          "get_batch",
+          [](ClientReader& g, const std::string& field, const py::handle& ids, const py::object& out,
+             bool verify) {
+            return get_batch(g, field, ids, out, [&](Reader& r, auto span, auto dest) {
+              r.get_batch(field, span, dest, verify);
+            });
+          },
+          py::arg("field"), py::arg("ids"), py::arg("out") = py::none(), py::arg("verify") = false);
+
+  py::class_<Dataset>(m, "Dataset", "A dataset of a running store.")
+      .def_property_readonly("name", &Dataset::name)
+      .def_property_readonly("samples", [](const Dataset& d) { return d.index().samples(); })
+      .def_property_readonly("fields", [](const Dataset& d) { return fields_of(d.index()); })
+      .def("reader", [](const Dataset& d) { return std::make_unique<ClientReader>(d.reader(), d.index()); });
+
+  py::class_<Client>(m, "Client", "A client of a store started by `ddstage serve`; needs no MPI.")
+      .def(py::init<const std::filesystem::path&>(), py::arg("store"))
+      .def("open", &Client::open, py::arg("name"));
+}
+
+}  // namespace
+}  // namespace ddstage::python
+
+PYBIND11_MODULE(_ddstage, m) {
+  using namespace ddstage::python;
+  m.doc() = "libcore bindings; use the ddstage package instead of this module";
+  m.attr("__version__") = DDSTAGE_VERSION;
+  m.attr("HAVE_MPI") = bool(DDSTAGE_HAVE_MPI);
+  bind_errors(m);
+  bind_field(m);
+  bind_client(m);
+#if DDSTAGE_HAVE_MPI
+  bind_store(m);
+#endif
+}
