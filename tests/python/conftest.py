@@ -1,0 +1,172 @@
+"""Fixtures for the Python package's tests: datasets made by ddstage-gen (and numpy) and
+flattened by the real CLI, a real `ddstage serve` job of 2 ranks under mpiexec, and
+reference values read with h5py and plain file reads, never through ddstage's readers.
+
+ctest sets DDSTAGE_BIN, DDSTAGE_GEN, DDSTAGE_EXAMPLES and PYTHONPATH (the build tree's
+package). Everything started here is stopped or killed by pid, with timeouts."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import yaml
+
+BIN = os.environ.get("DDSTAGE_BIN", "ddstage")
+GEN = os.environ.get("DDSTAGE_GEN", "ddstage-gen")
+TIMEOUT_S = 120
+MPI_ENV = {
+    "OMPI_ALLOW_RUN_AS_ROOT": "1",
+    "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+    "OMPI_MCA_rmaps_base_oversubscribe": "1",
+    # Shared memory between ranks, loopback for the runtime: nothing leaves this machine.
+    "OMPI_MCA_btl": "self,vader",
+    "OMPI_MCA_oob_tcp_if_include": "lo",
+}
+ROWS, GRAPHS, FILES, SEQ = 500, 120, 150, 500
+
+
+def run(*args, env=None):
+    proc = subprocess.run([str(a) for a in args], capture_output=True, timeout=TIMEOUT_S,
+                          env={**os.environ, **(env or {})})
+    assert proc.returncode == 0, f"{args} exited {proc.returncode}:\n{proc.stderr.decode(errors='replace')}"
+    return proc.stdout
+
+
+def mpiexec(ranks, *args, timeout=TIMEOUT_S):
+    """Runs `mpiexec -n RANKS ARGS` to the end (bounded); returns CompletedProcess, text."""
+    return subprocess.run(["mpiexec", "-n", str(ranks), *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **MPI_ENV})
+
+
+class Data:
+    """The test datasets' index directories and their origin values."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        run(GEN, "hdf5-rows", root / "rows.h5", "--samples", ROWS, "--shape", "768", "--dtype", "float32")
+        run(BIN, "flatten", root / "rows.h5", "--field", "x=/features", "--field", "y=/labels", "-o", root / "rows.ddx")
+        with h5py.File(root / "rows.h5") as f:
+            self.x, self.y = f["features"][:], f["labels"][:]
+        run(GEN, "hdf5-ragged", root / "graphs.h5", "--graphs", GRAPHS)
+        run(BIN, "flatten", root / "graphs.h5", "--ragged", "x=/x:/x_ptr", "--field", "/y", "-o", root / "graphs.ddx")
+        with h5py.File(root / "graphs.h5") as f:
+            x, ptr = f["x"][:], f["x_ptr"][:]
+            self.graph_x = [x[ptr[i]:ptr[i + 1]] for i in range(GRAPHS)]
+            self.graph_y = f["y"][:]
+        run(GEN, "files", root / "tree", "--samples", FILES, "--min-bytes", "1", "--max-bytes", "9000")
+        run(BIN, "flatten", root / "tree", "-o", root / "files.ddx")
+        self.files = [p.read_bytes() for p in sorted((root / "tree").rglob("*.bin"))]
+        # Samples that say which they are: id[i] == i, v[i] == i + [0, .1, ..., .7].
+        (root / "seq").mkdir()
+        np.save(root / "seq" / "id.npy", np.arange(SEQ, dtype=np.int64))
+        np.save(root / "seq" / "v.npy", np.arange(SEQ, dtype=np.float32)[:, None] + np.arange(8, dtype=np.float32) / 10)
+        run(BIN, "flatten", root / "seq" / "id.npy", root / "seq" / "v.npy", "-o", root / "seq.ddx")
+        self.ddx = {name: root / f"{name}.ddx" for name in ("rows", "graphs", "files", "seq")}
+
+
+@pytest.fixture(scope="session")
+def data(tmp_path_factory):
+    return Data(tmp_path_factory.mktemp("data"))
+
+
+def alive(pid):
+    """Running, not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat[stat.rfind(")") + 2] not in "ZX"
+
+
+class ServedStore:
+    """`mpiexec -n RANKS ddstage serve` in its own process group, with the datasets loaded."""
+
+    def __init__(self, directory: Path, data: Data, ranks=2):
+        self.dir = directory
+        self.log = open(f"{directory}.log", "w+")
+        self.proc = subprocess.Popen(["mpiexec", "-n", str(ranks), BIN, "serve", "--store", str(directory),
+                                      "--listen", "127.0.0.1:0"], stdout=self.log, stderr=subprocess.STDOUT,
+                                     env={**os.environ, **MPI_ENV}, start_new_session=True)
+        deadline = time.monotonic() + 60
+        while not (directory / "store.yaml").exists():
+            assert self.proc.poll() is None, f"serve exited {self.proc.returncode}: {self.output()}"
+            assert time.monotonic() < deadline, "serve wrote no store.yaml in 60 s: " + self.output()
+            time.sleep(0.05)
+        descriptor = yaml.safe_load((directory / "store.yaml").read_text())
+        self.pids = [r["pid"] for r in descriptor["ranks"]]
+        self.segment_prefix = "ddstage-" + descriptor["token"][:8]
+        for name, ddx in data.ddx.items():
+            run(BIN, "load", "--store", directory, ddx, "--name", name)
+
+    def output(self):
+        self.log.flush()
+        self.log.seek(0)
+        return self.log.read()
+
+    def stop(self):
+        run(BIN, "stop", "--store", self.dir)
+        assert self.proc.wait(timeout=30) == 0, self.output()
+
+    def close(self):
+        """Stops the job if it runs (kills it if stop does not end it); checks nothing is left."""
+        if self.proc.poll() is None:
+            subprocess.run([BIN, "stop", "--store", str(self.dir)], capture_output=True, timeout=TIMEOUT_S)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=30)
+        deadline = time.monotonic() + 15
+        while any(alive(p) for p in self.pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(alive(p) for p in self.pids), "server ranks left behind"
+        assert not list(Path("/dev/shm").glob(self.segment_prefix + "-*")), "shared memory left behind"
+
+
+@pytest.fixture(scope="module")
+def store(data, tmp_path_factory):
+    """One served store per test file, every dataset loaded under its short name."""
+    s = ServedStore(tmp_path_factory.mktemp("served") / "store", data)
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def fresh_store(data, tmp_path):
+    """A store of this test's own, for tests that stop it."""
+    s = ServedStore(tmp_path / "store", data)
+    yield s
+    s.close()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_user_settings(tmp_path_factory):
+    """No DDSTAGE_* variable or config file of the person running the tests reaches a server."""
+    for key in [k for k in os.environ if k.startswith("DDSTAGE_")]:
+        if key not in ("DDSTAGE_BIN", "DDSTAGE_GEN", "DDSTAGE_EXAMPLES"):
+            del os.environ[key]
+    os.environ["XDG_CONFIG_HOME"] = str(tmp_path_factory.mktemp("xdg-empty"))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def mpi_shared_memory():
+    """Removes the shared memory OpenMPI leaves when a job is killed (ctest's mpi_jobs lock
+    means no other MPI job runs meanwhile)."""
+    before = set(Path("/dev/shm").glob("vader_segment.*"))
+    yield
+    for leftover in set(Path("/dev/shm").glob("vader_segment.*")) - before:
+        leftover.unlink(missing_ok=True)
+
+
+def random_ids(n, seed, count=64):
+    """Unsorted ids over 0..n-1 with repeats, both ends included."""
+    ids = np.random.default_rng(seed).integers(0, n, count)
+    return np.concatenate([ids, ids[:3], [n - 1, 0]])
+
+
+PYTHON = sys.executable
