@@ -187,17 +187,19 @@ class Loader:
 
 
 class _Workers:
-    """Reader threads: batch i is read by thread i % threads into that thread's bounded queue,
-    and the consumer takes them in order, so prefetch bounds the batches held ahead."""
+    """Reader threads: batch i is read by thread i % threads, and the consumer takes them in
+    order. A thread reads a batch only after claiming one of its slots, which the consumer
+    frees as it takes batches: prefetch bounds the batches held ahead."""
 
-    _POLL_S = 0.1  # how soon a thread blocked on a full queue notices stop()
+    _POLL_S = 0.1  # how soon a thread waiting for a slot notices stop()
 
     def __init__(self, loader, batches):
         self._loader = loader
         self._batches = batches
         n = loader.threads
         depth = max(1, -(-loader.prefetch // n))
-        self._queues = [queue.Queue(maxsize=depth) for _ in range(n)]
+        self._queues = [queue.SimpleQueue() for _ in range(n)]
+        self._slots = [threading.Semaphore(depth) for _ in range(n)]
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._run, args=(w,), name=f"ddstage-loader-{w}",
                                           daemon=True) for w in range(n)]
@@ -208,23 +210,23 @@ class _Workers:
         try:
             reader = self._loader.dataset.reader()
             for i in range(w, len(self._batches), len(self._threads)):
-                if not self._put(w, (self._loader._read(reader, self._batches[i]), None)):
+                if not self._claim(w):
                     return
+                self._queues[w].put((self._loader._read(reader, self._batches[i]), None))
         except BaseException as e:  # handed to the consumer, raised there
-            self._put(w, (None, e))
+            self._queues[w].put((None, e))
 
-    def _put(self, w, item):
+    def _claim(self, w):
         while not self._stop.is_set():
-            try:
-                self._queues[w].put(item, timeout=self._POLL_S)
+            if self._slots[w].acquire(timeout=self._POLL_S):
                 return True
-            except queue.Full:
-                pass
         return False
 
     def __iter__(self):
         for i in range(len(self._batches)):
-            batch, error = self._queues[i % len(self._queues)].get()
+            w = i % len(self._queues)
+            batch, error = self._queues[w].get()
+            self._slots[w].release()
             if error is not None:
                 raise error
             yield batch
