@@ -118,7 +118,8 @@ class Store:
     loaded dataset. Construction, load() and close() are collective.
 
     comm: an mpi4py communicator (default MPI.COMM_WORLD) or a Fortran handle (int).
-    max_round_bytes, direct_on_node, allow_stale: as StoreOptions in ddstage/store.hpp.
+    max_round_bytes, direct_on_node, allow_stale, mem_limit (bytes of shards per rank; 0: 80%
+    of the node's available memory shared by its ranks): as StoreOptions in ddstage/store.hpp.
     Close it before MPI is finalized: `with ddstage.Store(comm) as store:`, close(), or at
     interpreter exit, which closes every open Store before mpi4py finalizes MPI."""
 

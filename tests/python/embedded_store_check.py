@@ -56,6 +56,12 @@ def main(rows_h5, rows_ddx, seq_ddx, graphs_h5, graphs_ddx):
 
     reader = rows.reader()
     store.close()
+    with ddstage.Store(comm, mem_limit=4096) as small:
+        try:
+            small.load(rows_ddx)
+            raise AssertionError("a load over mem_limit was accepted")
+        except ddstage.UsageError as e:
+            assert "rank" in str(e), e
     try:
         reader.get_batch("x", [0])
         raise AssertionError("a closed Store was read")
