@@ -59,8 +59,7 @@ void print(const std::vector<StoreResult>& results) {
 }  // namespace
 
 void run_bench_store(const BenchStoreOptions& opts, const CliContext& ctx) {
-  ctx.resolve_settings();
-  auto dataset = Client(opts.store).open(opts.dataset);
+  auto dataset = Client(opts.store, ctx.resolve_settings()).open(opts.dataset);
   const auto& index = dataset.index();
   const uint32_t field = opts.field.empty() ? index.default_field() : index.field_id(opts.field);
   const auto& name = index.fields()[field].name;

@@ -103,11 +103,11 @@ void read_origin(const ReadOptions& opts, const Settings& settings) {
 }
 
 /// `read --store DIR --dataset NAME`: from a running store.
-void read_store(const ReadOptions& opts) {
+void read_store(const ReadOptions& opts, const Settings& settings) {
   if (!opts.dataset.empty()) throw UsageError("give either DATASET.ddx or --store DIR --dataset NAME, not both");
   if (opts.name.empty()) throw UsageError("--store needs --dataset NAME (see `ddstage status --store DIR`)");
   if (opts.allow_stale) throw UsageError("--allow-stale applies to reads from origin, not from a store");
-  auto dataset = Client(opts.store).open(opts.name);
+  auto dataset = Client(opts.store, settings).open(opts.name);
   const auto& index = dataset.index();
   const uint32_t field = pick_field(index, opts.field);
   const auto& field_name = index.fields()[field].name;
@@ -124,7 +124,7 @@ void read_store(const ReadOptions& opts) {
 
 void run_read(const ReadOptions& opts, const CliContext& ctx) {
   auto settings = ctx.resolve_settings();
-  if (!opts.store.empty()) return read_store(opts);
+  if (!opts.store.empty()) return read_store(opts, settings);
   if (opts.dataset.empty()) throw UsageError("read needs DATASET.ddx, or --store DIR --dataset NAME");
   read_origin(opts, settings);
 }

@@ -23,7 +23,6 @@ namespace {
 struct StoreOptions {
   std::string store;
   std::string listen;
-  std::string transport = "auto";
   std::string mem_limit;
   std::string index;
   std::string name;
@@ -42,12 +41,11 @@ uint64_t parse_mem_limit(const std::string& text) {
 }
 
 void run_serve(const StoreOptions& opts, const CliContext& ctx) {
-  ctx.resolve_settings();
+  auto settings = ctx.resolve_settings();
 #if DDSTAGE_HAVE_MPI
-  if (opts.transport != "auto" && opts.transport != "shm") {
-    throw UsageError("--transport " + opts.transport + " is not available in this build (available: auto, shm)");
-  }
-  run_store_server({opts.store, opts.listen, opts.transport, parse_mem_limit(opts.mem_limit)}, ctx.argc, ctx.argv);
+  const auto transport = settings.get_string("transport");
+  run_store_server({opts.store, opts.listen, transport, parse_mem_limit(opts.mem_limit), std::move(settings)}, ctx.argc,
+                   ctx.argv);
 #else
   throw UsageError("this ddstage was built without MPI (DDSTAGE_WITH_MPI=OFF): it cannot serve a store");
 #endif
@@ -150,7 +148,9 @@ void setup_serve(CLI::App& app, CliContext& ctx) {
   auto opts = std::make_shared<StoreOptions>();
   auto* sub = store_subcommand(app, "serve", "Run a store: one rank per MPI process (mpiexec/srun), until `stop`", *opts);
   sub->add_option("--listen", opts->listen, "Control socket HOST[:PORT] on rank 0 (default: this host's name, any port)");
-  sub->add_option("--transport", opts->transport, "How clients read: auto or shm")->capture_default_str();
+  add_setting_option(*sub, ctx, "--transport", "transport",
+                     "What the ranks offer besides shared memory: auto (libfabric when on several hosts), shm, or "
+                     "fabric (setting transport)");
   sub->add_option("--mem-limit", opts->mem_limit, "Bytes each rank may hold (default: 80% of available memory / ranks on the node)");
   sub->callback([opts, &ctx] { run_serve(*opts, ctx); });
 }

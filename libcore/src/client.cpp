@@ -5,9 +5,11 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <optional>
 
 #include <fmt/format.h>
 
+#include "ddstage/config.hpp"
 #include "ddstage/error.hpp"
 #include "ddstage/file_descriptor.hpp"
 #include "ddstage/shard_layout.hpp"
@@ -16,19 +18,26 @@
 #include "process.hpp"
 #include "read_batch.hpp"
 #include "transport/copy_transport.hpp"
+#if DDSTAGE_HAVE_FABRIC
+#include "fabric/fabric_options.hpp"
+#include "fabric/fabric_transport.hpp"
+#endif
 
 namespace ddstage {
 namespace detail {
 
-/// One server rank as the readers of a dataset see it. Only ranks on this host are mapped;
-/// a rank elsewhere stays unmapped until the fabric transport can reach it.
+/// One server rank as the readers of a dataset see it: read from its shared-memory segment
+/// (mapped read-only) or over libfabric, where the layout computed from the index says where
+/// each row lies in its registered region.
 struct Peer {
   RankInfo info;
   ShardRange range;
   bool on_this_host = false;
-  ShmSegment segment;      // mapped read-only when on this host and alive at open
-  ShardView view;          // valid when segment is mapped
-  FileDescriptor process;  // pidfd of the rank's process, when the kernel gives one
+  bool via_fabric = false;
+  ShmSegment segment;                // mapped when read through shm, on this host, alive at open
+  ShardView view;                    // valid when segment is mapped
+  std::optional<ShardLayout> layout;  // when read over libfabric
+  FileDescriptor process;            // pidfd of the rank's process (this host), when the kernel gives one
 
   bool mapped() const noexcept { return segment.bytes().data() != nullptr; }
 };
@@ -47,6 +56,8 @@ struct OpenDataset {
   Index index;
   ShardPlan plan;
   std::vector<Peer> peers;  // by rank
+  Settings settings;        // fabric.*, read_timeout: what each reader's transport is opened with
+  std::vector<uint64_t> fabric_keys, fabric_bases;  // per rank, when the ranks serve over libfabric
 };
 
 namespace {
@@ -74,12 +85,22 @@ void check_plan(const StoreDescriptor& store, const StoreDataset& info, const In
   }
 }
 
-/// Maps rank r's segment when the rank is on this host and alive. A dead rank stays unmapped,
-/// so reads of its samples fail naming it while the other ranks' samples still read.
+/// Whether rank is read over libfabric under the `transport` setting: "fabric" reads every rank
+/// that serves over it, "auto" those on other hosts, "shm" none.
+bool reads_via_fabric(const RankInfo& rank, const StoreDataset& info, const std::string& transport,
+                      bool on_this_host) {
+  if (!DDSTAGE_HAVE_FABRIC || rank.fabric_address.empty() || info.fabric_keys.empty()) return false;
+  return transport == "fabric" || (transport == "auto" && !on_this_host);
+}
+
+/// Maps rank r's segment when it is read through shm and alive. A dead rank stays unmapped, so
+/// reads of its samples fail naming it while the other ranks' samples still read.
 Peer attach_peer(const RankInfo& rank, const StoreDataset& info, const Index& index,
-                 ShardRange range, const std::string& here) {
+                 ShardRange range, const std::string& here, const std::string& transport) {
   const int r = rank.rank;
   Peer peer{.info = rank, .range = range, .on_this_host = rank.host == here};
+  peer.via_fabric = reads_via_fabric(rank, info, transport, peer.on_this_host);
+  if (peer.via_fabric) peer.layout.emplace(index, range);
   if (!peer.on_this_host || !process_alive(rank.pid)) return peer;
   // A pidfd polls readable once the process exits (zombie or reaped) and never follows a
   // reused pid: one poll() per batch checks every rank it touches. Without one (old kernel,
@@ -88,6 +109,7 @@ Peer attach_peer(const RankInfo& rank, const StoreDataset& info, const Index& in
   if (auto fd = ::syscall(SYS_pidfd_open, static_cast<pid_t>(rank.pid), 0u); fd >= 0) {
     peer.process = FileDescriptor(static_cast<int>(fd), "pidfd of rank " + std::to_string(r));
   }
+  if (peer.via_fabric) return peer;
   peer.segment = ShmSegment::open_read_only(info.segments[r]);
   if (peer.segment.bytes().size() < info.region_bytes[r]) {
     throw IndexError(
@@ -114,12 +136,40 @@ struct Dataset::State : detail::OpenDataset {
   using OpenDataset::OpenDataset;
 };
 
-/// A reader's own transport and scratch. The vectors are reused across batches, so a warm
+#if DDSTAGE_HAVE_FABRIC
+namespace detail {
+namespace {
+
+/// A reader's fabric transport, when the dataset has ranks read over libfabric: its own
+/// endpoint, aimed at those ranks' registered regions.
+std::optional<FabricTransport> open_fabric(const OpenDataset& data) {
+  std::vector<FabricRemote> remotes(data.peers.size());
+  bool any = false;
+  for (std::size_t r = 0; r < data.peers.size(); ++r) {
+    const Peer& peer = data.peers[r];
+    if (!peer.via_fabric) continue;
+    remotes[r] = {{peer.info.fabric_provider, peer.info.fabric_address},
+                  {data.fabric_keys[r], data.fabric_bases[r], peer.layout->total_bytes()},
+                  peer.info.host};
+    any = true;
+  }
+  if (!any) return std::nullopt;
+  return std::optional<FabricTransport>(std::in_place, FabricOptions::from(data.settings), std::move(remotes));
+}
+
+}  // namespace
+}  // namespace detail
+#endif
+
+/// A reader's own transports and scratch. The vectors are reused across batches, so a warm
 /// reader allocates nothing per call.
 struct Reader::State {
   explicit State(std::shared_ptr<const detail::OpenDataset> dataset)
       : data(std::move(dataset)),
         shm("shm", detail::mapped_regions(*data)),
+#if DDSTAGE_HAVE_FABRIC
+        fabric(detail::open_fabric(*data)),
+#endif
         touched(data->peers.size()) {}
 
   /// Checks every id before anything is read and notes which ranks the batch touches.
@@ -134,7 +184,11 @@ struct Reader::State {
 
   std::shared_ptr<const detail::OpenDataset> data;
   detail::CopyTransport shm;
-  std::vector<detail::ReadOp> reads;
+#if DDSTAGE_HAVE_FABRIC
+  std::optional<detail::FabricTransport> fabric;
+#endif
+  std::vector<detail::ReadOp> reads;         // through shm
+  std::vector<detail::ReadOp> fabric_reads;  // over libfabric
   std::vector<uint8_t> touched;  // per rank; all zero between batches
   std::vector<int> owners;       // ranks the current batch touches
   std::vector<pollfd> watched;   // their pidfds
@@ -165,14 +219,16 @@ void Reader::State::check_owners() {
   for (int r : owners) {
     const detail::Peer& peer = data->peers[r];
     if (!peer.on_this_host) {
-      throw UsageError(fmt::format("rank {} on {} is not on this node; reading across nodes "
-                                   "needs the fabric transport (not in this build yet)",
+      if (peer.via_fabric) continue;  // a remote rank that died shows as a read time-out
+      throw UsageError(fmt::format("rank {} on {} is on another node and this client reads only shared "
+                                   "memory: serve with --transport fabric (auto does on several hosts) "
+                                   "and read with transport auto or fabric",
                                    r, peer.info.host),
                        {.rank = r});
     }
     // A shared mapping outlives its server, so only the process tells whether the store is
     // still whole.
-    if (!peer.mapped() || (!peer.process && !detail::process_alive(peer.info.pid))) {
+    if ((!peer.via_fabric && !peer.mapped()) || (!peer.process && !detail::process_alive(peer.info.pid))) {
       throw_gone(r);
     }
     if (peer.process) {
@@ -202,12 +258,21 @@ void Reader::State::throw_gone(int r) const {
 
 void Reader::State::plan_reads(uint32_t field, std::span<const uint64_t> ids, std::byte* dest) {
   reads.clear();
+  fabric_reads.clear();
+  const FieldInfo& info = data->index.fields()[field];
   const detail::Peer* peer = nullptr;
   int rank = -1;
   for (uint64_t id : ids) {
     if (!peer || id < peer->range.first || id >= peer->range.last) {
       rank = data->plan.owner(id);
       peer = &data->peers[rank];
+    }
+    if (peer->via_fabric) {
+      const uint64_t bytes = info.variable ? data->index.entry(id, field).length : info.row_bytes;
+      if (bytes == 0) continue;
+      detail::append_read(fabric_reads, {peer->layout->row_offset(id, field), bytes, dest, rank});
+      dest += bytes;
+      continue;
     }
     const auto row = peer->view.row(id, field);
     const auto region = peer->segment.bytes();
@@ -252,8 +317,15 @@ void Reader::get_batch(const std::string& field, std::span<const uint64_t> ids,
   }
   m->check_owners();
   m->plan_reads(f, ids, dest.data());
+#if DDSTAGE_HAVE_FABRIC
+  // Remote reads first: shm copies run while they are in flight.
+  if (!m->fabric_reads.empty()) m->fabric->post(m->fabric_reads);
+#endif
   m->shm.post(m->reads);
   m->shm.wait();
+#if DDSTAGE_HAVE_FABRIC
+  if (!m->fabric_reads.empty()) m->fabric->wait();
+#endif
   if (verify) detail::verify_rows(index, m->data->plan, f, ids, dest.data());
 }
 
@@ -272,8 +344,8 @@ Reader Dataset::reader() const {
   return Reader(std::make_unique<Reader::State>(m));
 }
 
-Client::Client(const std::filesystem::path& dir)
-    : m_dir(dir), m_descriptor(StoreDescriptor::read(dir)) {
+Client::Client(const std::filesystem::path& dir, Settings settings)
+    : m_dir(dir), m_descriptor(StoreDescriptor::read(dir)), m_settings(std::move(settings)) {
   // read() guarantees at least one rank. Without a fabric or control round trip only a
   // rank 0 on this host can be checked; a remote one is trusted until a read needs it.
   const RankInfo& root = m_descriptor.ranks.front();
@@ -291,11 +363,22 @@ Dataset Client::open(const std::string& name) const {
   auto plan = ShardPlan::from_boundaries(info.boundaries);
   detail::check_plan(m_descriptor, info, index, plan);
   auto state = std::make_shared<Dataset::State>(name, m_dir, std::move(index), std::move(plan));
+  state->settings = m_settings;
+  state->fabric_keys = info.fabric_keys;
+  state->fabric_bases = info.fabric_bases;
   const std::string here = detail::host_name();
+  const auto& transport = m_settings.get_string("transport");
+  if (transport == "fabric" && !DDSTAGE_HAVE_FABRIC) {
+    throw UsageError("transport fabric: this ddstage was built without libfabric");
+  }
+  if (transport == "fabric" && info.fabric_keys.empty()) {
+    throw UsageError(fmt::format("transport fabric: the store at {} does not serve over libfabric "
+                                 "(start it with `ddstage serve --transport fabric`)", m_dir.string()));
+  }
   state->peers.reserve(m_descriptor.ranks.size());
   for (const RankInfo& rank : m_descriptor.ranks) {
     state->peers.push_back(
-        detail::attach_peer(rank, info, state->index, state->plan.range(rank.rank), here));
+        detail::attach_peer(rank, info, state->index, state->plan.range(rank.rank), here, transport));
   }
   return Dataset(std::move(state));
 }

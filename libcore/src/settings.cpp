@@ -10,7 +10,7 @@
 namespace ddstage {
 namespace {
 
-constexpr std::array<SettingDef, 11> table{{
+constexpr std::array<SettingDef, 12> table{{
     {"log.level", SettingType::string, "info", "log level: trace, debug, info, warn, error, off",
      "trace|debug|info|warn|error|off"},
     {"progress", SettingType::string, "auto", "progress line on stderr: auto (when a terminal), always, never",
@@ -25,6 +25,10 @@ constexpr std::array<SettingDef, 11> table{{
      "libfabric domain or interface (lo, hsn0, mlx5_0); empty: the provider's first"},
     {"fabric.window", SettingType::integer, "128", "fabric reads a reader keeps in flight"},
     {"fabric.inflight_bytes", SettingType::size, "4M", "bytes of fabric reads a reader keeps in flight"},
+    {"transport", SettingType::string, "auto",
+     "how store reads travel: auto (shm on this node, fabric to other nodes), shm, or fabric (every "
+     "rank over libfabric, even on this node); for serve: what the ranks offer",
+     "auto|shm|fabric"},
     {"read_timeout", SettingType::duration, "10s",
      "a read batch fails when its peers make no progress for this long (500ms, 10s, 2m)"},
 }};

@@ -22,6 +22,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using detail::require;
+using detail::optional_key;
 
 /// The list at key; IndexError when it is missing or not a list.
 YAML::Node require_list(const YAML::Node& node, const std::string& key, const fs::path& file) {
@@ -49,6 +50,10 @@ void emit_rank(YAML::Emitter& out, const RankInfo& r) {
   out << YAML::Key << "pid" << YAML::Value << r.pid;
   out << YAML::Key << "transports" << YAML::Value << YAML::Flow << r.transports;
   out << YAML::Key << "memory_limit" << YAML::Value << r.memory_limit;
+  if (!r.fabric_provider.empty()) {
+    out << YAML::Key << "fabric_provider" << YAML::Value << r.fabric_provider;
+    out << YAML::Key << "fabric_address" << YAML::Value << r.fabric_address;
+  }
   out << YAML::EndMap;
 }
 
@@ -60,6 +65,10 @@ void emit_dataset(YAML::Emitter& out, const StoreDataset& d) {
   out << YAML::Key << "segments" << YAML::Value << YAML::Flow << d.segments;
   out << YAML::Key << "region_bytes" << YAML::Value << YAML::Flow << d.region_bytes;
   out << YAML::Key << "index_fingerprint" << YAML::Value << d.index_fingerprint;
+  if (!d.fabric_keys.empty()) {
+    out << YAML::Key << "fabric_keys" << YAML::Value << YAML::Flow << d.fabric_keys;
+    out << YAML::Key << "fabric_bases" << YAML::Value << YAML::Flow << d.fabric_bases;
+  }
   out << YAML::EndMap;
 }
 
@@ -91,6 +100,8 @@ RankInfo parse_rank(const YAML::Node& node, std::size_t i, const fs::path& file)
   r.pid = require<int64_t>(node, "pid", file, where);
   r.transports = require<std::vector<std::string>>(node, "transports", file, where);
   r.memory_limit = require<uint64_t>(node, "memory_limit", file, where);
+  r.fabric_provider = optional_key<std::string>(node, "fabric_provider", file, where, "");
+  r.fabric_address = optional_key<std::string>(node, "fabric_address", file, where, "");
   return r;
 }
 
@@ -107,8 +118,12 @@ StoreDataset parse_dataset(const YAML::Node& node, std::size_t i, std::size_t ra
   d.segments = require<std::vector<std::string>>(node, "segments", file, where);
   d.region_bytes = require<std::vector<uint64_t>>(node, "region_bytes", file, where);
   d.index_fingerprint = require<uint64_t>(node, "index_fingerprint", file, where);
+  d.fabric_keys = optional_key<std::vector<uint64_t>>(node, "fabric_keys", file, where, {});
+  d.fabric_bases = optional_key<std::vector<uint64_t>>(node, "fabric_bases", file, where, {});
+  const bool fabric_ok = (d.fabric_keys.empty() && d.fabric_bases.empty()) ||
+                         (d.fabric_keys.size() == ranks && d.fabric_bases.size() == ranks);
   if (d.boundaries.size() != ranks + 1 || d.segments.size() != ranks ||
-      d.region_bytes.size() != ranks) {
+      d.region_bytes.size() != ranks || !fabric_ok) {
     throw IndexError(file.string() + ": dataset '" + d.name +
                      "' does not have one shard per rank (" + std::to_string(ranks) + " ranks)");
   }

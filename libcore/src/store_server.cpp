@@ -24,9 +24,13 @@
 #include "ddstage/shard_loader.hpp"
 #include "ddstage/shard_plan.hpp"
 #include "ddstage/store_control.hpp"
+#include "ddstage/config.hpp"
 #include "ddstage/store_descriptor.hpp"
 #include "mpi/mpi_comm.hpp"
 #include "process.hpp"
+#if DDSTAGE_HAVE_FABRIC
+#include "fabric/fabric_server.hpp"
+#endif
 
 namespace ddstage {
 namespace {
@@ -65,7 +69,18 @@ struct LoadedShard {
   fs::path index;
   ShardRange range;
   ShmSegment segment;
+#if DDSTAGE_HAVE_FABRIC
+  std::optional<detail::FabricRegistration> fabric;  // after segment: deregistered before unmapping
+#endif
 };
+
+/// A field of a gathered per-rank line ("KEY BASE"): what rank 0 writes into store.yaml.
+uint64_t word_of(const std::string& line, int n) {
+  std::istringstream in(line);
+  uint64_t v = 0;
+  for (int i = 0; i <= n; ++i) in >> v;
+  return v;
+}
 
 /// Rank 0's account of a running load: logged at info level every 10%, and sent to the client
 /// that asked for it as interim messages {progress, total, samples} before the reply. Rank 0
@@ -156,6 +171,9 @@ class ServerRank {
   /// rank's message (see encode_failure).
   bool agree(const std::string& failure, Message& reply);
   std::string start_rank0();
+  /// Collective: opens this rank's fabric endpoint when options and hosts ask for one; the
+  /// provider and address (hex) to publish, or "- -".
+  std::string start_fabric(const std::string& hosts);
   void serve_rank0();
   void serve_others();
   void publish();
@@ -165,6 +183,9 @@ class ServerRank {
   const detail::MpiSession& m_mpi;
   std::string m_host = detail::host_name();
   uint64_t m_mem_limit = 0;
+#if DDSTAGE_HAVE_FABRIC
+  std::optional<detail::FabricServer> m_fabric;  // before m_loaded: outlives every registration
+#endif
   std::map<std::string, LoadedShard> m_loaded;
   uint64_t m_generation = 0;
   std::string m_token;
@@ -255,14 +276,34 @@ Message ServerRank::load(const Message& args) {
   const double seconds =
       detail::max_over_ranks(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), MPI_COMM_WORLD);
   reporter.reset();  // kept until every rank is done: its keepalives cover the wait for the slowest
-  m_loaded.insert_or_assign(name, LoadedShard{fs::absolute(path), range, std::move(*loaded)});
+  LoadedShard shard{fs::absolute(path), range, std::move(*loaded)};
+  std::string fabric_region;  // "KEY BASE" when the ranks serve over libfabric
+#if DDSTAGE_HAVE_FABRIC
+  if (m_fabric) {
+    try {
+      shard.fabric.emplace(*m_fabric, shard.segment.bytes());
+      fabric_region = fmt::format("{} {}", shard.fabric->info().key, shard.fabric->info().base);
+    } catch (const Error& e) {
+      failure = encode_failure(e);
+    }
+  }
+#endif
+  if (!agree(failure, reply)) return reply;
+  m_loaded.insert_or_assign(name, std::move(shard));
 
   auto sizes = detail::gather_strings(std::to_string(need), MPI_COMM_WORLD);
   auto segments = detail::gather_strings(segment, MPI_COMM_WORLD);
+  auto regions = detail::gather_strings(fabric_region, MPI_COMM_WORLD);
   if (!is_root()) return reply;
   StoreDataset ds{name, fs::absolute(path), ShardPlan::balance(*index, m_mpi.size()).boundaries(), segments, {},
                   index->fingerprint()};
   for (const auto& s : sizes) ds.region_bytes.push_back(std::stoull(s));
+  if (!fabric_region.empty()) {
+    for (const auto& line : regions) {
+      ds.fabric_keys.push_back(word_of(line, 0));
+      ds.fabric_bases.push_back(word_of(line, 1));
+    }
+  }
   std::erase_if(m_descriptor.datasets, [&](const auto& d) { return d.name == name; });
   m_descriptor.datasets.push_back(ds);
   publish();
@@ -426,6 +467,40 @@ void ServerRank::serve_others() {
   while (!m_stopping) execute(YAML::Load(detail::bcast_string("", MPI_COMM_WORLD)));
 }
 
+std::string ServerRank::start_fabric(const std::string& hosts) {
+  std::istringstream lines(hosts);
+  bool several_hosts = false;
+  for (std::string line; std::getline(lines, line);) several_hosts |= line != m_host;
+  const auto& transport = m_options.transport;
+  const bool wanted = transport == "fabric" || (transport == "auto" && several_hosts);
+#if DDSTAGE_HAVE_FABRIC
+  std::string failure;
+  if (wanted) {
+    try {
+      m_fabric.emplace(detail::FabricOptions::from(m_options.settings));
+    } catch (const Error& e) {
+      failure = encode_failure(e);
+    }
+  }
+  if (const auto first = detail::first_failure(failure, MPI_COMM_WORLD)) {
+    const auto message = fmt::format("rank {} could not open its libfabric endpoint: {}", first->rank, first->text.substr(1));
+    if (first->text[0] == 'U') throw UsageError(message);
+    throw Error(ErrorKind::runtime, message);
+  }
+  if (!m_fabric) return "- -";
+  const auto peer = m_fabric->peer();
+  if (is_root()) spdlog::info("serving over libfabric too: provider {}", peer.provider);
+  return peer.provider + " " + peer.address_hex;
+#else
+  if (transport == "fabric") throw UsageError("--transport fabric: this ddstage was built without libfabric");
+  if (wanted && is_root()) {
+    spdlog::warn("the store spans several hosts but this ddstage was built without libfabric: clients can read "
+                 "only ranks on their own node");
+  }
+  return "- -";
+#endif
+}
+
 void ServerRank::run() {
   // Rank 0 decides whether to serve; every rank learns the outcome and the token.
   Message startup;
@@ -449,7 +524,9 @@ void ServerRank::run() {
   const auto hosts = detail::bcast_string(join_lines(detail::gather_strings(m_host, MPI_COMM_WORLD)), MPI_COMM_WORLD);
   const auto on_node = std::max<std::size_t>(1, count_line(hosts, m_host));
   m_mem_limit = m_options.mem_limit ? m_options.mem_limit : detail::default_mem_limit(static_cast<int>(on_node));
-  auto infos = detail::gather_strings(fmt::format("{} {} {}", m_host, ::getpid(), m_mem_limit), MPI_COMM_WORLD);
+  const auto fabric = start_fabric(hosts);
+  auto infos =
+      detail::gather_strings(fmt::format("{} {} {} {}", m_host, ::getpid(), m_mem_limit, fabric), MPI_COMM_WORLD);
   if (is_root()) {
     m_descriptor.token = m_token;
     m_descriptor.control = m_listener->address();
@@ -457,8 +534,14 @@ void ServerRank::run() {
     for (std::size_t r = 0; r < infos.size(); ++r) {
       std::istringstream in(infos[r]);
       RankInfo info{static_cast<int>(r)};
-      in >> info.host >> info.pid >> info.memory_limit;
+      in >> info.host >> info.pid >> info.memory_limit >> info.fabric_provider >> info.fabric_address;
       info.transports = {"local", "shm"};
+      if (info.fabric_provider == "-") {
+        info.fabric_provider.clear();
+        info.fabric_address.clear();
+      } else {
+        info.transports.push_back("fabric");
+      }
       m_descriptor.ranks.push_back(info);
     }
     publish();

@@ -25,4 +25,13 @@ T require(const YAML::Node& node, const std::string& key, const std::filesystem:
   }
 }
 
+/// Like require, for keys a file may lack (added after format 1 without changing its meaning):
+/// `fallback` when missing, IndexError when present with a bad value.
+template <typename T>
+T optional_key(const YAML::Node& node, const std::string& key, const std::filesystem::path& file,
+               const std::string& where, T fallback) {
+  if (!node[key]) return fallback;
+  return require<T>(node, key, file, where);
+}
+
 }  // namespace ddstage::detail

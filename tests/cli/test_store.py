@@ -29,15 +29,15 @@ START_TIMEOUT_S = 60
 class Store:
     """One `ddstage serve` job. The process group is ours: kill() ends every rank."""
 
-    def __init__(self, ddstage, directory, ranks):
+    def __init__(self, ddstage, directory, ranks, args=(), env=None):
         self.ddstage = ddstage
         self.dir = Path(directory)
-        cmd = [ddstage.path, "serve", "--store", str(self.dir), "--listen", "127.0.0.1:0"]
+        cmd = [ddstage.path, "serve", "--store", str(self.dir), "--listen", "127.0.0.1:0", *args]
         if ranks:
             cmd = ["mpiexec", "-n", str(ranks)] + cmd
         self.log = open(self.dir.parent / f"{self.dir.name}.log", "w+")
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **MPI_ENV},
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
+                                     env={**os.environ, **MPI_ENV, **(env or {})}, start_new_session=True)
         deadline = time.monotonic() + START_TIMEOUT_S
         while not (self.dir / "store.yaml").exists():
             if self.proc.poll() is not None:
@@ -105,8 +105,8 @@ def serve(ddstage, tmp_path):
     # OpenMPI's own shared memory, to remove what SIGKILLed jobs leave behind.
     mpi_shm_before = set(Path("/dev/shm").glob("vader_segment.*"))
 
-    def start(ranks=4, name="store"):
-        store = Store(ddstage, tmp_path / name, ranks)
+    def start(ranks=4, name="store", args=(), env=None):
+        store = Store(ddstage, tmp_path / name, ranks, args, env)
         started.append(store)
         return store
 
@@ -380,3 +380,65 @@ def test_bench_load_structure(ddstage, serve, datasets, tmp_path):
     assert_usage_error(ddstage.run("bench", "load", "--store", store.dir, datasets["rows"], "--streams", "0"),
                        "--streams")
     store.stop()
+
+
+# libfabric on loopback only: tcp;ofi_rxm on lo (its server thread sleeps in fi_cq_sread, so
+# oversubscribed ranks do not spin). Servers and readers use the same settings.
+FABRIC_ENV = {"DDSTAGE_FABRIC_PROVIDER": "tcp", "DDSTAGE_FABRIC_DOMAIN": "lo", "FI_TCP_IFACE": "lo"}
+READ_FABRIC = {**FABRIC_ENV, "DDSTAGE_TRANSPORT": "fabric"}
+
+
+def test_fabric_store_reads_equal_origin(ddstage, serve, datasets):
+    """serve --transport fabric: every rank publishes an endpoint and each shard's key, and
+    reads over libfabric (fixed and variable rows, unsorted, repeats) equal origin."""
+    store = serve(3, args=["--transport", "fabric"], env=FABRIC_ENV)
+    ddstage.ok("load", "--store", store.dir, datasets["rows"], "--name", "rows")
+    ddstage.ok("load", "--store", store.dir, datasets["files"], "--name", "f")
+    d = yaml.safe_load((store.dir / "store.yaml").read_text())
+    assert all(r["fabric_provider"] == "tcp;ofi_rxm" and r["fabric_address"] for r in d["ranks"])
+    assert all(len(ds["fabric_keys"]) == 3 == len(ds["fabric_bases"]) for ds in d["datasets"])
+    assert all("fabric" in r["transports"] for r in status(ddstage, store.dir)["ranks"])
+    for seed in range(3):
+        spec, _ = random_spec(500, seed, count=60)
+        for field in ("x", "y"):
+            got = ddstage.ok("read", "--store", store.dir, "--dataset", "rows", "--ids", spec, "--field", field,
+                             "--verify", binary=True, env=READ_FABRIC).stdout
+            assert got == read_bytes(ddstage, datasets["rows"], spec, field)
+        spec, _ = random_spec(300, seed, count=60)
+        got = ddstage.ok("read", "--store", store.dir, "--dataset", "f", "--ids", spec, "--verify", binary=True,
+                         env=READ_FABRIC).stdout
+        assert got == read_bytes(ddstage, datasets["files"], spec)
+    # The same store still serves shared-memory readers.
+    assert read_store(ddstage, store.dir, "f", "0-299") == read_bytes(ddstage, datasets["files"], "0-299")
+    store.stop()
+
+
+def test_fabric_hung_rank_times_out(ddstage, serve, datasets):
+    """A server rank that stops answering (SIGSTOP) fails a fabric read within read_timeout,
+    naming the rank, instead of hanging; once it runs again the store stops cleanly."""
+    store = serve(2, args=["--transport", "fabric"], env=FABRIC_ENV)
+    ddstage.ok("load", "--store", store.dir, datasets["files"], "--name", "f")
+    owned = status(ddstage, store.dir)["datasets"][0]["samples_per_rank"]
+    pids = store.pids()
+    os.kill(pids[1], signal.SIGSTOP)
+    try:
+        t0 = time.monotonic()
+        proc = ddstage.run("read", "--store", store.dir, "--dataset", "f", "--ids", f"0,{owned[0]}",
+                           env={**READ_FABRIC, "DDSTAGE_READ_TIMEOUT": "1s"})
+        assert time.monotonic() - t0 < 15
+        assert_runtime_error(proc, "rank 1")
+    finally:
+        os.kill(pids[1], signal.SIGCONT)
+    store.stop()
+
+
+def test_fabric_transport_errors(ddstage, serve, datasets):
+    """Reading over libfabric from a store that serves none, and a bad --transport, are usage
+    errors that say what to do."""
+    store = serve(2)
+    ddstage.ok("load", "--store", store.dir, datasets["files"], "--name", "f")
+    assert "fabric_address" not in (store.dir / "store.yaml").read_text()
+    proc = ddstage.run("read", "--store", store.dir, "--dataset", "f", "--ids", "0", env=READ_FABRIC)
+    assert_usage_error(proc, "--transport fabric")
+    store.stop()
+    assert_usage_error(ddstage.run("serve", "--store", store.dir, "--transport", "rdma"), "transport")

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ddstage/index.hpp"
+#include "ddstage/settings.hpp"
 #include "ddstage/store_descriptor.hpp"
 
 namespace ddstage {
@@ -34,8 +35,9 @@ class Reader {
   /// asked; dest.size() must equal batch_bytes(). With verify, each row's checksum is checked
   /// against the index (ChecksumError naming sample and field). Every rank the batch touches
   /// is checked once per call, before anything is copied: a rank whose process is gone fails
-  /// with a run-time Error naming rank, pid and host; a rank on another host with a UsageError
-  /// (reading across nodes needs the fabric transport). Rows of other ranks still read.
+  /// with a run-time Error naming rank, pid and host. Ranks read over libfabric that make no
+  /// progress for read_timeout fail the batch naming them; a rank on another host that serves
+  /// no libfabric endpoint is a UsageError. The reader stays usable for the other ranks.
   void get_batch(const std::string& field, std::span<const uint64_t> ids, std::span<std::byte> dest,
                  bool verify = false);
 
@@ -71,7 +73,9 @@ class Dataset {
 class Client {
  public:
   /// UsageError when DIR holds no running store (no descriptor, or its rank 0 is gone).
-  explicit Client(const std::filesystem::path& dir);
+  /// settings: `transport` (auto: shared memory on this node, libfabric to other nodes; shm;
+  /// fabric: every rank over libfabric), fabric.* and read_timeout for libfabric reads.
+  explicit Client(const std::filesystem::path& dir, Settings settings = {});
 
   const StoreDescriptor& descriptor() const noexcept { return m_descriptor; }
   /// Opens a loaded dataset; UsageError listing the loaded ones when there is none of that name.
@@ -80,6 +84,7 @@ class Client {
  private:
   std::filesystem::path m_dir;
   StoreDescriptor m_descriptor;
+  Settings m_settings;
 };
 
 }  // namespace ddstage

@@ -16,8 +16,10 @@ struct RankInfo {
   int rank = 0;
   std::string host;
   int64_t pid = 0;
-  std::vector<std::string> transports;  ///< e.g. {"local", "shm"}
+  std::vector<std::string> transports;  ///< e.g. {"local", "shm", "fabric"}
   uint64_t memory_limit = 0;            ///< bytes this rank may hold
+  std::string fabric_provider;          ///< libfabric provider of its endpoint ("tcp;ofi_rxm"); empty: none
+  std::string fabric_address;           ///< its endpoint's fi_getname bytes, lower-case hex
 };
 
 /// One loaded dataset: where its index is, how it is sharded, and each rank's region.
@@ -28,6 +30,11 @@ struct StoreDataset {
   std::vector<std::string> segments;   ///< per rank: shared-memory segment name
   std::vector<uint64_t> region_bytes;  ///< per rank: bytes of its shard region
   uint64_t index_fingerprint = 0;      ///< Index::fingerprint() of what was loaded
+  /// Per rank, when the ranks serve over libfabric: the region's registration key, and its
+  /// address as readers name it (its virtual address, or 0 for offsets: the provider's
+  /// FI_MR_VIRT_ADDR mode). Empty otherwise.
+  std::vector<uint64_t> fabric_keys;
+  std::vector<uint64_t> fabric_bases;
 };
 
 /// Everything in store.yaml. The token authorises control requests; the file is mode 0600.

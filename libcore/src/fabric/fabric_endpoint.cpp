@@ -4,7 +4,7 @@
 
 namespace ddstage::detail {
 
-FabricEndpoint::FabricEndpoint(const fi_info& info) : m_info(fi_dupinfo(&info)), m_provider(provider_name(info)) {
+FabricEndpoint::FabricEndpoint(const fi_info& info, Wait wait) : m_info(fi_dupinfo(&info)), m_provider(provider_name(info)) {
   if (!m_info) throw std::bad_alloc();
   fid_fabric* fabric = nullptr;
   fabric_check(fi_fabric(m_info->fabric_attr, &fabric, nullptr), "fi_fabric", m_provider);
@@ -21,10 +21,18 @@ FabricEndpoint::FabricEndpoint(const fi_info& info) : m_info(fi_dupinfo(&info)),
 
   fi_cq_attr cq_attr{};
   cq_attr.format = FI_CQ_FORMAT_CONTEXT;
-  cq_attr.wait_obj = FI_WAIT_NONE;  // polled: by the reader while it waits, by the server's thread
+  // Readers poll while they wait for a batch; a server's progress thread would burn a core
+  // polling, so it asks for a wait object and sleeps in fi_cq_sread.
+  cq_attr.wait_obj = wait == Wait::block ? FI_WAIT_UNSPEC : FI_WAIT_NONE;
   cq_attr.size = m_info->tx_attr->size;
   fid_cq* cq = nullptr;
-  fabric_check(fi_cq_open(domain, &cq_attr, &cq, nullptr), "fi_cq_open", m_provider);
+  int rc = fi_cq_open(domain, &cq_attr, &cq, nullptr);
+  m_blocking = rc == 0 && wait == Wait::block;
+  if (rc != 0 && wait == Wait::block) {
+    cq_attr.wait_obj = FI_WAIT_NONE;
+    rc = fi_cq_open(domain, &cq_attr, &cq, nullptr);
+  }
+  fabric_check(rc, "fi_cq_open", m_provider);
   m_cq.reset(cq);
 
   fid_ep* ep = nullptr;

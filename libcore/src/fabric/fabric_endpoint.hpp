@@ -18,8 +18,13 @@ namespace ddstage::detail {
 /// at a time uses it, or the owner serialises. Move-only.
 class FabricEndpoint {
  public:
-  /// Opens everything from `info` (an entry choose_provider or find_provider returned).
-  explicit FabricEndpoint(const fi_info& info);
+  /// How the completion queue is waited on: polled by its user, or with a wait object so that a
+  /// server's progress thread can sleep in fi_cq_sread until the network has work for it.
+  enum class Wait { poll, block };
+
+  /// Opens everything from `info` (an entry choose_provider or find_provider returned). With
+  /// Wait::block, a provider whose queue has no wait object gets a polled one (blocking()).
+  explicit FabricEndpoint(const fi_info& info, Wait wait = Wait::poll);
 
   /// The entry it was opened from, as the provider completed it.
   const fi_info& info() const noexcept { return *m_info; }
@@ -28,6 +33,8 @@ class FabricEndpoint {
   bool mr_mode(int flag) const noexcept { return (m_info->domain_attr->mr_mode & flag) != 0; }
   /// Whether reads complete only while somebody drives this endpoint's queue.
   bool manual_progress() const noexcept;
+  /// Whether the queue has a wait object (fi_cq_sread blocks).
+  bool blocking() const noexcept { return m_blocking; }
 
   /// This endpoint's address (fi_getname), raw bytes, for peers' insert_peer.
   std::string address() const;
@@ -50,6 +57,7 @@ class FabricEndpoint {
   AvPtr m_av;
   CqPtr m_cq;
   EndpointPtr m_ep;
+  bool m_blocking = false;
 };
 
 }  // namespace ddstage::detail

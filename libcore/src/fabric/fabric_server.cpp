@@ -7,9 +7,24 @@
 #include "fabric/fabric_provider.hpp"
 
 namespace ddstage::detail {
+namespace {
+
+/// How long the progress thread sleeps in fi_cq_sread at most: what a stop or a registration
+/// (load, unload) may wait for the endpoint's lock.
+constexpr int sread_timeout_ms = 50;
+
+}  // namespace
 
 FabricServer::FabricServer(const FabricOptions& options)
-    : m_endpoint(*choose_provider(options.provider, options.domain)), m_address(m_endpoint.address()) {
+    : m_endpoint(*choose_provider(options.provider, options.domain), FabricEndpoint::Wait::block),
+      m_address(m_endpoint.address()) {
+  // shm 1.17's fi_cq_sread returned at once here, so the thread spun holding the lock and
+  // starved registrations (a load hung): shm is polled.
+  m_blocking = m_endpoint.blocking() && m_endpoint.provider() != "shm";
+  if (m_endpoint.manual_progress() && !m_blocking) {
+    spdlog::warn("fabric server ({}): no usable wait object on the completion queue; its progress thread polls "
+                 "and keeps a core busy", m_endpoint.provider());
+  }
   if (m_endpoint.manual_progress()) m_progress = std::jthread([this](std::stop_token stop) { progress(stop); });
 }
 
@@ -23,21 +38,21 @@ FabricServer::~FabricServer() {
 FabricPeer FabricServer::peer() const { return {m_endpoint.provider(), to_hex(m_address)}; }
 
 uint64_t FabricServer::add_region(std::span<const std::byte> memory) {
-  std::lock_guard lock(m_mutex);
+  const auto lock = lock_out_progress();
   const uint64_t id = m_next_id++;
   m_regions.emplace(id, FabricRegion(m_endpoint, memory));
   return id;
 }
 
 FabricRegionInfo FabricServer::region(uint64_t id) const {
-  std::lock_guard lock(m_mutex);
+  const auto lock = lock_out_progress();
   auto it = m_regions.find(id);
   if (it == m_regions.end()) throw std::logic_error("no fabric region " + std::to_string(id));
   return it->second.info();
 }
 
 void FabricServer::remove_region(uint64_t id) {
-  std::lock_guard lock(m_mutex);
+  const auto lock = lock_out_progress();
   m_regions.erase(id);
 }
 
@@ -48,7 +63,15 @@ void FabricServer::progress(std::stop_token stop) {
     ssize_t n = 0;
     {
       std::lock_guard lock(m_mutex);
-      n = fi_cq_read(m_endpoint.cq(), entries.data(), entries.size());
+      // Blocking, the provider progresses inside sread and wakes when its sockets or shared
+      // queues have work; the bound lets stop requests and registrations through.
+      n = m_blocking ? fi_cq_sread(m_endpoint.cq(), entries.data(), entries.size(), nullptr, sread_timeout_ms)
+                     : fi_cq_read(m_endpoint.cq(), entries.data(), entries.size());
+      if (m_blocking && n < 0 && n != -FI_EAGAIN && n != -FI_EAVAIL && n != -FI_ETIMEDOUT) {
+        spdlog::warn("fabric server ({}): fi_cq_sread failed ({}); polling from now on", m_endpoint.provider(),
+                     fi_strerror(static_cast<int>(-n)));
+        m_blocking = false;
+      }
       if (n == -FI_EAVAIL) {
         fi_cq_err_entry err{};
         if (fi_cq_readerr(m_endpoint.cq(), &err, 0) > 0) {
@@ -56,8 +79,18 @@ void FabricServer::progress(std::stop_token stop) {
         }
       }
     }
-    if (n <= 0) std::this_thread::yield();
+    // A caller waiting for the lock goes first: a mutex handed straight back to this loop
+    // could keep a registration (a load) waiting indefinitely.
+    while (m_waiting.load(std::memory_order_acquire) > 0 && !stop.stop_requested()) std::this_thread::yield();
+    if (n <= 0 && !m_blocking) std::this_thread::yield();
   }
+}
+
+std::unique_lock<std::mutex> FabricServer::lock_out_progress() const {
+  m_waiting.fetch_add(1, std::memory_order_acq_rel);
+  std::unique_lock lock(m_mutex);
+  m_waiting.fetch_sub(1, std::memory_order_acq_rel);
+  return lock;
 }
 
 }  // namespace ddstage::detail

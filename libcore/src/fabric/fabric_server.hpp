@@ -1,12 +1,14 @@
 // What a server rank runs to let readers fi_read its regions.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <map>
 #include <mutex>
 #include <span>
 #include <thread>
+#include <utility>
 
 #include "fabric/fabric_endpoint.hpp"
 #include "fabric/fabric_options.hpp"
@@ -18,8 +20,10 @@ namespace ddstage::detail {
 /// One endpoint, the regions registered on it (added and removed while serving, as datasets
 /// load and unload), and — for providers with manual progress (shm, tcp;ofi_rxm) — a thread that
 /// keeps driving the completion queue, without which remote reads never complete. The thread
-/// polls without sleeping (a sleep would add its length to every read), so it keeps one core
-/// busy while the server lives. Methods may be called from any one thread at a time.
+/// sleeps in fi_cq_sread on the queue's wait object, which the provider wakes when the network
+/// has work (a timed sleep would add its length to every read, and polling would keep a core
+/// busy beside the training job); providers without wait objects are polled. Methods may be
+/// called from any one thread at a time.
 class FabricServer {
  public:
   /// Opens an endpoint on the provider and domain `options` choose (choose_provider).
@@ -40,13 +44,45 @@ class FabricServer {
 
  private:
   void progress(std::stop_token stop);
+  /// The endpoint's lock, taken ahead of the progress thread.
+  std::unique_lock<std::mutex> lock_out_progress() const;
 
   FabricEndpoint m_endpoint;
   std::string m_address;
+  mutable std::atomic<int> m_waiting{0};  // callers waiting for m_mutex
+  bool m_blocking = false;                // progress sleeps in fi_cq_sread
   mutable std::mutex m_mutex;  // the endpoint's domain is FI_THREAD_DOMAIN: one caller at a time
   std::map<uint64_t, FabricRegion> m_regions;
   uint64_t m_next_id = 1;
   std::jthread m_progress;  // last: stopped and joined before the regions and endpoint close
+};
+
+/// A region registered on a FabricServer for as long as this object lives: declare it after the
+/// memory it registers, so the registration goes first. Move-only.
+class FabricRegistration {
+ public:
+  FabricRegistration(FabricServer& server, std::span<const std::byte> memory)
+      : m_server(&server), m_id(server.add_region(memory)) {}
+  FabricRegistration(FabricRegistration&& other) noexcept
+      : m_server(std::exchange(other.m_server, nullptr)), m_id(other.m_id) {}
+  FabricRegistration& operator=(FabricRegistration&& other) noexcept {
+    if (this != &other) {
+      reset();
+      m_server = std::exchange(other.m_server, nullptr);
+      m_id = other.m_id;
+    }
+    return *this;
+  }
+  ~FabricRegistration() { reset(); }
+
+  FabricRegionInfo info() const { return m_server->region(m_id); }
+
+ private:
+  void reset() noexcept {
+    if (auto* server = std::exchange(m_server, nullptr)) server->remove_region(m_id);
+  }
+  FabricServer* m_server = nullptr;
+  uint64_t m_id = 0;
 };
 
 }  // namespace ddstage::detail
