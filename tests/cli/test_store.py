@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -15,14 +16,9 @@ import yaml
 
 from conftest import (assert_runtime_error, assert_usage_error, flatten, random_spec, read_bytes)
 
-MPI_ENV = {
-    "OMPI_ALLOW_RUN_AS_ROOT": "1",
-    "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-    "OMPI_MCA_rmaps_base_oversubscribe": "1",
-    # Everything stays on this machine: shared memory between ranks, loopback for the runtime.
-    "OMPI_MCA_btl": "self,vader",
-    "OMPI_MCA_oob_tcp_if_include": "lo",
-}
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: shared helpers
+from local_mpi import MPI_ENV  # noqa: E402
+
 START_TIMEOUT_S = 60
 
 

@@ -16,17 +16,12 @@ import numpy as np
 import pytest
 import yaml
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: shared helpers
+from local_mpi import MPI_ENV  # noqa: E402
+
 BIN = os.environ.get("DDSTAGE_BIN", "ddstage")
 GEN = os.environ.get("DDSTAGE_GEN", "ddstage-gen")
 TIMEOUT_S = 120
-MPI_ENV = {
-    "OMPI_ALLOW_RUN_AS_ROOT": "1",
-    "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
-    "OMPI_MCA_rmaps_base_oversubscribe": "1",
-    # Shared memory between ranks, loopback for the runtime: nothing leaves this machine.
-    "OMPI_MCA_btl": "self,vader",
-    "OMPI_MCA_oob_tcp_if_include": "lo",
-}
 ROWS, GRAPHS, FILES, SEQ = 500, 120, 150, 500
 
 
