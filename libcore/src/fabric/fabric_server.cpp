@@ -25,7 +25,11 @@ FabricServer::FabricServer(const FabricOptions& options)
     spdlog::warn("fabric server ({}): no usable wait object on the completion queue; its progress thread polls "
                  "and keeps a core busy", m_endpoint.provider());
   }
-  if (m_endpoint.manual_progress()) m_progress = std::jthread([this](std::stop_token stop) { progress(stop); });
+  // Also when the provider claims automatic progress but the thread costs nothing (it sleeps):
+  // fi_efa(7) says efa reports automatic progress and yet needs its queue driven.
+  if (m_endpoint.manual_progress() || m_blocking) {
+    m_progress = std::jthread([this](std::stop_token stop) { progress(stop); });
+  }
 }
 
 FabricServer::~FabricServer() {
