@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <climits>
 #include <exception>
+#include <optional>
+#include <sstream>
 
 #include <fmt/format.h>
 
@@ -15,7 +17,13 @@
 #include "process.hpp"
 #include "read_batch.hpp"
 #include "transport/mpi_all_to_all.hpp"
+#include "transport/copy_transport.hpp"
 #include "transport/mpi_rma_transport.hpp"
+#include "ddstage/config.hpp"
+#if DDSTAGE_HAVE_FABRIC
+#include "fabric/fabric_server.hpp"
+#include "fabric/fabric_transport.hpp"
+#endif
 
 namespace ddstage {
 namespace detail {
@@ -35,6 +43,10 @@ struct EmbeddedDataset {
   std::vector<ShardLayout> layouts;      // by rank
   MpiWindow window;                      // this rank's shard, in one window with every rank's
   std::vector<const std::byte*> direct;  // by rank: the region when this process maps it, or null
+#if DDSTAGE_HAVE_FABRIC
+  std::optional<FabricRegistration> registration;  // after window: deregistered before it is freed
+  std::vector<FabricRemote> remotes;               // by rank, for ranks read over libfabric
+#endif
 };
 
 namespace {
@@ -76,7 +88,14 @@ struct Store::State {
     const int on_node = ranks_on_node();
     shared = options.direct_on_node && on_node == size;
     mem_limit = options.mem_limit ? options.mem_limit : detail::default_mem_limit(on_node);
+    if (options.transport == "fabric") open_fabric();
   }
+
+  /// Collective: every rank's libfabric endpoint, agreed on, and every rank's address.
+  void open_fabric();
+  /// Collective, after the window is filled: registers this rank's region and learns every
+  /// rank's key and base.
+  void register_fabric(detail::EmbeddedDataset& ds);
 
   /// How many ranks of comm share this node's memory (this one included).
   int ranks_on_node() const;
@@ -97,10 +116,65 @@ struct Store::State {
   int thread_level = 0;
   bool shared = false;  // shards in shared windows, read by memcpy from any rank
   uint64_t mem_limit = 0;
+#if DDSTAGE_HAVE_FABRIC
+  std::optional<detail::FabricServer> fabric;  // before datasets: outlives their registrations
+  std::vector<detail::FabricPeer> fabric_peers;  // by rank
+  std::vector<std::string> hosts;              // by rank, for error messages
+#endif
   // In load order, which is the same on every rank, so destruction frees the windows (a
   // collective) in the same order everywhere.
   std::vector<std::unique_ptr<detail::EmbeddedDataset>> datasets;
 };
+
+void Store::State::open_fabric() {
+#if DDSTAGE_HAVE_FABRIC
+  std::exception_ptr failure;
+  try {
+    fabric.emplace(detail::FabricOptions::from(options.settings));
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  detail::agree(failure, comm.get(), rank);
+  const auto peer = fabric->peer();
+  const auto all = detail::allgather_strings(peer.provider + " " + peer.address_hex + " " + detail::host_name(),
+                                             comm.get());
+  for (const auto& line : all) {
+    std::istringstream in(line);
+    detail::FabricPeer p;
+    std::string host;
+    in >> p.provider >> p.address_hex >> host;
+    fabric_peers.push_back(p);
+    hosts.push_back(host);
+  }
+#else
+  throw UsageError("StoreOptions::transport fabric: this ddstage was built without libfabric");
+#endif
+}
+
+void Store::State::register_fabric([[maybe_unused]] detail::EmbeddedDataset& ds) {
+#if DDSTAGE_HAVE_FABRIC
+  if (!fabric) return;
+  std::exception_ptr failure;
+  std::string mine;
+  try {
+    ds.registration.emplace(*fabric, ds.window.region());
+    mine = fmt::format("{} {}", ds.registration->info().key, ds.registration->info().base);
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  detail::agree(failure, comm.get(), rank);
+  const auto all = detail::allgather_strings(mine, comm.get());
+  ds.remotes.resize(static_cast<std::size_t>(size));
+  for (int r = 0; r < size; ++r) {
+    const auto i = static_cast<std::size_t>(r);
+    if (ds.direct[i]) continue;  // copied, not read over the network
+    std::istringstream in(all[i]);
+    detail::FabricRegionInfo region{.bytes = ds.layouts[i].total_bytes()};
+    in >> region.key >> region.base;
+    ds.remotes[i] = {fabric_peers[i], region, hosts[i]};
+  }
+#endif
+}
 
 int Store::State::ranks_on_node() const {
   MPI_Comm node = MPI_COMM_NULL;
@@ -166,6 +240,9 @@ Store::Store(int fortran_comm, StoreOptions options) {
   int initialised = 0;
   MPI_Initialized(&initialised);
   if (!initialised) throw UsageError("a Store needs MPI: call MPI_Init (or MPI_Init_thread) first");
+  if (options.transport != "mpi" && options.transport != "fabric") {
+    throw UsageError("StoreOptions::transport must be mpi or fabric, not '" + options.transport + "'");
+  }
   if (options.max_round_bytes == 0 || options.max_round_bytes > static_cast<uint64_t>(INT_MAX)) {
     throw UsageError(fmt::format("max_round_bytes must be 1 to {} bytes, not {}", INT_MAX,
                                  options.max_round_bytes));
@@ -229,6 +306,7 @@ void Store::load(const std::filesystem::path& index, const std::string& name, bo
     ds->direct.assign(static_cast<std::size_t>(m->size), nullptr);  // others' rows by MPI_Get
     ds->direct[static_cast<std::size_t>(m->rank)] = ds->window.region().data();
   }
+  m->register_fabric(*ds);
   m->datasets.push_back(std::move(ds));
 }
 
@@ -244,7 +322,22 @@ struct Store::Reader::State {
         map{&data->index, &data->plan, &data->layouts[static_cast<std::size_t>(self)],
             data->window.region()},
         rma(data->window.get(), data->direct),
-        all_to_all(comm, store.options.max_round_bytes) {}
+        all_to_all(comm, store.options.max_round_bytes) {
+#if DDSTAGE_HAVE_FABRIC
+    if (store.fabric) {
+      std::vector<std::span<const std::byte>> regions(data->direct.size());
+      for (std::size_t r = 0; r < regions.size(); ++r) {
+        if (data->direct[r]) regions[r] = {data->direct[r], data->layouts[r].total_bytes()};
+      }
+      local.emplace("local", regions);
+      fabric.emplace(detail::FabricOptions::from(store.options.settings), data->remotes);
+    }
+#endif
+  }
+
+  /// Reads the planned batch: over libfabric (and memcpy for directly addressed ranks) when
+  /// the Store was made with it, else MPI RMA.
+  void transfer();
 
   /// Turns ids into reads at the caller's positions; a run of consecutive samples of one rank
   /// is one read.
@@ -260,7 +353,28 @@ struct Store::Reader::State {
   detail::MpiRmaTransport rma;
   detail::MpiAllToAll all_to_all;
   std::vector<detail::ReadOp> reads;  // reused across batches
+#if DDSTAGE_HAVE_FABRIC
+  std::optional<detail::CopyTransport> local;
+  std::optional<detail::FabricTransport> fabric;
+  std::vector<detail::ReadOp> local_reads, fabric_reads;
+#endif
 };
+
+void Store::Reader::State::transfer() {
+#if DDSTAGE_HAVE_FABRIC
+  if (fabric) {
+    local_reads.clear();
+    fabric_reads.clear();
+    for (const auto& op : reads) (data->direct[static_cast<std::size_t>(op.rank)] ? local_reads : fabric_reads).push_back(op);
+    if (!fabric_reads.empty()) fabric->post(fabric_reads);
+    local->post(local_reads);
+    if (!fabric_reads.empty()) fabric->wait();
+    return;
+  }
+#endif
+  rma.post(reads);
+  rma.wait();
+}
 
 void Store::Reader::State::plan_reads(uint32_t field, std::span<const uint64_t> ids,
                                       std::byte* dest) {
@@ -333,8 +447,7 @@ void Store::Reader::get_batch(const std::string& field, std::span<const uint64_t
         fmt::format("destination holds {} bytes; the batch needs {}", dest.size(), need));
   }
   m->plan_reads(f, ids, dest.data());
-  m->rma.post(m->reads);
-  m->rma.wait();
+  m->transfer();
   if (verify) detail::verify_rows(index, m->data->plan, f, ids, dest.data());
 }
 

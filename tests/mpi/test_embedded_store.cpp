@@ -13,12 +13,14 @@
 #include <thread>
 #include <vector>
 
+#include "ddstage/config.hpp"
 #include "ddstage/error.hpp"
 #include "ddstage/index_writer.hpp"
 #include "ddstage/mpi.hpp"
 #include "ddstage/origin_reader.hpp"
 #include "ddstage/shard_layout.hpp"
 #include "ddstage/shard_plan.hpp"
+#include "ddstage/settings.hpp"
 #include "ddstage/store.hpp"
 #include "test_support.hpp"
 
@@ -159,8 +161,8 @@ void test_rma(Store& store, const Index& index) {
   CHECK(sizes == (std::vector<uint64_t>{0, g_bytes(4), 0}));
 }
 
-/// Readers in several threads at once: each owns its scratch. Only for a shared window, where
-/// get_batch makes no MPI call (MPI_Get from threads would need MPI_THREAD_MULTIPLE).
+/// Readers in several threads at once: each owns its scratch. Only where get_batch makes no MPI
+/// call, a shared window or libfabric (MPI_Get from threads would need MPI_THREAD_MULTIPLE).
 void test_threads(Store& store, const Index& index) {
   const auto plan = ShardPlan::balance(index, g_size);
   std::vector<int> ok(4, 0);
@@ -262,6 +264,17 @@ void run(const fs::path& dir) {
     test_collective(other, index, 2);
   }
   test_mem_limit(dir, index);
+#if DDSTAGE_HAVE_FABRIC
+  // Other ranks' rows over libfabric (tcp on loopback) instead of MPI_Get; get_batch then makes
+  // no MPI call, so readers in several threads need no MPI_THREAD_MULTIPLE.
+  StoreOptions options{.direct_on_node = false, .transport = "fabric"};
+  options.settings = Settings::resolve({{"fabric.provider", "tcp"}, {"fabric.domain", "lo"}}, {}, std::nullopt, false);
+  Store fabric = make_store(MPI_COMM_WORLD, options);
+  fabric.load(dir / "d.ddx", "", /*verify=*/true);
+  test_rma(fabric, index);
+  test_threads(fabric, index);
+  test_collective(fabric, index, 2);
+#endif
 }
 
 }  // namespace

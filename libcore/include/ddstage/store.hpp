@@ -10,6 +10,7 @@
 #include <string>
 
 #include "ddstage/index.hpp"
+#include "ddstage/settings.hpp"
 
 namespace ddstage {
 
@@ -30,6 +31,12 @@ struct StoreOptions {
   /// it is refused on every rank before anything is allocated. 0: 80% of the node's available
   /// memory at construction, divided by the Store's ranks on that node.
   uint64_t mem_limit = 0;
+  /// How get_batch reaches rows this process does not address directly: "mpi" (MPI_Get) or
+  /// "fabric" (libfabric fi_read: every rank opens an endpoint and registers its shards, the
+  /// addresses and keys are allgathered; provider, domain, window and read_timeout come from
+  /// `settings`). get_batch_collective always uses MPI.
+  std::string transport = "mpi";
+  Settings settings;
 };
 
 /// Shards of datasets held by the ranks of an MPI communicator (DDStore style). The app
@@ -40,8 +47,9 @@ struct StoreOptions {
 ///
 /// Threads: get_batch from readers in several threads of one rank makes concurrent MPI calls
 /// (MPI_Get, flush) and needs MPI initialised with MPI_THREAD_MULTIPLE (MPI_Init_thread);
-/// thread_level() tells what MPI provides. The exception is a shared window (direct_on_node,
-/// all ranks on one node): there get_batch is memcpy only and makes no MPI call. The Store
+/// thread_level() tells what MPI provides. The exceptions make no MPI call in get_batch: a
+/// shared window (direct_on_node, all ranks on one node: memcpy only) and transport "fabric"
+/// (each Reader has its own libfabric endpoint). The Store
 /// itself (load, reader()) and get_batch_collective are for one thread per rank at a time.
 class Store {
  public:

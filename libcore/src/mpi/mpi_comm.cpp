@@ -78,13 +78,18 @@ std::string bcast_string(const std::string& text, MPI_Comm comm) {
   return out;
 }
 
-std::vector<std::string> gather_strings(const std::string& text, MPI_Comm comm) {
+namespace {
+
+/// Every rank's text on rank 0, or on every rank with `everywhere`.
+std::vector<std::string> collect_strings(const std::string& text, MPI_Comm comm, bool everywhere) {
   int rank = 0, size = 1;
   MPI_Comm_rank(comm, &rank);
   MPI_Comm_size(comm, &size);
   int length = static_cast<int>(text.size());
-  std::vector<int> lengths(rank == 0 ? size : 0);
-  mpi_check(MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, comm), "MPI_Gather");
+  std::vector<int> lengths(everywhere || rank == 0 ? size : 0);
+  mpi_check(everywhere ? MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, comm)
+                       : MPI_Gather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, 0, comm),
+            "MPI_Gather");
   std::vector<int> displs(lengths.size());
   int total = 0;
   for (std::size_t i = 0; i < lengths.size(); ++i) {
@@ -92,11 +97,24 @@ std::vector<std::string> gather_strings(const std::string& text, MPI_Comm comm) 
     total += lengths[i];
   }
   std::string all(static_cast<std::size_t>(total), '\0');
-  mpi_check(MPI_Gatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(), displs.data(), MPI_CHAR, 0, comm),
+  mpi_check(everywhere ? MPI_Allgatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(), displs.data(),
+                                        MPI_CHAR, comm)
+                       : MPI_Gatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(), displs.data(),
+                                     MPI_CHAR, 0, comm),
             "MPI_Gatherv");
   std::vector<std::string> out;
   for (std::size_t i = 0; i < lengths.size(); ++i) out.push_back(all.substr(displs[i], lengths[i]));
   return out;
+}
+
+}  // namespace
+
+std::vector<std::string> gather_strings(const std::string& text, MPI_Comm comm) {
+  return collect_strings(text, comm, false);
+}
+
+std::vector<std::string> allgather_strings(const std::string& text, MPI_Comm comm) {
+  return collect_strings(text, comm, true);
 }
 
 bool all_ok(bool ok, MPI_Comm comm) {

@@ -50,6 +50,8 @@ class MpiCommDup {
 std::string bcast_string(const std::string& text, MPI_Comm comm);
 /// Every rank's text, on rank 0 (empty vector elsewhere).
 std::vector<std::string> gather_strings(const std::string& text, MPI_Comm comm);
+/// Every rank's text, on every rank.
+std::vector<std::string> allgather_strings(const std::string& text, MPI_Comm comm);
 /// True on every rank if `ok` is true on every rank.
 bool all_ok(bool ok, MPI_Comm comm);
 /// Maximum of v over ranks, on every rank.
