@@ -117,7 +117,9 @@ void print_settings(const Settings& settings) {
                                                             : config.string() + " (not present)");
   fmt::print("{:<20} {:<10} {:<8} {:<28} {}\n", "setting", "value", "source", "environment", "help");
   for (const auto& d : setting_table()) {
-    fmt::print("{:<20} {:<10} {:<8} {:<28} {}\n", d.key, settings.get_string(d.key),
+    // An empty value printed as "" keeps the columns apart for readers and scripts.
+    const auto& value = settings.get_string(d.key);
+    fmt::print("{:<20} {:<10} {:<8} {:<28} {}\n", d.key, value.empty() ? "\"\"" : value,
                source_name(settings.source(d.key)), d.env_name(), d.help);
   }
   fmt::print("build: MPI={} libfabric={} HDF5={} CUDA={} HIP={}\n", DDSTAGE_HAVE_MPI, DDSTAGE_HAVE_FABRIC,

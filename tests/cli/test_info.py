@@ -196,6 +196,7 @@ def test_settings_defaults(ddstage):
     assert rows["threads"] == ("0", "default")
     assert rows["flatten.pack_size"] == ("256M", "default")
     assert rows["origin.allow_stale"] == ("false", "default")
+    assert rows["fabric.domain"] == ("\"\"", "default")  # empty, printed so the columns stay apart
     assert all(src == "default" for _, src in rows.values()), rows
 
 

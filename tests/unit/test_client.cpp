@@ -330,7 +330,7 @@ TEST_CASE("client: samples of a rank on another node need the fabric transport",
     const auto ids2 = ids_of_rank(store.plan(), 2);
     CHECK_THROWS_WITH(
         store_batch(reader, "x", ids2),
-        Contains("rank 2 on elsewhere.invalid is not on this node") && Contains("fabric"));
+        Contains("rank 2 on elsewhere.invalid is on another node") && Contains("--transport fabric"));
     CHECK_THROWS_AS(store_batch(reader, "x", ids2), UsageError);
   }
   CHECK(leftover_segments().empty());
