@@ -158,7 +158,16 @@ void clean_up_dead_store(const std::filesystem::path& dir, const StoreDescriptor
     ::kill(static_cast<pid_t>(rank.pid), SIGKILL);
   }
   remove_store_segments(descriptor);
+  // libfabric's shm provider keeps each endpoint's queues in /dev/shm/PID:...; dead ranks
+  // that served over it cannot remove theirs.
   std::error_code ec;
+  for (const auto& rank : descriptor.ranks) {
+    if (rank.host != host || rank.fabric_provider != "shm" || detail::process_alive(rank.pid)) continue;
+    const std::string prefix = std::to_string(rank.pid) + ":";
+    for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec)) {
+      if (e.path().filename().string().starts_with(prefix)) std::filesystem::remove(e.path(), ec);
+    }
+  }
   std::filesystem::remove(StoreDescriptor::path_in(dir), ec);
 }
 

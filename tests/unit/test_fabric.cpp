@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -150,6 +151,11 @@ class ChildServer {
     if (::waitpid(m_pid, &m_status, WNOHANG) == 0) {
       ::kill(m_pid, SIGKILL);
       ::waitpid(m_pid, &m_status, 0);
+    }
+    // libfabric's shm provider names its regions "/dev/shm/PID:..."; a killed child leaves them.
+    const std::string prefix = std::to_string(m_pid) + ":";
+    for (const auto& e : std::filesystem::directory_iterator("/dev/shm")) {
+      if (e.path().filename().string().starts_with(prefix)) std::filesystem::remove(e.path());
     }
     m_pid = -1;
     return m_status;
