@@ -9,34 +9,7 @@
 
 #include "ddstage/error.hpp"
 
-extern char** environ;
-
 namespace ddstage::cli {
-namespace {
-
-std::map<std::string, std::string> ddstage_environment() {
-  std::map<std::string, std::string> env;
-  for (char** e = environ; *e; ++e) {
-    std::string_view kv(*e);
-    if (!kv.starts_with("DDSTAGE_")) continue;
-    auto eq = kv.find('=');
-    if (eq != std::string_view::npos) env.emplace(kv.substr(0, eq), kv.substr(eq + 1));
-  }
-  return env;
-}
-
-std::filesystem::path default_config_path() {
-  if (const char* xdg = std::getenv("XDG_CONFIG_HOME"); xdg && *xdg) {
-    return std::filesystem::path(xdg) / "ddstage/config.yaml";
-  }
-  if (const char* home = std::getenv("HOME"); home && *home) {
-    return std::filesystem::path(home) / ".config/ddstage/config.yaml";
-  }
-  return {};
-}
-
-}  // namespace
-
 Settings CliContext::resolve_settings() const {
   auto flags = setting_flags;
   if (quiet) flags["log.level"] = "error";
@@ -48,7 +21,7 @@ Settings CliContext::resolve_settings() const {
   } else if (auto p = default_config_path(); !p.empty()) {
     path = p;
   }
-  auto settings = Settings::resolve(flags, ddstage_environment(), path, !config.empty());
+  auto settings = Settings::resolve(flags, environment_settings(), path, !config.empty());
   spdlog::set_level(spdlog::level::from_str(settings.get_string("log.level")));  // validated by resolve
   return settings;
 }

@@ -2,10 +2,13 @@
 
 #include <array>
 #include <charconv>
+#include <cstdlib>
 
 #include <yaml-cpp/yaml.h>
 
 #include "ddstage/error.hpp"
+
+extern char** environ;
 
 namespace ddstage {
 namespace {
@@ -210,5 +213,26 @@ std::chrono::milliseconds Settings::get_duration(std::string_view key) const {
 }
 const std::string& Settings::get_string(std::string_view key) const { return value(key).text; }
 SettingSource Settings::source(std::string_view key) const { return value(key).source; }
+
+std::map<std::string, std::string> environment_settings() {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; *e; ++e) {
+    std::string_view kv(*e);
+    if (!kv.starts_with("DDSTAGE_")) continue;
+    auto eq = kv.find('=');
+    if (eq != std::string_view::npos) env.emplace(kv.substr(0, eq), kv.substr(eq + 1));
+  }
+  return env;
+}
+
+std::filesystem::path default_config_path() {
+  if (const char* xdg = std::getenv("XDG_CONFIG_HOME"); xdg && *xdg) {
+    return std::filesystem::path(xdg) / "ddstage/config.yaml";
+  }
+  if (const char* home = std::getenv("HOME"); home && *home) {
+    return std::filesystem::path(home) / ".config/ddstage/config.yaml";
+  }
+  return {};
+}
 
 }  // namespace ddstage

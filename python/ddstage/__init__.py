@@ -93,10 +93,14 @@ class Dataset:
 
 class Client:
     """A client of a store started by `ddstage serve --store DIR`: same-node ranks are read
-    through shared memory; no MPI needed. UsageError when DIR holds no running store."""
+    through shared memory, other nodes' over libfabric; no MPI needed. UsageError when DIR
+    holds no running store.
 
-    def __init__(self, store):
-        self._client = _ddstage.Client(os.fspath(store))
+    settings: setting key -> value (ddstage-settings(7)), e.g. {"transport": "fabric",
+    "read_timeout": "5s"}, over the DDSTAGE_* environment and the user's config file."""
+
+    def __init__(self, store, settings=None):
+        self._client = _ddstage.Client(os.fspath(store), {k: str(v) for k, v in (settings or {}).items()})
 
     def open(self, name):
         """A loaded dataset by name (UsageError listing the loaded ones when there is none)."""
@@ -119,7 +123,9 @@ class Store:
 
     comm: an mpi4py communicator (default MPI.COMM_WORLD) or a Fortran handle (int).
     max_round_bytes, direct_on_node, allow_stale, mem_limit (bytes of shards per rank; 0: 80%
-    of the node's available memory shared by its ranks): as StoreOptions in ddstage/store.hpp.
+    of the node's available memory shared by its ranks), transport ("mpi" or "fabric") and
+    settings (a dict, as for Client: fabric.provider, read_timeout...): as StoreOptions in
+    ddstage/store.hpp.
     Close it before MPI is finalized: `with ddstage.Store(comm) as store:`, close(), or at
     interpreter exit, which closes every open Store before mpi4py finalizes MPI."""
 
@@ -130,6 +136,8 @@ class Store:
             from mpi4py import MPI
             comm = MPI.COMM_WORLD
         handle = comm if isinstance(comm, int) else comm.py2f()
+        if "settings" in options:
+            options["settings"] = {k: str(v) for k, v in (options["settings"] or {}).items()}
         self._store = _ddstage.Store(handle, **options)
         _close_at_exit(self)
 

@@ -9,6 +9,7 @@
 #include "ddstage/client.hpp"
 #include "ddstage/config.hpp"
 #include "ddstage/error.hpp"
+#include "settings_of.hpp"
 #include "store_binding.hpp"
 
 namespace ddstage::python {
@@ -80,7 +81,10 @@ void bind_client(py::module_& m) {
       .def("reader", [](const Dataset& d) { return std::make_unique<ClientReader>(d.reader(), d.index()); });
 
   py::class_<Client>(m, "Client", "A client of a store started by `ddstage serve`; needs no MPI.")
-      .def(py::init<const std::filesystem::path&>(), py::arg("store"))
+      .def(py::init([](const std::filesystem::path& store, const std::map<std::string, std::string>& settings) {
+             return Client(store, settings_of(settings));
+           }),
+           py::arg("store"), py::arg("settings") = std::map<std::string, std::string>{})
       .def("open", &Client::open, py::arg("name"));
 }
 

@@ -9,6 +9,7 @@
 #include "batch.hpp"
 #include "ddstage/error.hpp"
 #include "ddstage/store.hpp"
+#include "settings_of.hpp"
 
 namespace ddstage::python {
 namespace {
@@ -71,19 +72,23 @@ void bind_store(py::module_& m) {
   const StoreOptions defaults;
   py::class_<StoreHandle, std::shared_ptr<StoreHandle>>(m, "Store", "The embedded store of an MPI job.")
       .def(py::init([](int fortran_comm, uint64_t max_round_bytes, bool direct_on_node, bool allow_stale,
-                       uint64_t mem_limit) {
+                       uint64_t mem_limit, const std::string& transport,
+                       const std::map<std::string, std::string>& settings) {
              auto handle = std::make_shared<StoreHandle>();
              StoreOptions options{.max_round_bytes = max_round_bytes,
                                   .direct_on_node = direct_on_node,
                                   .allow_stale = allow_stale,
-                                  .mem_limit = mem_limit};
+                                  .mem_limit = mem_limit,
+                                  .transport = transport,
+                                  .settings = settings_of(settings)};
              py::gil_scoped_release released;  // collective: other Python threads keep running
              handle->store.emplace(fortran_comm, options);
              return handle;
            }),
            py::arg("fortran_comm"), py::arg("max_round_bytes") = defaults.max_round_bytes,
            py::arg("direct_on_node") = defaults.direct_on_node, py::arg("allow_stale") = defaults.allow_stale,
-           py::arg("mem_limit") = defaults.mem_limit)
+           py::arg("mem_limit") = defaults.mem_limit, py::arg("transport") = defaults.transport,
+           py::arg("settings") = std::map<std::string, std::string>{})
       .def_property_readonly("rank", [](StoreHandle& h) { return h.get().rank(); })
       .def_property_readonly("size", [](StoreHandle& h) { return h.get().size(); })
       .def_property_readonly("thread_level", [](StoreHandle& h) { return h.get().thread_level(); })

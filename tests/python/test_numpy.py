@@ -103,7 +103,11 @@ def test_input_errors_are_usage_errors(client, store, tmp_path):
              (lambda: rows.get_batch("x", [3, -1]), "negative"),
              (lambda: rows.get_batch("x", [1.5]), "integers"),
              (lambda: rows.get_batch("x", [[1, 2]]), "one-dimensional"),
-             (lambda: rows.get_batch("x", 3), "one-dimensional")]
+             (lambda: rows.get_batch("x", 3), "one-dimensional"),
+             # Settings reach libcore: a bad one, and transport fabric on a store serving none.
+             (lambda: ddstage.Client(store.dir, {"nope": 1}), "nope"),
+             (lambda: ddstage.Client(store.dir, {"transport": "rdma"}), "rdma"),
+             (lambda: ddstage.Client(store.dir, {"transport": "fabric"}).open("rows"), "--transport fabric")]
     for call, words in cases:
         with pytest.raises(ddstage.UsageError, match=words) as e:
             call()

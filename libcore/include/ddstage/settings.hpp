@@ -70,6 +70,12 @@ class Settings {
   bool m_config_found = false;
 };
 
+/// The process's DDSTAGE_* variables, for Settings::resolve (libcore never reads them unasked).
+std::map<std::string, std::string> environment_settings();
+/// The user's config file: $XDG_CONFIG_HOME/ddstage/config.yaml, else
+/// ~/.config/ddstage/config.yaml; empty when neither variable is set.
+std::filesystem::path default_config_path();
+
 /// Parses "256M" style sizes; nullopt if malformed.
 std::optional<uint64_t> parse_size(std::string_view text);
 /// Parses "10s" / "500ms" / "2m" / "1h" / "1.5" (seconds); nullopt if malformed or negative.
