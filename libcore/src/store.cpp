@@ -324,7 +324,10 @@ struct Store::Reader::State {
         rma(data->window.get(), data->direct),
         all_to_all(comm, store.options.max_round_bytes) {
 #if DDSTAGE_HAVE_FABRIC
-    if (store.fabric) {
+    const auto remote = [](const detail::FabricRemote& r) { return !r.peer.address_hex.empty(); };
+    // With every rank addressed directly (one rank, or a shared window) there is nothing to
+    // read over the network: the RMA path's memcpy serves.
+    if (store.fabric && std::any_of(data->remotes.begin(), data->remotes.end(), remote)) {
       std::vector<std::span<const std::byte>> regions(data->direct.size());
       for (std::size_t r = 0; r < regions.size(); ++r) {
         if (data->direct[r]) regions[r] = {data->direct[r], data->layouts[r].total_bytes()};

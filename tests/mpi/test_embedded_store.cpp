@@ -274,6 +274,11 @@ void run(const fs::path& dir) {
   test_rma(fabric, index);
   test_threads(fabric, index);
   test_collective(fabric, index, 2);
+  // Every rank in one shared window: nothing goes over the network, readers still work.
+  options.direct_on_node = true;
+  Store shared = make_store(MPI_COMM_WORLD, options);
+  shared.load(dir / "d.ddx");
+  test_rma(shared, index);
 #endif
 }
 

@@ -52,6 +52,17 @@ std::string FabricTransport::where(int rank) const {
 void FabricTransport::post(std::span<const ReadOp> reads) {
   if (!m_endpoint) open_endpoint();  // the last time-out failed to reopen it
   if (in_flight() == 0) m_last_progress = std::chrono::steady_clock::now();
+  try {
+    post_all(reads);
+  } catch (...) {
+    // Reads already posted would land in the caller's buffer after get_batch threw and the
+    // caller freed it: abandon them with the endpoint, as a time-out does.
+    if (in_flight() > 0) reopen_endpoint();
+    throw;
+  }
+}
+
+void FabricTransport::post_all(std::span<const ReadOp> reads) {
   // Each chunk is posted once the next is known: whether FI_MORE may defer it depends on
   // whether the next can follow without waiting for completions.
   std::optional<Chunk> pending;
@@ -117,11 +128,9 @@ void FabricTransport::post_one(const Chunk& chunk, const Chunk* next) {
     }
     if (rc != -FI_EAGAIN) {
       release(&slot);
-      FabricError error("fi_readmsg to " + where(rank), m_provider, static_cast<int>(rc), {.rank = rank});
-      // The reads already posted may still land in the caller's buffer: let them finish first.
-      while (in_flight() > 0) progress(true);
-      m_error.reset();
-      throw error;
+      // post() abandons the reads already posted (some may be held back by FI_MORE, so
+      // waiting for them could end in a time-out that hides this error).
+      throw FabricError("fi_readmsg to " + where(rank), m_provider, static_cast<int>(rc), {.rank = rank});
     }
     // Reads we deferred with FI_MORE must go out before the queue can drain.
     flags &= ~FI_MORE;
@@ -186,15 +195,20 @@ void FabricTransport::time_out() {
               "fabric reads from " + names + " made no progress for " + span + " (read_timeout, provider " +
                   m_provider + "): server dead or hung",
               {.rank = *ranks.begin()});
-  // Closing the endpoint abandons the stuck reads: no provider writes into the caller's buffer
-  // after that. A fresh one serves the other ranks; if it cannot be opened, the next post retries.
+  reopen_endpoint();
+  throw error;
+}
+
+void FabricTransport::reopen_endpoint() noexcept {
+  // Closing the endpoint abandons the reads in flight: no provider writes into the caller's
+  // buffer after that. A fresh one serves the other ranks; if it cannot be opened, the next
+  // post retries.
   m_error.reset();
   try {
     open_endpoint();
-  } catch (const Error&) {
+  } catch (const std::exception&) {
     m_endpoint.reset();
   }
-  throw error;
 }
 
 void FabricTransport::wait() {

@@ -50,6 +50,9 @@ class FabricTransport final : public Transport {
   };
 
   void open_endpoint();
+  /// Abandons every read in flight with the endpoint and opens a fresh one.
+  void reopen_endpoint() noexcept;
+  void post_all(std::span<const ReadOp> reads);
   void* local_desc(std::span<const ReadOp> reads, const ReadOp& op);
   /// One fi_read's worth of a ReadOp.
   struct Chunk {
