@@ -17,7 +17,7 @@ import yaml
 from conftest import (assert_runtime_error, assert_usage_error, flatten, random_spec, read_bytes)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: shared helpers
-from local_mpi import MPI_ENV  # noqa: E402
+from local_mpi import MPI_ENV, pid_alive  # noqa: E402
 
 START_TIMEOUT_S = 60
 
@@ -82,15 +82,6 @@ def wait_dead(pids, timeout=15):
     while any(pid_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)
     return not any(pid_alive(p) for p in pids)
-
-
-def pid_alive(pid):
-    """Running, not a zombie (this container's PID 1 may never reap orphans)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat[stat.rfind(")") + 2] not in "ZX"
 
 
 @pytest.fixture

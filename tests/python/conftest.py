@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: shared helpers
-from local_mpi import MPI_ENV  # noqa: E402
+from local_mpi import MPI_ENV, pid_alive  # noqa: E402
 
 BIN = os.environ.get("DDSTAGE_BIN", "ddstage")
 GEN = os.environ.get("DDSTAGE_GEN", "ddstage-gen")
@@ -69,15 +69,6 @@ def data(tmp_path_factory):
     return Data(tmp_path_factory.mktemp("data"))
 
 
-def alive(pid):
-    """Running, not a zombie."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat[stat.rfind(")") + 2] not in "ZX"
-
-
 class ServedStore:
     """`mpiexec -n RANKS ddstage serve` in its own process group, with the datasets loaded."""
 
@@ -117,9 +108,9 @@ class ServedStore:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(timeout=30)
         deadline = time.monotonic() + 15
-        while any(alive(p) for p in self.pids) and time.monotonic() < deadline:
+        while any(pid_alive(p) for p in self.pids) and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert not any(alive(p) for p in self.pids), "server ranks left behind"
+        assert not any(pid_alive(p) for p in self.pids), "server ranks left behind"
         assert not list(Path("/dev/shm").glob(self.segment_prefix + "-*")), "shared memory left behind"
 
 
