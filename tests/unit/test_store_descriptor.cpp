@@ -30,13 +30,20 @@ StoreDescriptor sample_descriptor() {
                                             : std::vector<std::string>{"shm"},
                        .memory_limit = (uint64_t{64} << 30) + static_cast<uint64_t>(r)});
   }
+  // Ranks 0 and 1 serve over libfabric; rank 2 publishes no endpoint.
+  for (int r = 0; r < 2; ++r) {
+    d.ranks[r].fabric_provider = "tcp;ofi_rxm";
+    d.ranks[r].fabric_address = "0200adb77f00000" + std::to_string(r);
+  }
   d.datasets.push_back(
       {.name = "train",
        .index = "/scratch/data sets/train.ddx",
        .boundaries = {0, 333, 667, 1000},
        .segments = {"/ddstage-a-train-0", "/ddstage-a-train-1", "/ddstage-a-train-2"},
        .region_bytes = {uint64_t{5} << 32, 12, 0},
-       .index_fingerprint = 0xfedcba9876543210ull});
+       .index_fingerprint = 0xfedcba9876543210ull,
+       .fabric_keys = {~uint64_t{0}, 7, 0},
+       .fabric_bases = {0x7f0000001000ull, 0, 0}});
   d.datasets.push_back({.name = "val: \"quoted\"",
                         .index = "/scratch/val.ddx",
                         .boundaries = {0, 0, 0, 7},
@@ -57,6 +64,8 @@ void require_same(const StoreDescriptor& a, const StoreDescriptor& b) {
     REQUIRE(a.ranks[i].pid == b.ranks[i].pid);
     REQUIRE(a.ranks[i].transports == b.ranks[i].transports);
     REQUIRE(a.ranks[i].memory_limit == b.ranks[i].memory_limit);
+    REQUIRE(a.ranks[i].fabric_provider == b.ranks[i].fabric_provider);
+    REQUIRE(a.ranks[i].fabric_address == b.ranks[i].fabric_address);
   }
   REQUIRE(a.datasets.size() == b.datasets.size());
   for (std::size_t i = 0; i < a.datasets.size(); ++i) {
@@ -66,6 +75,8 @@ void require_same(const StoreDescriptor& a, const StoreDescriptor& b) {
     REQUIRE(a.datasets[i].segments == b.datasets[i].segments);
     REQUIRE(a.datasets[i].region_bytes == b.datasets[i].region_bytes);
     REQUIRE(a.datasets[i].index_fingerprint == b.datasets[i].index_fingerprint);
+    REQUIRE(a.datasets[i].fabric_keys == b.datasets[i].fabric_keys);
+    REQUIRE(a.datasets[i].fabric_bases == b.datasets[i].fabric_bases);
   }
 }
 
@@ -169,6 +180,8 @@ TEST_CASE("a damaged descriptor is an index error naming the file and key", "[de
   expect("boundaries: [0, 333, 667, 1000]", "boundaries: [0, 1000]",
          "does not have one shard per rank");
   expect("ranks:\n", "ranks: 3\nold_ranks:\n", "key 'ranks' is not a list");
+  expect("fabric_keys: [18446744073709551615, 7, 0]", "fabric_keys: [7, 0]", "does not have one shard per rank");
+  expect("fabric_bases: [", "fabric_bases: [x, ", "key 'datasets[0].fabric_bases' has a bad value");
   expect("format_version: 1", "format_version: [1", "is not valid YAML");
   expect("token: ", "token: abc\nold_token: ", "key 'token' is not 32 hex digits");
 }
