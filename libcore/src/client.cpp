@@ -11,11 +11,13 @@
 
 #include "ddstage/config.hpp"
 #include "ddstage/error.hpp"
+#include "ddstage/profile.hpp"
 #include "ddstage/file_descriptor.hpp"
 #include "ddstage/shard_layout.hpp"
 #include "ddstage/shard_plan.hpp"
 #include "ddstage/shm_segment.hpp"
 #include "process.hpp"
+#include "batch_timer.hpp"
 #include "read_batch.hpp"
 #include "transport/copy_transport.hpp"
 #if DDSTAGE_HAVE_FABRIC
@@ -308,6 +310,7 @@ void Reader::row_sizes(const std::string& field, std::span<const uint64_t> ids,
 
 void Reader::get_batch(const std::string& field, std::span<const uint64_t> ids,
                        std::span<std::byte> dest, bool verify) {
+  detail::BatchTimer timer;
   const Index& index = m->data->index;
   const uint32_t f = detail::field_of(index, field);
   m->collect_owners(ids);
@@ -317,16 +320,27 @@ void Reader::get_batch(const std::string& field, std::span<const uint64_t> ids,
   }
   m->check_owners();
   m->plan_reads(f, ids, dest.data());
+  timer.mark(ProfileStage::other);
 #if DDSTAGE_HAVE_FABRIC
   // Remote reads first: shm copies run while they are in flight.
-  if (!m->fabric_reads.empty()) m->fabric->post(m->fabric_reads);
+  if (!m->fabric_reads.empty()) {
+    timer.path("fabric");
+    m->fabric->post(m->fabric_reads);
+    timer.mark(ProfileStage::post);
+  }
 #endif
+  if (!m->reads.empty()) timer.path("shm");
   m->shm.post(m->reads);
   m->shm.wait();
+  timer.mark(ProfileStage::copy);
 #if DDSTAGE_HAVE_FABRIC
-  if (!m->fabric_reads.empty()) m->fabric->wait();
+  if (!m->fabric_reads.empty()) {
+    m->fabric->wait();
+    timer.mark(ProfileStage::completion_wait);
+  }
 #endif
   if (verify) detail::verify_rows(index, m->data->plan, f, ids, dest.data());
+  timer.finish(ids.size(), dest.size());
 }
 
 Dataset::Dataset(std::shared_ptr<State> state) : m(std::move(state)) {}
@@ -346,6 +360,7 @@ Reader Dataset::reader() const {
 
 Client::Client(const std::filesystem::path& dir, Settings settings)
     : m_dir(dir), m_descriptor(StoreDescriptor::read(dir)), m_settings(std::move(settings)) {
+  profile::configure(m_settings.get_string("profile"));
   // read() guarantees at least one rank. Without a fabric or control round trip only a
   // rank 0 on this host can be checked; a remote one is trusted until a read needs it.
   const RankInfo& root = m_descriptor.ranks.front();

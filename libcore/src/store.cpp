@@ -9,12 +9,14 @@
 #include <fmt/format.h>
 
 #include "ddstage/error.hpp"
+#include "ddstage/profile.hpp"
 #include "ddstage/shard_layout.hpp"
 #include "ddstage/shard_loader.hpp"
 #include "ddstage/shard_plan.hpp"
 #include "mpi/mpi_comm.hpp"
 #include "mpi/mpi_window.hpp"
 #include "process.hpp"
+#include "batch_timer.hpp"
 #include "read_batch.hpp"
 #include "transport/mpi_all_to_all.hpp"
 #include "transport/copy_transport.hpp"
@@ -247,6 +249,7 @@ Store::Store(int fortran_comm, StoreOptions options) {
     throw UsageError(fmt::format("max_round_bytes must be 1 to {} bytes, not {}", INT_MAX,
                                  options.max_round_bytes));
   }
+  profile::configure(options.settings.get_string("profile"));
   m = std::make_unique<State>(fortran_comm, options);
 }
 
@@ -340,7 +343,7 @@ struct Store::Reader::State {
 
   /// Reads the planned batch: over libfabric (and memcpy for directly addressed ranks) when
   /// the Store was made with it, else MPI RMA.
-  void transfer();
+  void transfer(detail::BatchTimer& timer);
 
   /// Turns ids into reads at the caller's positions; a run of consecutive samples of one rank
   /// is one read.
@@ -363,20 +366,37 @@ struct Store::Reader::State {
 #endif
 };
 
-void Store::Reader::State::transfer() {
+void Store::Reader::State::transfer(detail::BatchTimer& timer) {
 #if DDSTAGE_HAVE_FABRIC
   if (fabric) {
     local_reads.clear();
     fabric_reads.clear();
     for (const auto& op : reads) (data->direct[static_cast<std::size_t>(op.rank)] ? local_reads : fabric_reads).push_back(op);
-    if (!fabric_reads.empty()) fabric->post(fabric_reads);
+    if (!fabric_reads.empty()) {
+      timer.path("fabric");
+      fabric->post(fabric_reads);
+      timer.mark(ProfileStage::post);
+    }
+    if (!local_reads.empty()) timer.path("local");
     local->post(local_reads);
-    if (!fabric_reads.empty()) fabric->wait();
+    timer.mark(ProfileStage::copy);
+    if (!fabric_reads.empty()) {
+      fabric->wait();
+      timer.mark(ProfileStage::completion_wait);
+    }
     return;
   }
 #endif
+  // MPI_Get and the shared window's memcpy interleave in one pass: a shared window (every
+  // rank direct) is all copy, anything else counts as posting.
+  const bool all_direct = std::all_of(reads.begin(), reads.end(), [this](const detail::ReadOp& op) {
+    return data->direct[static_cast<std::size_t>(op.rank)] != nullptr;
+  });
+  timer.path(all_direct ? "local" : "mpi-rma");
   rma.post(reads);
+  timer.mark(all_direct ? ProfileStage::copy : ProfileStage::post);
   rma.wait();
+  timer.mark(ProfileStage::completion_wait);
 }
 
 void Store::Reader::State::plan_reads(uint32_t field, std::span<const uint64_t> ids,
@@ -442,6 +462,7 @@ void Store::Reader::row_sizes(const std::string& field, std::span<const uint64_t
 
 void Store::Reader::get_batch(const std::string& field, std::span<const uint64_t> ids,
                               std::span<std::byte> dest, bool verify) {
+  detail::BatchTimer timer;
   const Index& index = m->data->index;
   const uint32_t f = detail::field_of(index, field);
   detail::check_ids(index, ids);
@@ -450,8 +471,10 @@ void Store::Reader::get_batch(const std::string& field, std::span<const uint64_t
         fmt::format("destination holds {} bytes; the batch needs {}", dest.size(), need));
   }
   m->plan_reads(f, ids, dest.data());
-  m->transfer();
+  timer.mark(ProfileStage::other);
+  m->transfer(timer);
   if (verify) detail::verify_rows(index, m->data->plan, f, ids, dest.data());
+  timer.finish(ids.size(), dest.size());
 }
 
 void Store::Reader::get_batch_collective(const std::string& field, std::span<const uint64_t> ids,
@@ -465,8 +488,13 @@ void Store::Reader::get_batch_collective(const std::string& field, std::span<con
   } catch (...) {
     failure = std::current_exception();
   }
+  detail::BatchTimer timer;
   detail::agree(failure, m->comm, m->self);
+  timer.mark(ProfileStage::other);
+  timer.path("mpi-alltoall");
   m->all_to_all.exchange(m->map, f, ids, dest.data());
+  timer.mark(ProfileStage::completion_wait);
+  timer.finish(ids.size(), dest.size());
 }
 
 }  // namespace ddstage

@@ -28,11 +28,13 @@ import numpy as np
 
 from . import _ddstage
 from ._ddstage import ChecksumError, Error, FieldInfo, UsageError, __version__
+from ._ddstage import profile_enable, profile_report, profile_reset, profile_snapshot
 
 HAVE_MPI = _ddstage.HAVE_MPI
 
 __all__ = ["Client", "Dataset", "Store", "Error", "UsageError", "ChecksumError", "FieldInfo",
-           "split_rows", "HAVE_MPI", "__version__"]
+           "split_rows", "HAVE_MPI", "__version__", "profile_enable", "profile_report", "profile_reset",
+           "profile_snapshot"]
 
 
 def split_rows(data, offsets):

@@ -9,6 +9,7 @@
 #include "ddstage/client.hpp"
 #include "ddstage/config.hpp"
 #include "ddstage/error.hpp"
+#include "ddstage/profile.hpp"
 #include "settings_of.hpp"
 #include "store_binding.hpp"
 
@@ -88,6 +89,44 @@ void bind_client(py::module_& m) {
       .def("open", &Client::open, py::arg("name"));
 }
 
+/// The read profile (ddstage/profile.hpp) as plain Python values: figures in seconds and
+/// microseconds, keyed by stage and path name.
+py::dict profile_snapshot() {
+  const ProfileReport r = profile::snapshot();
+  py::dict stages;
+  for (std::size_t s = 0; s < profile_stage_count; ++s) {
+    const LatencyHistogram& h = r.stage_ns[s];
+    if (h.count() == 0) continue;
+    py::dict figures;
+    figures["batches"] = h.count();
+    figures["total_s"] = static_cast<double>(h.sum()) / 1e9;
+    figures["mean_us"] = h.mean() / 1e3;
+    figures["p50_us"] = static_cast<double>(h.percentile(0.5)) / 1e3;
+    figures["p99_us"] = static_cast<double>(h.percentile(0.99)) / 1e3;
+    figures["max_us"] = static_cast<double>(h.max()) / 1e3;
+    stages[py::str(std::string(stage_name(static_cast<ProfileStage>(s))))] = figures;
+  }
+  py::dict paths;
+  for (const auto& [name, count] : r.paths) paths[py::str(name)] = count;
+  py::dict out;
+  out["batches"] = r.batches;
+  out["rows"] = r.rows;
+  out["bytes"] = r.bytes;
+  out["seconds"] = static_cast<double>(r.batch_ns.sum()) / 1e9;
+  out["stages"] = stages;
+  out["paths"] = paths;
+  return out;
+}
+
+void bind_profile(py::module_& m) {
+  m.def("profile_enable", &profile::enable, py::arg("on") = true,
+        "Collect the read profile from now on (or stop, with on=False).");
+  m.def("profile_reset", &profile::reset, "Forget the profile collected so far.");
+  m.def("profile_snapshot", &profile_snapshot, "The read profile so far, over every thread, as a dict.");
+  m.def("profile_report", [] { return profile::format(profile::snapshot()); },
+        "The read profile so far as the table DDSTAGE_PROFILE prints.");
+}
+
 }  // namespace
 }  // namespace ddstage::python
 
@@ -99,6 +138,7 @@ PYBIND11_MODULE(_ddstage, m) {
   bind_errors(m);
   bind_field(m);
   bind_client(m);
+  bind_profile(m);
 #if DDSTAGE_HAVE_MPI
   bind_store(m);
 #endif

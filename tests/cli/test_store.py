@@ -170,6 +170,29 @@ def test_single_rank_without_mpiexec(ddstage, serve, datasets):
     store.stop()
 
 
+def test_profile_printed_at_exit(ddstage, serve, datasets, tmp_path):
+    """DDSTAGE_PROFILE=1 prints the read profile on stderr at exit; a file name (with %p) gets it
+    instead; off, nothing is printed and the output bytes are the same."""
+    store = serve(ranks=0)
+    ddstage.ok("load", "--store", store.dir, datasets["rows"], "--name", "rows")
+    plain = ddstage.ok("read", "--store", store.dir, "--dataset", "rows", "--ids", "0-99", "--field", "x",
+                       binary=True)
+    assert plain.stderr == b""
+    on = ddstage.ok("read", "--store", store.dir, "--dataset", "rows", "--ids", "0-99", "--field", "x",
+                    binary=True, env={"DDSTAGE_PROFILE": "1"})
+    assert on.stdout == plain.stdout
+    text = on.stderr.decode()
+    assert "ddstage profile (pid" in text and "rows, 0.3 MB" in text and "paths: shm" in text
+    assert "copy" in text and "other" in text
+    proc = ddstage.ok("read", "--store", store.dir, "--dataset", "rows", "--ids", "0-9", "--field", "y",
+                      binary=True, env={"DDSTAGE_PROFILE": str(tmp_path / "prof-%p.txt")})
+    assert proc.stderr == b""
+    written = list(tmp_path.glob("prof-*.txt"))
+    assert len(written) == 1 and written[0].name != "prof-%p.txt"
+    assert "10 rows" in written[0].read_text()
+    store.stop()
+
+
 def test_wrong_token_is_refused_and_logged(ddstage, serve, datasets, tmp_path):
     """A request with another token changes nothing; the server logs the refusal."""
     store = serve(2)

@@ -124,3 +124,23 @@ def test_store_stopped_is_a_runtime_error(fresh_store, data):
     assert not isinstance(e.value, ddstage.UsageError)
     with pytest.raises(ddstage.UsageError):
         ddstage.Client(fresh_store.dir)
+
+
+def test_profile_counts_batches_while_on(client):
+    rows = client.open("rows")
+    ddstage.profile_reset()
+    rows.get_batch("x", [1, 2, 3])
+    assert ddstage.profile_snapshot()["batches"] == 0
+    ddstage.profile_enable()
+    try:
+        for _ in range(4):
+            rows.get_batch("x", [5, 9, 200, 201])
+    finally:
+        ddstage.profile_enable(False)
+    snap = ddstage.profile_snapshot()
+    assert (snap["batches"], snap["rows"], snap["bytes"]) == (4, 16, 16 * 3072)
+    assert snap["paths"] == {"shm": 4}
+    copy = snap["stages"]["copy"]
+    assert copy["batches"] == 4 and 0 <= copy["p50_us"] <= copy["p99_us"] <= copy["max_us"]
+    assert "4 batches" in ddstage.profile_report()
+    ddstage.profile_reset()

@@ -15,6 +15,7 @@
 #include "ddstage/error.hpp"
 #include "ddstage/index_writer.hpp"
 #include "ddstage/origin_reader.hpp"
+#include "ddstage/profile.hpp"
 #include "ddstage/shard_layout.hpp"
 #include "ddstage/shard_loader.hpp"
 #include "ddstage/shard_plan.hpp"
@@ -381,4 +382,38 @@ TEST_CASE("client: an index re-flattened after loading is refused, not misread",
   descriptor.datasets[0].index_fingerprint ^= 1;
   descriptor.write(store.dir());
   CHECK_THROWS_WITH(Client(store.dir()).open("d"), Catch::Contains("changed after") && Catch::Contains("reload"));
+}
+
+TEST_CASE("client: the profile counts each batch's rows, bytes and stages, only while on", "[client][profile]") {
+  TestStore store;
+  Reader reader = Client(store.dir()).open("d").reader();
+  const auto ids = mixed_ids(3);
+  profile::reset();
+  store_batch(reader, "x", ids);
+  CHECK(profile::snapshot().batches == 0);
+
+  profile::enable();
+  store_batch(reader, "x", ids);
+  store_batch(reader, "g", ids, true);
+  CHECK_THROWS_AS(store_batch(reader, "x", std::vector<uint64_t>{samples}), UsageError);
+  profile::enable(false);
+  store_batch(reader, "x", ids);
+
+  const ProfileReport report = profile::snapshot();
+  CHECK(report.batches == 2);  // the one that threw is not counted
+  CHECK(report.rows == 2 * ids.size());
+  CHECK(report.bytes == ids.size() * x_bytes + reader.batch_bytes("g", ids));
+  CHECK(report.batch_ns.count() == 2);
+  const auto& copy = report.stage_ns[static_cast<std::size_t>(ProfileStage::copy)];
+  const auto& other = report.stage_ns[static_cast<std::size_t>(ProfileStage::other)];
+  CHECK(copy.count() == 2);
+  CHECK(other.count() == 2);
+  CHECK(copy.sum() + other.sum() <= report.batch_ns.sum());
+  CHECK(report.stage_ns[static_cast<std::size_t>(ProfileStage::post)].count() == 0);
+  REQUIRE(report.paths.size() == 1);
+  CHECK(report.paths[0] == std::pair<std::string, uint64_t>{"shm", 2});
+  const std::string table = profile::format(report);
+  CHECK_THAT(table, Contains("2 batches") && Contains("copy") && Contains("shm (2 batches)"));
+  profile::reset();
+  CHECK(profile::snapshot().batches == 0);
 }

@@ -7,6 +7,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "batch_timer.hpp"
 #include "fabric/fabric_provider.hpp"
 
 namespace ddstage::detail {
@@ -98,15 +99,23 @@ void* FabricTransport::local_desc(std::span<const ReadOp> reads, const ReadOp& o
     lo = std::min<const std::byte*>(lo, r.dest);
     hi = std::max<const std::byte*>(hi, r.dest + r.bytes);
   }
+  profile_mark(ProfileStage::post);
+  void* desc = nullptr;
   try {
-    return m_local->desc(*m_endpoint, lo, hi);
+    desc = m_local->desc(*m_endpoint, lo, hi);
   } catch (const FabricError&) {
-    return m_local->desc(*m_endpoint, op.dest, op.dest + op.bytes);
+    desc = m_local->desc(*m_endpoint, op.dest, op.dest + op.bytes);
   }
+  profile_mark(ProfileStage::registration);
+  return desc;
 }
 
 void FabricTransport::post_one(const Chunk& chunk, const Chunk* next) {
-  while (!has_room(chunk.bytes)) progress(true);
+  if (!has_room(chunk.bytes)) {
+    profile_mark(ProfileStage::post);
+    while (!has_room(chunk.bytes)) progress(true);
+    profile_mark(ProfileStage::queue_wait);
+  }
   Slot& slot = m_slots[m_free.back()];
   m_free.pop_back();
   m_bytes_in_flight += chunk.bytes;
