@@ -1,6 +1,7 @@
 #include "bench_cmd.hpp"
 
 #include "bench_flatten.hpp"
+#include "bench_loader.hpp"
 #include "bench_load.hpp"
 
 namespace ddstage::cli {
@@ -35,6 +36,7 @@ void setup_bench(CLI::App& app, CliContext& ctx) {
 
   setup_bench_flatten(*bench, ctx);
   setup_bench_load(*bench, ctx);
+  setup_bench_loader(*bench, ctx);
 }
 
 }  // namespace ddstage::cli
