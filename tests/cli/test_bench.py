@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from conftest import (assert_runtime_error, assert_usage_error, flatten, info_json)
+from test_store import serve  # noqa: F401  (fixture: real served stores)
 
 SAMPLES = 200
 
@@ -150,3 +151,113 @@ def test_bench_flatten_bad_input(ddstage, tmp_path):
     (tmp_path / "empty").mkdir()
     assert_usage_error(ddstage.run("bench", "flatten", tmp_path / "empty", "--work-dir", work), "empty")
     assert list(work.iterdir()) == []
+
+
+# ---- bench loader ---------------------------------------------------------------------------
+
+LOADER = ["--batch", 8, "--compute-ms", 1, "--steps", 20]  # 120 samples: 15 steps an epoch, 2 epochs
+
+
+def bench_loader(ddstage, out_json, *args):
+    proc = ddstage.ok("bench", "loader", *LOADER, *args, "--json", out_json)
+    return proc.stdout, json.loads(out_json.read_text())
+
+
+def check_loader(result, modes, batch=8, steps=20):
+    """Every requested mode present in order, each with the requested steps and their samples,
+    no mismatched row, ordered wait percentiles, stall fractions in [0, 1]; every available mode
+    read the same bytes (the same ids)."""
+    assert result["bench"] == "loader" and result["batch"] == batch and result["steps"] == steps
+    assert [m["mode"] for m in result["modes"]] == modes
+    ran = [m for m in result["modes"] if m["available"]]
+    for m in ran:
+        assert m["steps"] == steps and m["samples"] == steps * batch, m
+        assert m["mismatches"] == 0, m
+        assert 0 <= m["wait_min_ms"] <= m["wait_p50_ms"] <= m["wait_p99_ms"] <= m["wait_p999_ms"] \
+            <= m["wait_max_ms"], m
+        assert m["wait_min_ms"] <= m["wait_mean_ms"] <= m["wait_max_ms"], m
+        assert 0 <= m["waits_over_1s"] <= m["waits_over_100ms"] <= 1, m
+        # Every step sleeps its compute time after its batch arrives.
+        assert m["seconds"] >= steps * result["compute_ms"] / 1000 and m["samples_per_s"] > 0, m
+        assert m["wait_seconds"] <= m["seconds"]
+    assert len({m["bytes"] for m in ran}) == min(len(ran), 1)
+    return {m["mode"]: m for m in result["modes"]}
+
+
+@pytest.fixture(scope="module")
+def loader_data(ddstage, gen, tmp_path_factory):
+    """An HDF5 rows dataset (x: 256-byte rows, y: labels) and a tree of variable-size files,
+    120 samples each, shared by the loader tests (which only read them)."""
+    tmp_path = tmp_path_factory.mktemp("loader-data")
+    gen.ok("hdf5-rows", tmp_path / "rows.h5", "--samples", 120, "--shape", 64, "--dtype", "float32")
+    rows = flatten(ddstage, tmp_path / "rows.ddx", tmp_path / "rows.h5", "--field", "x=/features",
+                   "--field", "y=/labels")
+    gen.ok("files", tmp_path / "tree", "--samples", 120, "--min-bytes", 1, "--max-bytes", 5000)
+    return {"rows": rows, "files": flatten(ddstage, tmp_path / "files.ddx", tmp_path / "tree")}
+
+
+def test_bench_loader_store_vs_origin(ddstage, serve, loader_data, tmp_path):
+    """A served HDF5 dataset: store, origin and hdf5 modes over two epochs, all fields by
+    default; the table names each mode and says origin was read cold; ratios vs the store."""
+    store = serve(ranks=0)
+    ddstage.ok("load", "--store", store.dir, loader_data["rows"], "--name", "rows")
+    stdout, result = bench_loader(ddstage, tmp_path / "l.json", "--store", store.dir, "--dataset", "rows",
+                                  "--compare", "origin,hdf5", "--prefetch", 2, "--threads", 2)
+    modes = check_loader(result, ["store", "origin", "hdf5"])
+    assert result["fields"] == ["x", "y"] and result["steps_per_epoch"] == 15 and result["origin_cold"]
+    assert modes["store"]["bytes"] == 20 * 8 * (64 * 4 + 8)
+    assert [r["mode"] for r in result["ratios_vs_store"]] == ["origin", "hdf5"]
+    assert all(r["epoch"] > 0 and r["wait_p99"] > 0 for r in result["ratios_vs_store"])
+    for word in ("store", "origin", "hdf5", "cold", "vs store", ">1s"):
+        assert word in stdout, word
+    # One field, read warm.
+    stdout, result = bench_loader(ddstage, tmp_path / "x.json", "--store", store.dir, "--dataset", "rows",
+                                  "--field", "y", "--compare", "origin", "--warm")
+    modes = check_loader(result, ["store", "origin"])
+    assert result["fields"] == ["y"] and not result["origin_cold"] and "warm" in stdout
+    assert modes["origin"]["bytes"] == 20 * 8 * 8
+    store.stop()
+
+
+def test_bench_loader_files_source(ddstage, serve, loader_data, tmp_path):
+    """Not an HDF5 source: hdf5 is n/a (table and JSON), store and origin read the same
+    variable-size rows. A dataset the store does not hold is a usage error naming it."""
+    store = serve(ranks=0)
+    ddstage.ok("load", "--store", store.dir, loader_data["files"], "--name", "files")
+    stdout, result = bench_loader(ddstage, tmp_path / "l.json", "--store", store.dir, "--dataset", "files",
+                                  "--compare", "origin,hdf5", "--threads", 1, "--prefetch", 1)
+    modes = check_loader(result, ["store", "origin", "hdf5"])
+    assert modes["hdf5"] == {"mode": "hdf5", "available": False, "reason": "not an HDF5 source"}
+    assert "n/a: not an HDF5 source" in stdout
+    proc = ddstage.run("bench", "loader", *LOADER, "--store", store.dir, "--dataset", "nope")
+    assert_usage_error(proc, "nope")
+    store.stop()
+
+
+def test_bench_loader_index_only(ddstage, loader_data, tmp_path):
+    """Without a store, --index runs the origin modes (both by default), with no ratios."""
+    _, result = bench_loader(ddstage, tmp_path / "l.json", "--index", loader_data["rows"])
+    check_loader(result, ["origin", "hdf5"])
+    assert result["ratios_vs_store"] == []
+    _, result = bench_loader(ddstage, tmp_path / "f.json", "--index", loader_data["files"], "--compare", "hdf5")
+    assert check_loader(result, ["hdf5"])["hdf5"]["available"] is False
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--batch", 0], ["--batch"]),
+    (["--batch", 121], ["--batch", "120 samples"]),
+    (["--steps", 0], ["--steps"]),
+    (["--prefetch", 0], ["--prefetch"]),
+    (["--compare", "origin,tape"], ["tape"]),
+    (["--field", "z"], ["z"]),
+    (["--store", "/nonexistent"], ["--dataset"]),
+    ([], ["--index"]),
+], ids=["batch-0", "batch-too-big", "steps-0", "prefetch-0", "unknown-mode", "unknown-field",
+        "missing-dataset", "no-source"])
+def test_bench_loader_bad_input(ddstage, loader_data, tmp_path, args, words):
+    """Bad input: exit 2, one line naming the problem, no JSON written."""
+    index = [] if args and args[0] == "--store" or not args else ["--index", loader_data["rows"]]
+    out = tmp_path / "l.json"
+    proc = ddstage.run("bench", "loader", "--compute-ms", 1, "--steps", 2, *index, *args, "--json", out)
+    assert_usage_error(proc, *words)
+    assert not out.exists()
