@@ -20,16 +20,4 @@ struct BenchOriginOptions {
 };
 void run_bench_origin(const BenchOriginOptions& opts, const CliContext& ctx);
 
-/// `bench store`: get_batch from a running store at several batch sizes vs a memcpy floor.
-struct BenchStoreOptions {
-  std::string store;
-  std::string dataset;
-  std::string field;
-  std::vector<uint64_t> batches{1, 128};
-  uint64_t samples = 20000;
-  uint64_t seed = 1;
-  std::string json;
-};
-void run_bench_store(const BenchStoreOptions& opts, const CliContext& ctx);
-
 }  // namespace ddstage::cli

@@ -1,123 +1,187 @@
-// `ddstage bench store`: get_batch from a running store, per row and batched, against a memcpy
-// floor measured in the same run.
+#include "bench_store.hpp"
+
 #include <algorithm>
-#include <chrono>
 #include <cstring>
-#include <numeric>
+#include <memory>
 #include <random>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
-#include "bench_cmd.hpp"
 #include "ddstage/client.hpp"
 #include "ddstage/error.hpp"
-#include "json_writer.hpp"
-#include "latency_stats.hpp"
+#include "ddstage/settings.hpp"
 
 namespace ddstage::cli {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-/// Bytes of the floor's source buffer: large enough that rows come from memory, not cache.
-constexpr uint64_t floor_buffer_cap = 1ull << 30;
-
-struct StoreResult {
-  std::string mode;
-  uint64_t batch = 0;
-  std::vector<double> us_per_row;  // one value per call, divided by its rows
-  LatencyStats stats;
-  uint64_t bytes = 0;
-  double seconds = 0;
-};
-
-/// Times fn(first, count) over ids in calls of `batch` rows.
-template <typename Fn>
-StoreResult time_calls(std::string mode, uint64_t batch, std::span<const uint64_t> ids, Fn&& fn) {
-  StoreResult r{std::move(mode), batch};
-  for (std::size_t first = 0; first < ids.size(); first += batch) {
-    const std::size_t count = std::min<std::size_t>(batch, ids.size() - first);
-    const auto t0 = Clock::now();
-    r.bytes += fn(first, count);
-    const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
-    r.seconds += us / 1e6;
-    r.us_per_row.push_back(us / static_cast<double>(count));
-  }
-  r.stats = summarize(r.us_per_row);
-  return r;
+/// A get_batch reader of a served dataset, its destination buffer its own.
+ReadFn client_read(std::shared_ptr<Reader> reader, std::string field) {
+  return [reader = std::move(reader), field = std::move(field), dest = std::vector<std::byte>()](
+             std::span<const uint64_t> ids) mutable {
+    const uint64_t bytes = reader->batch_bytes(field, ids);
+    if (dest.size() < bytes) dest.resize(bytes);
+    reader->get_batch(field, ids, std::span(dest).first(bytes));
+    return bytes;
+  };
 }
 
-void print(const std::vector<StoreResult>& results) {
-  fmt::print("{:<16} {:>6} {:>10} {:>10} {:>10} {:>10} {:>10}\n", "mode", "batch", "mean_us/row", "p50", "p99",
-             "max", "GB/s");
-  for (const auto& r : results) {
-    fmt::print("{:<16} {:>6} {:>10.3f} {:>10.3f} {:>10.3f} {:>10.1f} {:>10.2f}\n", r.mode, r.batch, r.stats.mean,
-               r.stats.p50, r.stats.p99, r.stats.max, static_cast<double>(r.bytes) / r.seconds / 1e9);
+/// Settings with the way's transport: "fabric:tcp" is transport fabric, provider tcp.
+Settings way_settings(const CliContext& ctx, const std::string& way) {
+  CliContext c = ctx;
+  const auto colon = way.find(':');
+  c.setting_flags["transport"] = way.substr(0, colon);
+  if (colon != std::string::npos) c.setting_flags["fabric.provider"] = way.substr(colon + 1);
+  return c.resolve_settings();
+}
+
+void run_served(const BenchStoreOptions& opts, const CliContext& ctx) {
+  auto ways = opts.transports;
+  if (ways.empty()) ways.push_back(ctx.resolve_settings().get_string("transport"));
+  for (const auto& w : ways) {
+    const auto t = w.substr(0, w.find(':'));
+    if (t != "auto" && t != "shm" && t != "fabric") {
+      throw UsageError("bad --transport '" + w + "' for a served store (auto, shm, fabric or fabric:PROVIDER)");
+    }
   }
+  BenchReport report("store");
+  report.describe("mode", "served: a client of the store in " + opts.store);
+  report.describe("dataset", opts.dataset);
+  report.describe("transports", fmt::format("{}", fmt::join(ways, ",")));
+  report.describe("seed", std::to_string(opts.seed));
+  report.describe("figures", "this client's (one process)");
+
+  std::vector<Dataset> datasets;  // one client per transport: each opens its own way to the ranks
+  for (const auto& w : ways) datasets.push_back(Client(opts.store, way_settings(ctx, w)).open(opts.dataset));
+  const auto& index = datasets.front().index();
+  const uint32_t field = opts.field.empty() ? index.default_field() : index.field_id(opts.field);
+  const auto name = index.fields()[field].name;
+  uint64_t total = 0;
+  for (uint64_t s = 0; s < index.samples(); ++s) total += index.entry(s, field).length;
+  const uint64_t row_bytes = std::max<uint64_t>(1, total / std::max<uint64_t>(1, index.samples()));
+  report.describe("field", fmt::format("{} ({} samples, {} bytes per row{})", name, index.samples(), row_bytes,
+                                       index.fields()[field].variable ? " on average" : ""));
+
+  std::mt19937_64 rng(opts.seed);
+  std::vector<uint64_t> ids(cell_rows(opts, row_bytes));
+  for (auto& id : ids) id = std::uniform_int_distribution<uint64_t>(0, index.samples() - 1)(rng);
+  MemcpyFloor floor(std::max(total, index.manifest().total_bytes), [&index, field](uint64_t id) {
+    return index.entry(id, field).length;
+  });
+  const unsigned max_threads = *std::max_element(opts.threads.begin(), opts.threads.end());
+  std::vector<StoreWay> store_ways;
+  for (std::size_t w = 0; w < ways.size(); ++w) {
+    std::vector<ReadFn> readers;
+    for (unsigned t = 0; t < max_threads; ++t) readers.push_back(client_read(std::make_shared<Reader>(datasets[w].reader()), name));
+    warm_up(readers, ids);
+    store_ways.push_back({ways[w], "get_batch", [readers](unsigned t) { return readers[t]; }});
+  }
+  measure_matrix(report, opts, {row_bytes, ids, [] {}, [&floor](unsigned) { return floor.reader(); }}, store_ways);
+  add_matrix_notes(report);
+  report.print();
+  report.write(opts.out);
 }
 
 }  // namespace
 
-void run_bench_store(const BenchStoreOptions& opts, const CliContext& ctx) {
-  auto dataset = Client(opts.store, ctx.resolve_settings()).open(opts.dataset);
-  const auto& index = dataset.index();
-  const uint32_t field = opts.field.empty() ? index.default_field() : index.field_id(opts.field);
-  const auto& name = index.fields()[field].name;
-  std::mt19937_64 rng(opts.seed);
-  std::vector<uint64_t> ids(opts.samples);
-  for (auto& id : ids) id = std::uniform_int_distribution<uint64_t>(0, index.samples() - 1)(rng);
-  uint64_t max_batch_bytes = 0;
-  auto reader = dataset.reader();
-  std::vector<std::byte> dest;
-  auto batch_of = [&](std::size_t first, std::size_t count) {
-    auto batch = std::span<const uint64_t>(ids).subspan(first, count);
-    const uint64_t bytes = reader.batch_bytes(name, batch);
-    if (dest.size() < bytes) dest.resize(bytes);
-    reader.get_batch(name, batch, std::span(dest).first(bytes));
-    max_batch_bytes = std::max(max_batch_bytes, bytes);
-    return bytes;
+uint64_t cell_rows(const BenchStoreOptions& opts, uint64_t row_bytes) {
+  const auto cap = parse_size(opts.cell_bytes);
+  if (!cap || *cap == 0) throw UsageError("bad --cell-bytes '" + opts.cell_bytes + "' (a size like 1G)");
+  return std::max<uint64_t>(1, std::min(opts.samples, *cap / std::max<uint64_t>(1, row_bytes)));
+}
+
+void check_matrix_options(const BenchStoreOptions& opts) {
+  if (std::find(opts.batches.begin(), opts.batches.end(), 0) != opts.batches.end()) {
+    throw UsageError("--batch sizes must be > 0");
+  }
+  if (std::find(opts.threads.begin(), opts.threads.end(), 0u) != opts.threads.end()) {
+    throw UsageError("--threads counts must be > 0");
+  }
+  for (const auto& s : opts.sharing) {
+    if (s != "own" && s != "shared") throw UsageError("bad --sharing '" + s + "' (own or shared)");
+  }
+  if (opts.samples == 0) throw UsageError("--samples must be > 0");
+  cell_rows(opts, 1);
+  opts.out.check();
+}
+
+void measure_matrix(BenchReport& report, const BenchStoreOptions& opts, const MatrixRun& run,
+                    const std::vector<StoreWay>& ways) {
+  auto cell = [&](const std::string& transport, const std::string& mode, uint64_t batch, unsigned threads,
+                  const std::string& sharing, const std::function<ReadFn(unsigned)>& reader) {
+    BenchCell c{.dims = {{"transport", transport},
+                         {"mode", mode},
+                         {"row_bytes", run.row_bytes},
+                         {"batch", batch},
+                         {"threads", uint64_t{threads}},
+                         {"sharing", sharing}}};
+    run.before_cell();
+    run_cell(c, run.ids, {batch, threads, sharing == "shared"}, reader);
+    return c;
   };
-  // The floor: the same row sizes copied from random places of one large buffer.
-  std::vector<std::byte> source(std::min(floor_buffer_cap, std::max<uint64_t>(index.manifest().total_bytes, 1)),
-                                std::byte{1});
-  auto memcpy_of = [&](std::size_t first, std::size_t count) {
-    uint64_t at = 0;
-    for (std::size_t i = first; i < first + count; ++i) {
-      const uint64_t len = std::min<uint64_t>(index.entry(ids[i], field).length, source.size());
-      const uint64_t from = (ids[i] * 0x9E3779B97F4A7C15ull) % (source.size() - len + 1);
-      if (dest.size() < at + len) dest.resize(at + len);
-      std::memcpy(dest.data() + at, source.data() + from, len);
-      at += len;
+  for (uint64_t batch : opts.batches) {
+    const auto& floor = report.add(cell("memcpy", "floor", batch, 1, "own", run.floor));
+    const double floor_us = floor.ns_per_row.mean();
+    for (const auto& way : ways) {
+      for (unsigned threads : opts.threads) {
+        if (way.single_thread && threads > 1) continue;
+        for (const auto& sharing : opts.sharing) {
+          auto c = cell(way.transport, way.mode, batch, threads, sharing, way.reader);
+          if (floor_us > 0) c.extras.emplace_back("x_floor", c.ns_per_row.mean() / floor_us);
+          report.add(std::move(c));
+        }
+      }
     }
-    return at;
-  };
-  time_calls("warm-up", 128, ids, batch_of);
-  std::vector<StoreResult> results;
-  for (uint64_t b : opts.batches) {
-    if (b == 0) throw UsageError("--batch sizes must be > 0");
-    results.push_back(time_calls("memcpy-floor", b, ids, memcpy_of));
-    results.push_back(time_calls("get_batch", b, ids, batch_of));
   }
-  print(results);
-  for (std::size_t i = 0; i + 1 < results.size(); i += 2) {
-    fmt::print("batch {}: get_batch costs {:.2f}x the memcpy floor per row\n", results[i].batch,
-               results[i + 1].stats.mean / results[i].stats.mean);
+}
+
+void add_matrix_notes(BenchReport& report) {
+  report.note("x_floor: mean µs/row over the memcpy floor's at the same row size and batch");
+  for (const auto& c : report.cells()) {
+    const auto& transport = std::get<std::string>(*c.dim("transport"));
+    if (transport == "memcpy" || std::get<uint64_t>(*c.dim("threads")) != 1 ||
+        std::get<std::string>(*c.dim("sharing")) != "own") {
+      continue;
+    }
+    const auto batch = std::get<uint64_t>(*c.dim("batch"));
+    const auto* first = report.find({{"transport", transport}, {"mode", *c.dim("mode")}, {"row_bytes", *c.dim("row_bytes")},
+                                     {"threads", uint64_t{1}}, {"sharing", std::string("own")}});
+    if (first == &c || c.ns_per_row.mean() <= 0) continue;
+    report.note(fmt::format("{} {} B: batch {} is {:.1f}x cheaper per row than batch {}", transport,
+                            std::get<uint64_t>(*c.dim("row_bytes")), batch,
+                            first->ns_per_row.mean() / c.ns_per_row.mean(), std::get<uint64_t>(*first->dim("batch"))));
   }
-  if (results.size() >= 4) {
-    fmt::print("batch {} vs batch {}: {:.1f}x cheaper per row\n", results.back().batch, results[1].batch,
-               results[1].stats.mean / results.back().stats.mean);
-  }
-  if (opts.json.empty()) return;
-  JsonWriter j;
-  j.begin_object().field("bench", "store").field("store", opts.store).field("dataset", opts.dataset);
-  j.field("field", name).field("samples", ids.size()).key("results").begin_array();
-  for (const auto& r : results) {
-    j.begin_object().field("mode", r.mode).field("batch", r.batch).field("bytes", r.bytes).field("seconds", r.seconds);
-    j.field("mean_us_per_row", r.stats.mean).field("p50_us_per_row", r.stats.p50).field("p99_us_per_row", r.stats.p99);
-    j.field("p999_us_per_row", r.stats.p999).field("max_us_per_row", r.stats.max).end_object();
-  }
-  j.end_array().end_object();
-  write_text_file(opts.json, j.str());
+}
+
+void run_bench_store(const BenchStoreOptions& opts, const CliContext& ctx) {
+  check_matrix_options(opts);
+  if (opts.store.empty() || opts.dataset.empty()) throw UsageError("bench store needs --store DIR --dataset NAME");
+  run_served(opts, ctx);
+}
+
+void setup_bench_store(CLI::App& bench, CliContext& ctx) {
+  auto opts = std::make_shared<BenchStoreOptions>();
+  auto* s = bench.add_subcommand("store", "get_batch over transports, row sizes, batches, threads vs same-run floors");
+  s->add_option("--store", opts->store, "Served: the running store's directory");
+  s->add_option("--dataset", opts->dataset, "Served: the loaded dataset");
+  s->add_option("--field", opts->field, "Field (required when the dataset has several)");
+  s->add_option("--transport", opts->transports,
+                "Ways to read, comma-separated: served auto,shm,fabric[:PROVIDER]; embedded "
+                "shm,mpi,mpi-alltoall,fabric[:PROVIDER]")
+      ->delimiter(',');
+  s->add_option("--batch", opts->batches, "Batch sizes (rows per call)")->delimiter(',')->capture_default_str();
+  s->add_option("--threads", opts->threads, "Reader thread counts")->delimiter(',')->capture_default_str();
+  s->add_option("--sharing", opts->sharing, "own (a reader per thread), shared (one reader behind a lock)")
+      ->delimiter(',')
+      ->capture_default_str();
+  s->add_option("--samples", opts->samples, "Random rows each cell reads")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  s->add_option("--cell-bytes", opts->cell_bytes, "Bytes a cell reads at most (rows cut to fit)")
+      ->capture_default_str();
+  s->add_option("--seed", opts->seed, "Seed for the random rows")->capture_default_str();
+  add_bench_output_options(*s, opts->out);
+  s->callback([opts, &ctx] { run_bench_store(*opts, ctx); });
 }
 
 }  // namespace ddstage::cli

@@ -321,22 +321,39 @@ def test_reflattened_index_is_refused(ddstage, serve, datasets, tmp_path):
 
 
 def test_bench_store_structure(ddstage, serve, datasets, tmp_path):
-    """bench store at a tiny size: every cell present, bytes add up, percentiles ordered (never
-    a speed)."""
+    """bench store on a served store at a tiny size: every cell of the matrix and a floor per
+    batch, bytes add up, percentiles ordered (never a speed); CSV has one line per cell; the
+    plot is a PNG; bad input fails before measuring."""
     store = serve(2)
     ddstage.ok("load", "--store", store.dir, datasets["rows"], "--name", "rows")
     out = tmp_path / "bench.json"
     text = ddstage.ok("bench", "store", "--store", store.dir, "--dataset", "rows", "--field", "x",
-                      "--batch", "1,16", "--samples", "64", "--json", out).stdout
-    assert "memcpy floor" in text
+                      "--transport", "shm", "--batch", "1,16", "--threads", "1,2", "--sharing", "own,shared",
+                      "--samples", "64", "--json", out, "--csv", tmp_path / "bench.csv",
+                      "--plot", tmp_path / "bench.png").stdout
+    assert "memcpy" in text and "x_floor" in text
     report = json.loads(out.read_text())
-    cells = {(r["mode"], r["batch"]) for r in report["results"]}
-    assert cells == {("memcpy-floor", 1), ("get_batch", 1), ("memcpy-floor", 16), ("get_batch", 16)}
-    for r in report["results"]:
-        assert r["bytes"] == 64 * 768 * 4
-        assert r["p50_us_per_row"] <= r["p99_us_per_row"] <= r["p999_us_per_row"] <= r["max_us_per_row"]
-    assert_usage_error(ddstage.run("bench", "store", "--store", store.dir, "--dataset", "rows", "--field", "x",
-                                   "--batch", "0"), "batch")
+    assert report["bench"] == "store" and report["run"]["cores"] and report["run"]["transports"] == "shm"
+    cells = {tuple(c["dims"][k] for k in ("transport", "mode", "batch", "threads", "sharing"))
+             for c in report["cells"]}
+    expected = {("shm", "get_batch", b, t, s) for b in (1, 16) for t in (1, 2) for s in ("own", "shared")}
+    assert cells == expected | {("memcpy", "floor", b, 1, "own") for b in (1, 16)}
+    assert len(report["cells"]) == len(cells)
+    for c in report["cells"]:
+        assert c["rows"] == 64 and c["dims"]["row_bytes"] == 768 * 4
+        assert c["bytes"] == c["rows"] * c["dims"]["row_bytes"]
+        assert c["calls"] >= 64 // c["dims"]["batch"]
+        assert 0 <= c["p50_us"] <= c["p99_us"] <= c["p999_us"] <= c["max_us"]
+    lines = (tmp_path / "bench.csv").read_text().splitlines()
+    assert lines[0].startswith("transport,mode,row_bytes,batch,threads,sharing,rows,bytes")
+    assert len(lines) == 1 + len(report["cells"])
+    assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    bad = [("--batch", "0", "batch"), ("--threads", "0", "threads"), ("--sharing", "some", "sharing"),
+           ("--transport", "mpi", "transport"), ("--plot", tmp_path / "p.pdf", ".png or .svg")]
+    for flag, value, named in bad:
+        assert_usage_error(ddstage.run("bench", "store", "--store", store.dir, "--dataset", "rows", "--field", "x",
+                                       "--samples", "8", flag, value), named)
+    assert not (tmp_path / "p.pdf").exists()
     store.stop()
 
 

@@ -1,0 +1,96 @@
+// One output for every `ddstage bench`: what ran where, and one cell per measured combination,
+// written as an aligned table on stdout, JSON, CSV and a gnuplot plot.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "ddstage/latency_histogram.hpp"
+
+namespace ddstage::cli {
+
+/// A cell's coordinate on one dimension: a count (row_bytes, batch, threads) or a name
+/// (transport, mode, sharing, dest).
+using BenchDim = std::variant<uint64_t, std::string>;
+
+/// One measured combination of a bench's matrix.
+struct BenchCell {
+  /// Coordinates in column order, e.g. {"transport","shm"}, {"row_bytes",3072}, {"batch",128}.
+  std::vector<std::pair<std::string, BenchDim>> dims;
+  uint64_t rows = 0;   ///< rows (samples, steps) the cell read
+  uint64_t bytes = 0;  ///< bytes it read
+  double seconds = 0;  ///< wall time of the whole cell (all its threads)
+  /// Per call, its time divided by its rows, in nanoseconds: the µs/row tail.
+  LatencyHistogram ns_per_row;
+  /// Figures particular to a bench (ratio to a floor, mismatches), in column order.
+  std::vector<std::pair<std::string, double>> extras;
+  /// Text printed under the table for this cell (e.g. a read profile); also in the JSON.
+  std::string detail;
+
+  double gb_per_s() const noexcept { return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0; }
+  /// The coordinate on `name`, or nullptr.
+  const BenchDim* dim(std::string_view name) const noexcept;
+  /// "shm get_batch 3072 128": the coordinates, space-separated.
+  std::string label(std::string_view skip = {}) const;
+};
+
+/// Where a bench writes besides stdout; declared by add_bench_output_options.
+struct BenchOutputs {
+  std::string json;  ///< everything
+  std::string csv;   ///< one line per cell, with a header line
+  std::string plot;  ///< .png or .svg, drawn by gnuplot
+  /// Fails before any measuring (UsageError): a plot path that is neither .png nor .svg, or
+  /// no gnuplot on PATH (naming the Debian package gnuplot-nox).
+  void check() const;
+};
+
+/// Adds --json, --csv and --plot to a bench subcommand.
+void add_bench_output_options(CLI::App& sub, BenchOutputs& out);
+
+/// Cells and the run's description, printed and written in every format.
+class BenchReport {
+ public:
+  /// bench: the subcommand ("store", "fabric-raw"); unit: what a latency is per ("row",
+  /// "sample", "step"). The description starts with host, cores, kernel and CPU model.
+  explicit BenchReport(std::string bench, std::string unit = "row");
+
+  /// Appends a line to the run's description (ranks, transports, providers, sizes, seed).
+  void describe(std::string key, std::string value);
+  /// Appends a cell; the reference stays valid until the next add.
+  BenchCell& add(BenchCell cell);
+  /// A conclusion printed after the table (a ratio against a floor) and kept in the JSON.
+  void note(std::string text);
+  /// The dimension the plot puts on its x axis (default row_bytes, log scale).
+  void set_plot_x(std::string dim) { m_plot_x = std::move(dim); }
+
+  const std::vector<BenchCell>& cells() const noexcept { return m_cells; }
+  /// The first cell whose coordinates include every one of `dims`, or nullptr.
+  const BenchCell* find(const std::vector<std::pair<std::string, BenchDim>>& dims) const;
+
+  /// The description, the table, then each cell's detail and the notes, on stdout.
+  void print() const;
+  std::string json() const;
+  std::string csv() const;
+  /// Writes the outputs asked for (files atomically; the plot through gnuplot).
+  void write(const BenchOutputs& out) const;
+
+ private:
+  std::vector<std::string> dim_names() const;
+  std::vector<std::string> extra_names() const;
+  void plot(const std::string& path) const;
+
+  std::string m_bench;
+  std::string m_unit;
+  std::string m_plot_x = "row_bytes";
+  std::vector<std::pair<std::string, std::string>> m_description;
+  std::vector<BenchCell> m_cells;
+  std::vector<std::string> m_notes;
+};
+
+}  // namespace ddstage::cli

@@ -1,0 +1,68 @@
+// `ddstage bench store`: get_batch over a matrix of transports, row sizes, batch sizes, threads
+// and reader sharing, against a memcpy floor (and, for fabric, the raw fi_read floor) measured
+// in the same run.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "bench_engine.hpp"
+#include "bench_report.hpp"
+#include "cli_context.hpp"
+
+namespace ddstage::cli {
+
+struct BenchStoreOptions {
+  std::string store;    ///< served: the store directory
+  std::string dataset;  ///< served: the loaded dataset
+  std::string field;    ///< the field read (required when there are several)
+  std::vector<std::string> transports;  ///< empty: the defaults of the mode
+  std::vector<uint64_t> batches{1, 128};
+  std::vector<unsigned> threads{1};
+  std::vector<std::string> sharing{"own"};
+  uint64_t samples = 20000;
+  std::string cell_bytes = "1G";
+  uint64_t seed = 1;
+  BenchOutputs out;
+};
+
+void setup_bench_store(CLI::App& bench, CliContext& ctx);
+void run_bench_store(const BenchStoreOptions& opts, const CliContext& ctx);
+
+/// One way of reading a dataset in the matrix: a transport, the call it makes, and its readers
+/// (reader(t) for thread t, already warmed up).
+struct StoreWay {
+  std::string transport;  ///< "shm", "mpi", "fabric:tcp", ...
+  std::string mode;       ///< "get_batch", "get_batch_collective"
+  std::function<ReadFn(unsigned thread)> reader;
+  /// Only one thread per rank may call it (a collective).
+  bool single_thread = false;
+};
+
+/// What the matrix needs besides the ways: the rows, the figures' floors and a hook run
+/// before every cell (a barrier, so all ranks measure the same cell together).
+struct MatrixRun {
+  uint64_t row_bytes = 0;
+  std::span<const uint64_t> ids;
+  std::function<void()> before_cell = [] {};
+  /// memcpy of the same rows (the floor for shared memory): a reader for thread t.
+  std::function<ReadFn(unsigned thread)> floor;
+};
+
+/// Measures every (way, batch, threads, sharing) cell and the floor for each batch, into report.
+void measure_matrix(BenchReport& report, const BenchStoreOptions& opts, const MatrixRun& run,
+                    const std::vector<StoreWay>& ways);
+
+/// Rows a cell reads: --samples, cut to --cell-bytes of rows of this size (at least one).
+uint64_t cell_rows(const BenchStoreOptions& opts, uint64_t row_bytes);
+/// Checks the matrix flags (batch sizes, threads, sharing) and outputs before anything runs.
+void check_matrix_options(const BenchStoreOptions& opts);
+/// Notes comparing each way with the floor and its largest batch with its smallest.
+void add_matrix_notes(BenchReport& report);
+
+}  // namespace ddstage::cli
