@@ -394,7 +394,8 @@ void setup_bench_loader(CLI::App& bench, CliContext& ctx) {
       ->capture_default_str()
       ->check(CLI::Range(1u, 256u));
   sub->add_option("--seed", opts->seed, "Seed of the per-epoch shuffle")->capture_default_str();
-  sub->add_flag("--warm", opts->warm, "Keep origin files in the page cache (default: drop them before each origin mode)");
+  sub->add_flag("--warm", opts->warm,
+                "Keep origin files in the page cache (default: drop them before each origin mode)");
   sub->add_flag("--allow-stale", opts->allow_stale, "Read sources that changed after flattening");
   sub->add_option("--json", opts->json, "Also write every figure as JSON to this file");
   sub->callback([opts, &ctx] { run_bench_loader(*opts, ctx); });

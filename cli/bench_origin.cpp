@@ -1,5 +1,4 @@
 #include <chrono>
-#include <numeric>
 #include <random>
 
 #include <fmt/format.h>
@@ -10,9 +9,9 @@
 #include "ddstage/config.hpp"
 #include "ddstage/error.hpp"
 #include "ddstage/index.hpp"
+#include "ddstage/latency_histogram.hpp"
 #include "ddstage/origin_reader.hpp"
 #include "json_writer.hpp"
-#include "latency_stats.hpp"
 #if DDSTAGE_HAVE_HDF5
 #include "ddstage/formats/hdf5_sample_reader.hpp"
 #endif
@@ -24,11 +23,13 @@ using Clock = std::chrono::steady_clock;
 
 struct ModeResult {
   std::string mode;
-  std::vector<double> us;  // per sample, all fields
-  LatencyStats stats;
+  LatencyHistogram ns;  // per sample, all fields
   uint64_t bytes = 0;
-  double seconds = 0;
   uint64_t mismatches = 0;
+  double seconds() const { return static_cast<double>(ns.sum()) / 1e9; }
+  double mean_us() const { return ns.mean() / 1e3; }
+  double us(double p) const { return static_cast<double>(ns.percentile(p)) / 1e3; }
+  double max_us() const { return static_cast<double>(ns.max()) / 1e3; }
 };
 
 std::vector<uint64_t> random_ids(uint64_t n, uint64_t samples, uint64_t seed) {
@@ -45,7 +46,6 @@ std::vector<uint64_t> random_ids(uint64_t n, uint64_t samples, uint64_t seed) {
 template <typename ReadFn>
 ModeResult time_mode(std::string mode, const Index& index, const std::vector<uint64_t>& ids, ReadFn&& read_sample) {
   ModeResult r{std::move(mode)};
-  r.us.reserve(ids.size());
   std::vector<std::byte> buffer;
   const auto fields = static_cast<uint32_t>(index.fields().size());
   for (uint64_t id : ids) {
@@ -54,7 +54,7 @@ ModeResult time_mode(std::string mode, const Index& index, const std::vector<uin
     buffer.resize(bytes);
     const auto t0 = Clock::now();
     read_sample(id, std::span(buffer));
-    r.us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
+    r.ns.record(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count()));
     uint64_t at = 0;
     for (uint32_t f = 0; f < fields; ++f) {
       const auto& e = index.entry(id, f);
@@ -63,8 +63,6 @@ ModeResult time_mode(std::string mode, const Index& index, const std::vector<uin
     }
     r.bytes += bytes;
   }
-  r.seconds = std::accumulate(r.us.begin(), r.us.end(), 0.0) / 1e6;
-  r.stats = summarize(r.us);
   return r;
 }
 
@@ -73,13 +71,12 @@ void print_table(const std::vector<ModeResult>& results, uint64_t n) {
              "p99_us", "p99.9_us", "max_us", "MB/s");
   for (const auto& r : results) {
     fmt::print("{:<14} {:>8} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.1f} {:>10.1f}\n", r.mode, n,
-               r.stats.mean, r.stats.p50, r.stats.p99, r.stats.p999, r.stats.max,
-               static_cast<double>(r.bytes) / r.seconds / 1e6);
+               r.mean_us(), r.us(0.5), r.us(0.99), r.us(0.999), r.max_us(),
+               static_cast<double>(r.bytes) / r.seconds() / 1e6);
   }
   if (results.size() == 2) {
     fmt::print("ratio: {} is {:.1f}x the cost of {} per sample (mean), {:.1f}x at p50\n", results[1].mode,
-               results[1].stats.mean / results[0].stats.mean, results[0].mode,
-               results[1].stats.p50 / results[0].stats.p50);
+               results[1].mean_us() / results[0].mean_us(), results[0].mode, results[1].us(0.5) / results[0].us(0.5));
   }
 }
 
@@ -89,12 +86,12 @@ void write_json(const std::string& path, const Index& index, const std::vector<M
   j.field("format", index.manifest().format).field("samples", n).field("fields", index.fields().size());
   j.key("modes").begin_array();
   for (const auto& r : results) {
-    j.begin_object().field("mode", r.mode).field("bytes", r.bytes).field("seconds", r.seconds);
-    j.field("mean_us", r.stats.mean).field("p50_us", r.stats.p50).field("p99_us", r.stats.p99);
-    j.field("p999_us", r.stats.p999).field("max_us", r.stats.max).field("mismatches", r.mismatches).end_object();
+    j.begin_object().field("mode", r.mode).field("bytes", r.bytes).field("seconds", r.seconds());
+    j.field("mean_us", r.mean_us()).field("p50_us", r.us(0.5)).field("p99_us", r.us(0.99));
+    j.field("p999_us", r.us(0.999)).field("max_us", r.max_us()).field("mismatches", r.mismatches).end_object();
   }
   j.end_array();
-  if (results.size() == 2) j.field("ratio_mean", results[1].stats.mean / results[0].stats.mean);
+  if (results.size() == 2) j.field("ratio_mean", results[1].mean_us() / results[0].mean_us());
   j.end_object();
   write_text_file(path, j.str());
 }
