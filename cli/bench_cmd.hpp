@@ -10,14 +10,4 @@ namespace ddstage::cli {
 
 void setup_bench(CLI::App& app, CliContext& ctx);
 
-/// `bench origin`: per-sample reads through the index (pread) vs the HDF5 API.
-struct BenchOriginOptions {
-  std::string dataset;
-  uint64_t samples = 10000;
-  uint64_t seed = 1;
-  std::string json;
-  bool allow_stale = false;
-};
-void run_bench_origin(const BenchOriginOptions& opts, const CliContext& ctx);
-
 }  // namespace ddstage::cli

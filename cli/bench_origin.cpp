@@ -1,17 +1,17 @@
+#include "bench_origin.hpp"
+
 #include <chrono>
 #include <random>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "bench_cmd.hpp"
 #include "ddstage/checksum.hpp"
 #include "ddstage/config.hpp"
 #include "ddstage/error.hpp"
 #include "ddstage/index.hpp"
 #include "ddstage/latency_histogram.hpp"
 #include "ddstage/origin_reader.hpp"
-#include "json_writer.hpp"
 #if DDSTAGE_HAVE_HDF5
 #include "ddstage/formats/hdf5_sample_reader.hpp"
 #endif
@@ -21,15 +21,12 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+/// One mode's per-sample times; the cell's seconds are their sum (reading only, no checks).
 struct ModeResult {
   std::string mode;
   LatencyHistogram ns;  // per sample, all fields
   uint64_t bytes = 0;
   uint64_t mismatches = 0;
-  double seconds() const { return static_cast<double>(ns.sum()) / 1e9; }
-  double mean_us() const { return ns.mean() / 1e3; }
-  double us(double p) const { return static_cast<double>(ns.percentile(p)) / 1e3; }
-  double max_us() const { return static_cast<double>(ns.max()) / 1e3; }
 };
 
 std::vector<uint64_t> random_ids(uint64_t n, uint64_t samples, uint64_t seed) {
@@ -66,44 +63,22 @@ ModeResult time_mode(std::string mode, const Index& index, const std::vector<uin
   return r;
 }
 
-void print_table(const std::vector<ModeResult>& results, uint64_t n) {
-  fmt::print("{:<14} {:>8} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}\n", "mode", "samples", "mean_us", "p50_us",
-             "p99_us", "p99.9_us", "max_us", "MB/s");
-  for (const auto& r : results) {
-    fmt::print("{:<14} {:>8} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.2f} {:>10.1f} {:>10.1f}\n", r.mode, n,
-               r.mean_us(), r.us(0.5), r.us(0.99), r.us(0.999), r.max_us(),
-               static_cast<double>(r.bytes) / r.seconds() / 1e6);
-  }
-  if (results.size() == 2) {
-    fmt::print("ratio: {} is {:.1f}x the cost of {} per sample (mean), {:.1f}x at p50\n", results[1].mode,
-               results[1].mean_us() / results[0].mean_us(), results[0].mode, results[1].us(0.5) / results[0].us(0.5));
-  }
-}
-
-void write_json(const std::string& path, const Index& index, const std::vector<ModeResult>& results, uint64_t n) {
-  JsonWriter j;
-  j.begin_object().field("bench", "origin").field("dataset", index.dir().string());
-  j.field("format", index.manifest().format).field("samples", n).field("fields", index.fields().size());
-  j.key("modes").begin_array();
-  for (const auto& r : results) {
-    j.begin_object().field("mode", r.mode).field("bytes", r.bytes).field("seconds", r.seconds());
-    j.field("mean_us", r.mean_us()).field("p50_us", r.us(0.5)).field("p99_us", r.us(0.99));
-    j.field("p999_us", r.us(0.999)).field("max_us", r.max_us()).field("mismatches", r.mismatches).end_object();
-  }
-  j.end_array();
-  if (results.size() == 2) j.field("ratio_mean", results[1].mean_us() / results[0].mean_us());
-  j.end_object();
-  write_text_file(path, j.str());
+BenchCell cell_of(const ModeResult& r, uint64_t samples) {
+  BenchCell c{.dims = {{"mode", r.mode}}, .rows = samples, .bytes = r.bytes};
+  c.seconds = static_cast<double>(r.ns.sum()) / 1e9;
+  c.ns_per_row = r.ns;
+  c.extras = {{"mismatches", static_cast<double>(r.mismatches)}};
+  return c;
 }
 
 }  // namespace
 
 void run_bench_origin(const BenchOriginOptions& opts, const CliContext& ctx) {
+  opts.outputs.check();
   auto settings = ctx.resolve_settings();
   auto index = Index::open(opts.dataset);
   const bool allow_stale = opts.allow_stale || settings.get_bool("origin.allow_stale");
   if (!allow_stale) index.check_all_fresh();
-  if (opts.samples == 0) throw UsageError("--samples must be > 0");
   const auto ids = random_ids(opts.samples, index.samples(), opts.seed);
 
   OriginReader reader(index, {.verify = false, .allow_stale = allow_stale});
@@ -122,12 +97,38 @@ void run_bench_origin(const BenchOriginOptions& opts, const CliContext& ctx) {
     }));
   }
 #endif
-  if (results.size() == 1) spdlog::info("no HDF5 baseline: the dataset's format is {}", index.manifest().format);
-  print_table(results, ids.size());
+  BenchReport report("origin", "sample");
+  report.describe("dataset", fmt::format("{} ({} samples, {} fields, format {})", index.dir().string(),
+                                         index.samples(), index.fields().size(), index.manifest().format));
+  report.describe("samples", fmt::format("{} random ones, seed {}, every field of each", ids.size(), opts.seed));
+  report.describe("page cache", "warm: the samples are read once before timing");
+  if (results.size() == 1) report.describe("hdf5-api", "n/a: not an HDF5 source (" + index.manifest().format + ")");
+  for (const auto& r : results) report.add(cell_of(r, ids.size()));
+  if (results.size() == 2) {
+    const auto& pread = results[0].ns;
+    const auto& h5 = results[1].ns;
+    report.note(fmt::format("ratio: hdf5-api is {:.1f}x the cost of index+pread per sample (mean), {:.1f}x at p50",
+                            h5.mean() / pread.mean(), static_cast<double>(h5.percentile(0.5)) /
+                                                          static_cast<double>(pread.percentile(0.5))));
+  }
+  report.print();
   for (const auto& r : results) {
     if (r.mismatches) spdlog::error("{}: {} samples returned bytes that do not match the index", r.mode, r.mismatches);
   }
-  if (!opts.json.empty()) write_json(opts.json, index, results, ids.size());
+  report.write(opts.outputs);
+}
+
+void setup_bench_origin(CLI::App& bench, CliContext& ctx) {
+  auto opts = std::make_shared<BenchOriginOptions>();
+  auto* sub = bench.add_subcommand("origin", "Per-sample reads: index + pread vs the HDF5 API, same samples");
+  sub->add_option("dataset", opts->dataset, "The index directory (DATASET.ddx)")->required();
+  sub->add_option("--samples", opts->samples, "Random samples to read")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--seed", opts->seed, "Seed for the random sample choice")->capture_default_str();
+  add_bench_output_options(*sub, opts->outputs);
+  sub->add_flag("--allow-stale", opts->allow_stale, "Read sources that changed after flattening");
+  sub->callback([opts, &ctx] { run_bench_origin(*opts, ctx); });
 }
 
 }  // namespace ddstage::cli
