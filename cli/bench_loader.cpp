@@ -14,7 +14,6 @@
 #include "ddstage/error.hpp"
 #include "ddstage/index.hpp"
 #include "ddstage/origin_reader.hpp"
-#include "json_writer.hpp"
 #include "page_cache.hpp"
 #include "progress_line.hpp"
 #include "training_loop.hpp"
@@ -178,7 +177,6 @@ ModeRun run_mode(std::string mode, const TrainingLoopOptions& loop, std::span<co
   return {std::move(mode), "", run_training_loop(loop, ids, sources, check, progress)};
 }
 
-double ms(uint64_t ns) { return static_cast<double>(ns) / 1e6; }
 double fraction(uint64_t n, uint64_t of) { return of ? static_cast<double>(n) / static_cast<double>(of) : 0; }
 
 struct RunDescription {
@@ -190,101 +188,62 @@ struct RunDescription {
   bool origin_modes = false;
 };
 
-double epoch_seconds(const TrainingLoopResult& r, uint64_t per_epoch) {
-  return r.seconds / static_cast<double>(r.steps) * static_cast<double>(per_epoch);
+/// A mode's cell: rows are samples, latencies the trainer's wait per step.
+BenchCell cell_of(const ModeRun& run, uint64_t per_epoch) {
+  const auto& r = run.result;
+  BenchCell c{.dims = {{"mode", run.mode}}, .rows = r.samples, .bytes = r.bytes, .seconds = r.seconds};
+  c.ns_per_row = r.wait_ns;
+  c.extras = {{"samples_per_s", static_cast<double>(r.samples) / r.seconds},
+              {"epoch_s", r.seconds / static_cast<double>(r.steps) * static_cast<double>(per_epoch)},
+              {"over_100ms", fraction(r.waits_over_short, r.steps)},
+              {"over_1s", fraction(r.waits_over_long, r.steps)},
+              {"mismatches", static_cast<double>(r.mismatches)}};
+  return c;
 }
 
-void print_table(const BenchLoaderOptions& opts, const RunDescription& d, const std::vector<ModeRun>& runs) {
-  fmt::print("loader: dataset {} ({} samples, fields {}), batch {}, {} steps ({:.2f} epochs of {} steps), "
-             "compute {} ms/step, prefetch {}, {} threads, seed {}\n",
-             d.dataset, d.samples, fmt::join(d.fields, ","), opts.batch, opts.steps,
-             static_cast<double>(opts.steps) / static_cast<double>(d.per_epoch), d.per_epoch, opts.compute_ms,
-             opts.prefetch, opts.threads, opts.seed);
-  if (d.origin_modes) {
-    fmt::print("origin files read {}\n", d.cold ? "cold: dropped from the page cache before each origin mode"
-                                                 : "warm: page cache kept (--warm)");
-  }
-  fmt::print("{:<8} {:>6} {:>10} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7}\n", "mode", "steps",
-             "samples/s", "total_s", "epoch_s", "wait_ms", "p50_ms", "p99_ms", "p99.9_ms", "max_ms", ">100ms",
-             ">1s");
-  for (const auto& run : runs) {
-    if (!run.unavailable.empty()) {
-      fmt::print("{:<8} n/a: {}\n", run.mode, run.unavailable);
-      continue;
-    }
-    const auto& r = run.result;
-    fmt::print("{:<8} {:>6} {:>10.1f} {:>9.2f} {:>9.2f} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>9.3f} {:>6.1f}% {:>6.1f}%\n",
-               run.mode, r.steps, static_cast<double>(r.samples) / r.seconds, r.seconds,
-               epoch_seconds(r, d.per_epoch), r.wait_ns.mean() / 1e6, ms(r.wait_ns.percentile(0.5)),
-               ms(r.wait_ns.percentile(0.99)), ms(r.wait_ns.percentile(0.999)), ms(r.wait_ns.max()),
-               100 * fraction(r.waits_over_short, r.steps), 100 * fraction(r.waits_over_long, r.steps));
-  }
-}
-
-/// Each origin mode against the store: how much longer an epoch takes and how much worse the
-/// wait tail is.
-struct Ratio {
-  std::string mode;
-  double epoch = 0, wait_mean = 0, wait_p99 = 0;
-};
-
-std::vector<Ratio> ratios_vs_store(const std::vector<ModeRun>& runs) {
-  std::vector<Ratio> ratios;
-  if (runs.empty() || runs.front().mode != "store") return ratios;
-  const auto& store = runs.front().result;
+/// An origin mode against the store: how much longer an epoch takes and how much worse the
+/// wait tail is, as extras of its cell and a note.
+void compare_with_store(BenchReport& report, BenchCell& cell, const ModeRun& run, const TrainingLoopResult& store) {
   auto over = [](double a, double b) { return b > 0 ? a / b : 0.0; };
-  for (const auto& run : runs) {
-    if (run.mode == "store" || !run.unavailable.empty()) continue;
-    const auto& r = run.result;
-    ratios.push_back({run.mode, over(r.seconds, store.seconds), over(r.wait_ns.mean(), store.wait_ns.mean()),
-                      over(static_cast<double>(r.wait_ns.percentile(0.99)),
-                           static_cast<double>(store.wait_ns.percentile(0.99)))});
-  }
-  return ratios;
+  const auto& r = run.result;
+  const double epoch = over(r.seconds, store.seconds);
+  const double mean = over(r.wait_ns.mean(), store.wait_ns.mean());
+  const double p99 =
+      over(static_cast<double>(r.wait_ns.percentile(0.99)), static_cast<double>(store.wait_ns.percentile(0.99)));
+  cell.extras.emplace_back("epoch_vs_store", epoch);
+  cell.extras.emplace_back("p99_vs_store", p99);
+  report.note(fmt::format("{} vs store: epoch {:.2f}x as long, wait mean {:.1f}x, wait p99 {:.1f}x; steps waiting "
+                          "> 1 s: {:.1f}% vs {:.1f}%",
+                          run.mode, epoch, mean, p99, 100 * fraction(r.waits_over_long, r.steps),
+                          100 * fraction(store.waits_over_long, store.steps)));
 }
 
-void print_ratios(const std::vector<ModeRun>& runs, const std::vector<Ratio>& ratios) {
-  for (const auto& q : ratios) {
-    const auto& r = std::find_if(runs.begin(), runs.end(), [&](const ModeRun& m) { return m.mode == q.mode; })->result;
-    fmt::print("{} vs store: epoch {:.2f}x as long, wait mean {:.1f}x, wait p99 {:.1f}x; steps waiting > 1 s: "
-               "{:.1f}% vs {:.1f}%\n",
-               q.mode, q.epoch, q.wait_mean, q.wait_p99, 100 * fraction(r.waits_over_long, r.steps),
-               100 * fraction(runs.front().result.waits_over_long, runs.front().result.steps));
+BenchReport loader_report(const BenchLoaderOptions& opts, const RunDescription& d, const std::vector<ModeRun>& runs) {
+  BenchReport report("loader", "step");
+  report.describe("dataset", fmt::format("{} ({} samples), fields {}", d.dataset, d.samples, fmt::join(d.fields, ",")));
+  report.describe("loop", fmt::format("batch {}, {} steps ({:.2f} epochs of {}, global shuffle, seed {}), compute "
+                                      "{} ms per step",
+                                      opts.batch, opts.steps,
+                                      static_cast<double>(opts.steps) / static_cast<double>(d.per_epoch),
+                                      d.per_epoch, opts.seed, opts.compute_ms));
+  report.describe("loader", fmt::format("prefetch {}, {} threads, each with its own reader", opts.prefetch,
+                                        opts.threads));
+  if (d.origin_modes) {
+    report.describe("origin files", d.cold ? "read cold: dropped from the page cache before each origin mode"
+                                           : "read warm: page cache kept (--warm)");
   }
-}
-
-void write_json(const BenchLoaderOptions& opts, const RunDescription& d, const std::vector<ModeRun>& runs,
-                const std::vector<Ratio>& ratios) {
-  JsonWriter j;
-  j.begin_object().field("bench", "loader").field("dataset", d.dataset).field("samples", d.samples);
-  j.key("fields").begin_array();
-  for (const auto& f : d.fields) j.value(f);
-  j.end_array().field("batch", opts.batch).field("steps", opts.steps).field("steps_per_epoch", d.per_epoch);
-  j.field("compute_ms", opts.compute_ms).field("prefetch", opts.prefetch).field("threads", opts.threads);
-  j.field("seed", opts.seed).field("origin_cold", d.cold).key("modes").begin_array();
+  report.describe("latencies", "the trainer's wait for each step's batch; over_*: fraction of steps waiting longer");
+  const bool with_store = !runs.empty() && runs.front().mode == "store";
   for (const auto& run : runs) {
-    j.begin_object().field("mode", run.mode).field("available", run.unavailable.empty());
     if (!run.unavailable.empty()) {
-      j.field("reason", run.unavailable).end_object();
+      report.describe(run.mode, "n/a: " + run.unavailable);
       continue;
     }
-    const auto& r = run.result;
-    j.field("steps", r.steps).field("samples", r.samples).field("bytes", r.bytes).field("seconds", r.seconds);
-    j.field("epoch_seconds", epoch_seconds(r, d.per_epoch));
-    j.field("samples_per_s", static_cast<double>(r.samples) / r.seconds).field("wait_seconds", r.wait_seconds);
-    j.field("wait_mean_ms", r.wait_ns.mean() / 1e6).field("wait_p50_ms", ms(r.wait_ns.percentile(0.5)));
-    j.field("wait_p99_ms", ms(r.wait_ns.percentile(0.99))).field("wait_p999_ms", ms(r.wait_ns.percentile(0.999)));
-    j.field("wait_max_ms", ms(r.wait_ns.max())).field("wait_min_ms", ms(r.wait_ns.min()));
-    j.field("waits_over_100ms", fraction(r.waits_over_short, r.steps));
-    j.field("waits_over_1s", fraction(r.waits_over_long, r.steps)).field("mismatches", r.mismatches).end_object();
+    auto cell = cell_of(run, d.per_epoch);
+    if (with_store && run.mode != "store") compare_with_store(report, cell, run, runs.front().result);
+    report.add(std::move(cell));
   }
-  j.end_array().key("ratios_vs_store").begin_array();
-  for (const auto& q : ratios) {
-    j.begin_object().field("mode", q.mode).field("epoch", q.epoch).field("wait_mean", q.wait_mean);
-    j.field("wait_p99", q.wait_p99).end_object();
-  }
-  j.end_array().end_object();
-  write_text_file(opts.json, j.str());
+  return report;
 }
 
 /// What runs in each mode, in the same order and on the same ids.
@@ -321,6 +280,7 @@ std::string hdf5_unavailable(const Index& index) {
 
 void run_bench_loader(const BenchLoaderOptions& opts, const CliContext& ctx) {
   check_sources(opts);
+  opts.outputs.check();
   const auto compare = checked_compare(opts);
   const auto settings = ctx.resolve_settings();
   const bool allow_stale = opts.allow_stale || settings.get_bool("origin.allow_stale");
@@ -361,15 +321,14 @@ void run_bench_loader(const BenchLoaderOptions& opts, const CliContext& ctx) {
                       .cold = !opts.warm,
                       .origin_modes = !compare.empty()};
   for (uint32_t f : fields) desc.fields.push_back(index.fields()[f].name);
-  const auto ratios = ratios_vs_store(runs);
-  print_table(opts, desc, runs);
-  print_ratios(runs, ratios);
+  const auto report = loader_report(opts, desc, runs);
+  report.print();
   for (const auto& run : runs) {
     if (run.result.mismatches) {
       spdlog::error("{}: {} rows returned bytes that do not match the index", run.mode, run.result.mismatches);
     }
   }
-  if (!opts.json.empty()) write_json(opts, desc, runs, ratios);
+  report.write(opts.outputs);
 }
 
 void setup_bench_loader(CLI::App& bench, CliContext& ctx) {
@@ -397,7 +356,7 @@ void setup_bench_loader(CLI::App& bench, CliContext& ctx) {
   sub->add_flag("--warm", opts->warm,
                 "Keep origin files in the page cache (default: drop them before each origin mode)");
   sub->add_flag("--allow-stale", opts->allow_stale, "Read sources that changed after flattening");
-  sub->add_option("--json", opts->json, "Also write every figure as JSON to this file");
+  add_bench_output_options(*sub, opts->outputs);
   sub->callback([opts, &ctx] { run_bench_loader(*opts, ctx); });
 }
 

@@ -8,6 +8,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "bench_report.hpp"
 #include "cli_context.hpp"
 
 namespace ddstage::cli {
@@ -26,7 +27,7 @@ struct BenchLoaderOptions {
   uint64_t seed = 1;
   bool warm = false;  ///< keep origin files in the page cache
   bool allow_stale = false;
-  std::string json;
+  BenchOutputs outputs;
 };
 
 void setup_bench_loader(CLI::App& bench, CliContext& ctx);

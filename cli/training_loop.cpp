@@ -141,7 +141,6 @@ TrainingLoopResult run_training_loop(const TrainingLoopOptions& options, std::sp
     const auto got = Clock::now();
     const auto wait = got - asked;
     r.wait_ns.record(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(wait).count()));
-    r.wait_seconds += std::chrono::duration<double>(wait).count();
     r.waits_over_short += wait > stall_short;
     r.waits_over_long += wait > stall_long;
     const auto step_ids = ids.subspan(step * options.batch, options.batch);

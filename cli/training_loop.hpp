@@ -47,7 +47,6 @@ struct TrainingLoopResult {
   uint64_t samples = 0;
   uint64_t bytes = 0;
   double seconds = 0;           ///< wall time of the whole loop, compute included
-  double wait_seconds = 0;      ///< time the trainer spent waiting for batches
   LatencyHistogram wait_ns;     ///< per step: from asking for the batch to holding it
   uint64_t waits_over_short = 0;  ///< steps that waited longer than stall_short
   uint64_t waits_over_long = 0;   ///< steps that waited longer than stall_long
