@@ -2,6 +2,7 @@
 self-consistent (no mismatches, ordered percentiles, byte counts that match the data).
 No speed is ever asserted."""
 import json
+import shutil
 
 import numpy as np
 import pytest
@@ -18,15 +19,17 @@ def bench_origin(ddstage, ddx, out_json, *extra):
 
 
 def check_modes(result, modes):
-    """The JSON lists exactly these modes, each with SAMPLES samples, no mismatches, ordered
+    """The report lists exactly these modes, each with SAMPLES samples, no mismatches, ordered
     percentiles; all modes read the same bytes."""
-    assert result["bench"] == "origin" and result["samples"] == SAMPLES
-    assert [m["mode"] for m in result["modes"]] == modes
-    for m in result["modes"]:
-        assert m["mismatches"] == 0, m
-        assert 0 <= m["p50_us"] <= m["p99_us"] <= m["p999_us"] <= m["max_us"], m
-        assert m["seconds"] >= 0 and m["mean_us"] >= 0
-    assert len({m["bytes"] for m in result["modes"]}) == 1
+    assert result["bench"] == "origin" and result["unit"] == "sample"
+    assert [c["dims"]["mode"] for c in result["cells"]] == modes
+    for c in result["cells"]:
+        assert c["rows"] == SAMPLES and c["calls"] == SAMPLES, c
+        assert c["mismatches"] == 0, c
+        assert 0 <= c["min_us"] <= c["p50_us"] <= c["p99_us"] <= c["p999_us"] <= c["max_us"], c
+        assert c["seconds"] >= 0 and c["mean_us"] >= 0
+    assert len({c["bytes"] for c in result["cells"]}) == 1
+    return result["cells"]
 
 
 def sample_bytes_bounds(ddstage, ddx):
@@ -44,13 +47,13 @@ def test_bench_origin_groups(ddstage, gen, tmp_path, storage):
     ddx = flatten(ddstage, tmp_path / "g.ddx", src, "--groups", "/samples/*")
     stdout, result = bench_origin(ddstage, ddx, tmp_path / "out.json")
     assert "index+pread" in stdout and "hdf5-api" in stdout and "ratio" in stdout
-    check_modes(result, ["index+pread", "hdf5-api"])
+    cells = check_modes(result, ["index+pread", "hdf5-api"])
     lo, hi = sample_bytes_bounds(ddstage, ddx)
-    assert SAMPLES * lo <= result["modes"][0]["bytes"] <= SAMPLES * hi
-    assert result["ratio_mean"] > 0
+    assert SAMPLES * lo <= cells[0]["bytes"] <= SAMPLES * hi
+    assert len(result["notes"]) == 1 and "ratio" in result["notes"][0]
     # The same seed picks the same samples.
     _, again = bench_origin(ddstage, ddx, tmp_path / "again.json", "--seed", "1")
-    assert again["modes"][0]["bytes"] == result["modes"][0]["bytes"]
+    assert again["cells"][0]["bytes"] == cells[0]["bytes"]
 
 
 def test_bench_origin_rows(ddstage, gen, tmp_path):
@@ -60,20 +63,20 @@ def test_bench_origin_rows(ddstage, gen, tmp_path):
     gen.ok("hdf5-rows", src, "--samples", 500, "--shape", "4")
     ddx = flatten(ddstage, tmp_path / "rows.ddx", src, "--field", "/features", "--field", "/labels")
     stdout, result = bench_origin(ddstage, ddx, tmp_path / "out.json", "--seed", "9")
-    check_modes(result, ["index+pread", "hdf5-api"])
-    assert result["modes"][0]["bytes"] == SAMPLES * (4 * 4 + 8)
-    assert result["fields"] == 2 and result["format"] == "hdf5"
+    cells = check_modes(result, ["index+pread", "hdf5-api"])
+    assert cells[0]["bytes"] == SAMPLES * (4 * 4 + 8)
+    assert "2 fields, format hdf5" in result["run"]["dataset"]
 
 
 def test_bench_origin_npy(ddstage, tmp_path):
-    """An npy dataset has no HDF5 baseline: only index+pread, in table and JSON."""
+    """An npy dataset has no HDF5 baseline: only index+pread is measured; hdf5-api is n/a."""
     np.save(tmp_path / "a.npy", np.zeros((100, 6), np.float64))
     ddx = flatten(ddstage, tmp_path / "a.ddx", tmp_path / "a.npy")
     stdout, result = bench_origin(ddstage, ddx, tmp_path / "out.json")
-    assert "index+pread" in stdout and "hdf5-api" not in stdout
-    check_modes(result, ["index+pread"])
-    assert result["modes"][0]["bytes"] == SAMPLES * 48
-    assert "ratio_mean" not in result
+    assert "index+pread" in stdout and "hdf5-api: n/a: not an HDF5 source (npy)" in stdout
+    cells = check_modes(result, ["index+pread"])
+    assert cells[0]["bytes"] == SAMPLES * 48
+    assert result["notes"] == [] and result["run"]["hdf5-api"].startswith("n/a")
 
 
 @pytest.mark.parametrize("value", ["0", "-3", "many"])
@@ -163,25 +166,26 @@ def bench_loader(ddstage, out_json, *args):
     return proc.stdout, json.loads(out_json.read_text())
 
 
-def check_loader(result, modes, batch=8, steps=20):
-    """Every requested mode present in order, each with the requested steps and their samples,
-    no mismatched row, ordered wait percentiles, stall fractions in [0, 1]; every available mode
-    read the same bytes (the same ids)."""
-    assert result["bench"] == "loader" and result["batch"] == batch and result["steps"] == steps
-    assert [m["mode"] for m in result["modes"]] == modes
-    ran = [m for m in result["modes"] if m["available"]]
-    for m in ran:
-        assert m["steps"] == steps and m["samples"] == steps * batch, m
-        assert m["mismatches"] == 0, m
-        assert 0 <= m["wait_min_ms"] <= m["wait_p50_ms"] <= m["wait_p99_ms"] <= m["wait_p999_ms"] \
-            <= m["wait_max_ms"], m
-        assert m["wait_min_ms"] <= m["wait_mean_ms"] <= m["wait_max_ms"], m
-        assert 0 <= m["waits_over_1s"] <= m["waits_over_100ms"] <= 1, m
-        # Every step sleeps its compute time after its batch arrives.
-        assert m["seconds"] >= steps * result["compute_ms"] / 1000 and m["samples_per_s"] > 0, m
-        assert m["wait_seconds"] <= m["seconds"]
-    assert len({m["bytes"] for m in ran}) == min(len(ran), 1)
-    return {m["mode"]: m for m in result["modes"]}
+def check_loader(result, modes, unavailable=(), batch=8, steps=20):
+    """Every requested mode is a cell, in order, or, when it cannot run, an n/a line of the run's
+    description. Each cell ran the requested steps of `batch` samples with no mismatched row,
+    ordered wait percentiles and stall fractions in [0, 1]; every mode read the same bytes (the
+    same ids)."""
+    assert result["bench"] == "loader" and result["unit"] == "step"
+    cells = {c["dims"]["mode"]: c for c in result["cells"]}
+    assert list(cells) == modes
+    for mode in unavailable:
+        assert result["run"][mode].startswith("n/a: "), result["run"]
+    for c in cells.values():
+        assert c["calls"] == steps and c["rows"] == steps * batch, c
+        assert c["mismatches"] == 0, c
+        assert 0 <= c["min_us"] <= c["p50_us"] <= c["p99_us"] <= c["p999_us"] <= c["max_us"], c
+        assert c["min_us"] <= c["mean_us"] <= c["max_us"], c
+        assert 0 <= c["over_1s"] <= c["over_100ms"] <= 1, c
+        # Every step sleeps its compute time (1 ms) after its batch arrives.
+        assert c["seconds"] >= steps * 0.001 and c["samples_per_s"] > 0 and c["epoch_s"] > 0, c
+    assert len({c["bytes"] for c in cells.values()}) == min(len(cells), 1)
+    return cells
 
 
 @pytest.fixture(scope="module")
@@ -198,24 +202,27 @@ def loader_data(ddstage, gen, tmp_path_factory):
 
 def test_bench_loader_store_vs_origin(ddstage, serve, loader_data, tmp_path):
     """A served HDF5 dataset: store, origin and hdf5 modes over two epochs, all fields by
-    default; the table names each mode and says origin was read cold; ratios vs the store."""
+    default; origin read cold; each origin mode's ratios to the store in its cell and a note."""
     store = serve(ranks=0)
     ddstage.ok("load", "--store", store.dir, loader_data["rows"], "--name", "rows")
     stdout, result = bench_loader(ddstage, tmp_path / "l.json", "--store", store.dir, "--dataset", "rows",
                                   "--compare", "origin,hdf5", "--prefetch", 2, "--threads", 2)
-    modes = check_loader(result, ["store", "origin", "hdf5"])
-    assert result["fields"] == ["x", "y"] and result["steps_per_epoch"] == 15 and result["origin_cold"]
-    assert modes["store"]["bytes"] == 20 * 8 * (64 * 4 + 8)
-    assert [r["mode"] for r in result["ratios_vs_store"]] == ["origin", "hdf5"]
-    assert all(r["epoch"] > 0 and r["wait_p99"] > 0 for r in result["ratios_vs_store"])
-    for word in ("store", "origin", "hdf5", "cold", "vs store", ">1s"):
+    cells = check_loader(result, ["store", "origin", "hdf5"])
+    run = result["run"]
+    assert run["dataset"].endswith("fields x,y") and "1.33 epochs of 15" in run["loop"]
+    assert run["origin files"].startswith("read cold")
+    assert cells["store"]["bytes"] == 20 * 8 * (64 * 4 + 8)
+    assert "epoch_vs_store" not in cells["store"]
+    assert all(cells[m]["epoch_vs_store"] > 0 and cells[m]["p99_vs_store"] > 0 for m in ("origin", "hdf5"))
+    assert [n.split(" vs ")[0] for n in result["notes"]] == ["origin", "hdf5"]
+    for word in ("store", "origin", "hdf5", "read cold", "vs store", "over_1s"):
         assert word in stdout, word
     # One field, read warm.
     stdout, result = bench_loader(ddstage, tmp_path / "x.json", "--store", store.dir, "--dataset", "rows",
                                   "--field", "y", "--compare", "origin", "--warm")
-    modes = check_loader(result, ["store", "origin"])
-    assert result["fields"] == ["y"] and not result["origin_cold"] and "warm" in stdout
-    assert modes["origin"]["bytes"] == 20 * 8 * 8
+    cells = check_loader(result, ["store", "origin"])
+    assert result["run"]["dataset"].endswith("fields y") and "read warm" in stdout
+    assert cells["origin"]["bytes"] == 20 * 8 * 8
     store.stop()
 
 
@@ -226,21 +233,32 @@ def test_bench_loader_files_source(ddstage, serve, loader_data, tmp_path):
     ddstage.ok("load", "--store", store.dir, loader_data["files"], "--name", "files")
     stdout, result = bench_loader(ddstage, tmp_path / "l.json", "--store", store.dir, "--dataset", "files",
                                   "--compare", "origin,hdf5", "--threads", 1, "--prefetch", 1)
-    modes = check_loader(result, ["store", "origin", "hdf5"])
-    assert modes["hdf5"] == {"mode": "hdf5", "available": False, "reason": "not an HDF5 source"}
-    assert "n/a: not an HDF5 source" in stdout
+    check_loader(result, ["store", "origin"], unavailable=["hdf5"])
+    assert result["run"]["hdf5"] == "n/a: not an HDF5 source"
+    assert "hdf5: n/a: not an HDF5 source" in stdout
     proc = ddstage.run("bench", "loader", *LOADER, "--store", store.dir, "--dataset", "nope")
     assert_usage_error(proc, "nope")
     store.stop()
 
 
 def test_bench_loader_index_only(ddstage, loader_data, tmp_path):
-    """Without a store, --index runs the origin modes (both by default), with no ratios."""
-    _, result = bench_loader(ddstage, tmp_path / "l.json", "--index", loader_data["rows"])
+    """Without a store, --index runs the origin modes (both by default), with no ratios; the
+    CSV has a line per mode; the plot is drawn, or refused up front without gnuplot."""
+    csv, plot = tmp_path / "l.csv", tmp_path / "l.svg"
+    proc = ddstage.run("bench", "loader", *LOADER, "--index", loader_data["rows"], "--json", tmp_path / "l.json",
+                       "--csv", csv, "--plot", plot)
+    if shutil.which("gnuplot") is None:
+        assert_usage_error(proc, "gnuplot")
+        return
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads((tmp_path / "l.json").read_text())
     check_loader(result, ["origin", "hdf5"])
-    assert result["ratios_vs_store"] == []
+    assert result["notes"] == []
+    lines = csv.read_text().splitlines()
+    assert lines[0].startswith("mode,rows,bytes") and [l.split(",")[0] for l in lines[1:]] == ["origin", "hdf5"]
+    assert "<svg" in plot.read_text()
     _, result = bench_loader(ddstage, tmp_path / "f.json", "--index", loader_data["files"], "--compare", "hdf5")
-    assert check_loader(result, ["hdf5"])["hdf5"]["available"] is False
+    check_loader(result, [], unavailable=["hdf5"])
 
 
 @pytest.mark.parametrize("args, words", [
@@ -252,8 +270,9 @@ def test_bench_loader_index_only(ddstage, loader_data, tmp_path):
     (["--field", "z"], ["z"]),
     (["--store", "/nonexistent"], ["--dataset"]),
     ([], ["--index"]),
+    (["--plot", "out.txt"], [".png or .svg"]),
 ], ids=["batch-0", "batch-too-big", "steps-0", "prefetch-0", "unknown-mode", "unknown-field",
-        "missing-dataset", "no-source"])
+        "missing-dataset", "no-source", "plot-format"])
 def test_bench_loader_bad_input(ddstage, loader_data, tmp_path, args, words):
     """Bad input: exit 2, one line naming the problem, no JSON written."""
     index = [] if args and args[0] == "--store" or not args else ["--index", loader_data["rows"]]
