@@ -147,16 +147,26 @@ void add_matrix_notes(BenchReport& report) {
     const auto* first = report.find({{"transport", transport}, {"mode", *c.dim("mode")}, {"row_bytes", *c.dim("row_bytes")},
                                      {"threads", uint64_t{1}}, {"sharing", std::string("own")}});
     if (first == &c || c.ns_per_row.mean() <= 0) continue;
-    report.note(fmt::format("{} {} B: batch {} is {:.1f}x cheaper per row than batch {}", transport,
-                            std::get<uint64_t>(*c.dim("row_bytes")), batch,
-                            first->ns_per_row.mean() / c.ns_per_row.mean(), std::get<uint64_t>(*first->dim("batch"))));
+    report.note(fmt::format("{} {} B: batch {} costs {:.2f}x batch {} per row", transport,
+                            std::get<uint64_t>(*c.dim("row_bytes")), std::get<uint64_t>(*first->dim("batch")),
+                            first->ns_per_row.mean() / c.ns_per_row.mean(), batch));
   }
 }
 
 void run_bench_store(const BenchStoreOptions& opts, const CliContext& ctx) {
   check_matrix_options(opts);
-  if (opts.store.empty() || opts.dataset.empty()) throw UsageError("bench store needs --store DIR --dataset NAME");
-  run_served(opts, ctx);
+  const bool served = !opts.store.empty();
+  const bool embedded = !opts.synthetic.empty() || !opts.index.empty();
+  if (served == embedded) {
+    throw UsageError("bench store needs --store DIR --dataset NAME (a running store) or --synthetic SIZES / "
+                     "--index DATASET.ddx (a Store embedded in this MPI job), not both");
+  }
+  if (served && opts.dataset.empty()) throw UsageError("bench store --store needs --dataset NAME");
+  if (served) {
+    run_served(opts, ctx);
+  } else {
+    run_bench_store_embedded(opts, ctx);
+  }
 }
 
 void setup_bench_store(CLI::App& bench, CliContext& ctx) {
@@ -165,6 +175,9 @@ void setup_bench_store(CLI::App& bench, CliContext& ctx) {
   s->add_option("--store", opts->store, "Served: the running store's directory");
   s->add_option("--dataset", opts->dataset, "Served: the loaded dataset");
   s->add_option("--field", opts->field, "Field (required when the dataset has several)");
+  s->add_option("--synthetic", opts->synthetic, "Embedded: generate datasets of these row sizes (3K,12.5K,200K,1M)")
+      ->delimiter(',');
+  s->add_option("--index", opts->index, "Embedded: load this real dataset (DATASET.ddx)");
   s->add_option("--transport", opts->transports,
                 "Ways to read, comma-separated: served auto,shm,fabric[:PROVIDER]; embedded "
                 "shm,mpi,mpi-alltoall,fabric[:PROVIDER]")
@@ -179,6 +192,7 @@ void setup_bench_store(CLI::App& bench, CliContext& ctx) {
       ->check(CLI::PositiveNumber);
   s->add_option("--cell-bytes", opts->cell_bytes, "Bytes a cell reads at most (rows cut to fit)")
       ->capture_default_str();
+  s->add_option("--synthetic-rows", opts->synthetic_rows, "Rows per generated dataset (default: 128 MiB worth)");
   s->add_option("--seed", opts->seed, "Seed for the random rows")->capture_default_str();
   add_bench_output_options(*s, opts->out);
   s->callback([opts, &ctx] { run_bench_store(*opts, ctx); });

@@ -1,6 +1,6 @@
 // `ddstage bench store`: get_batch over a matrix of transports, row sizes, batch sizes, threads
 // and reader sharing, against a memcpy floor (and, for fabric, the raw fi_read floor) measured
-// in the same run.
+// in the same run. Served (a running store) or embedded (a Store in this MPI job).
 #pragma once
 
 #include <cstdint>
@@ -21,18 +21,23 @@ struct BenchStoreOptions {
   std::string store;    ///< served: the store directory
   std::string dataset;  ///< served: the loaded dataset
   std::string field;    ///< the field read (required when there are several)
+  std::vector<std::string> synthetic;  ///< embedded: row sizes of generated datasets ("3K", "12.5K")
+  std::string index;                   ///< embedded: a real dataset's index
   std::vector<std::string> transports;  ///< empty: the defaults of the mode
   std::vector<uint64_t> batches{1, 128};
   std::vector<unsigned> threads{1};
   std::vector<std::string> sharing{"own"};
   uint64_t samples = 20000;
   std::string cell_bytes = "1G";
+  uint64_t synthetic_rows = 0;  ///< 0: enough rows for 128 MiB per size
   uint64_t seed = 1;
   BenchOutputs out;
 };
 
 void setup_bench_store(CLI::App& bench, CliContext& ctx);
 void run_bench_store(const BenchStoreOptions& opts, const CliContext& ctx);
+/// Embedded mode (bench_store_embedded.cpp): a Store in this MPI job, synthetic or real rows.
+void run_bench_store_embedded(const BenchStoreOptions& opts, const CliContext& ctx);
 
 /// One way of reading a dataset in the matrix: a transport, the call it makes, and its readers
 /// (reader(t) for thread t, already warmed up).

@@ -137,10 +137,20 @@ std::optional<uint64_t> parse_size(std::string_view text) {
     default: break;
   }
   if (mult != 1) text.remove_suffix(1);
-  uint64_t v = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (text.empty() || ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
-  return v * mult;
+  // "12.5K": a fraction is allowed when it comes to whole bytes.
+  const auto dot = text.find('.');
+  const auto whole = text.substr(0, dot);
+  const auto fraction = dot == std::string_view::npos ? std::string_view() : text.substr(dot + 1);
+  if (whole.empty() || (dot != std::string_view::npos && fraction.empty()) || fraction.size() > 6) return std::nullopt;
+  auto number = [](std::string_view digits, uint64_t& v) {
+    auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+    return ec == std::errc() && end == digits.data() + digits.size();
+  };
+  uint64_t v = 0, frac = 0, scale = 1;
+  if (!number(whole, v) || (!fraction.empty() && !number(fraction, frac))) return std::nullopt;
+  for (std::size_t i = 0; i < fraction.size(); ++i) scale *= 10;
+  if (v > UINT64_MAX / mult || (frac * mult) % scale != 0) return std::nullopt;
+  return v * mult + frac * mult / scale;
 }
 
 std::optional<std::chrono::milliseconds> parse_duration(std::string_view text) {

@@ -3,6 +3,8 @@ self-consistent (no mismatches, ordered percentiles, byte counts that match the 
 No speed is ever asserted."""
 import json
 import shutil
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -280,3 +282,92 @@ def test_bench_loader_bad_input(ddstage, loader_data, tmp_path, args, words):
     proc = ddstage.run("bench", "loader", "--compute-ms", 1, "--steps", 2, *index, *args, "--json", out)
     assert_usage_error(proc, *words)
     assert not out.exists()
+
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: shared helpers
+from local_mpi import MPI_ENV  # noqa: E402
+
+FABRIC_LO = {"DDSTAGE_FABRIC_PROVIDER": "tcp", "DDSTAGE_FABRIC_DOMAIN": "lo", "FI_TCP_IFACE": "lo"}
+STORE_DIMS = ("transport", "mode", "row_bytes", "batch", "threads", "sharing")
+
+
+def check_store_cells(report, ways, sizes, batches, threads, sharing, rows):
+    """Exactly the requested matrix (collectives with one thread only) plus one memcpy floor per
+    row size and batch; per cell bytes == rows x row_bytes and ordered percentiles."""
+    modes = {"mpi-alltoall": "get_batch_collective"}
+    expected = {("memcpy", "floor", s, b, 1, "own") for s in sizes for b in batches}
+    expected |= {(w, modes.get(w, "get_batch"), s, b, t, sh) for w in ways for s in sizes for b in batches
+                 for t in threads for sh in sharing if t == 1 or w != "mpi-alltoall"}
+    cells = [tuple(c["dims"][k] for k in STORE_DIMS) for c in report["cells"]]
+    assert sorted(cells) == sorted(expected)
+    for c in report["cells"]:
+        assert c["rows"] == rows and c["bytes"] == rows * c["dims"]["row_bytes"], c
+        assert c["calls"] >= rows // c["dims"]["batch"]
+        assert 0 <= c["p50_us"] <= c["p99_us"] <= c["p999_us"] <= c["max_us"], c
+        assert c["gb_per_s"] > 0 and c["seconds"] > 0
+        assert ("x_floor" in c) == (c["dims"]["transport"] != "memcpy")
+
+
+def test_bench_store_synthetic_one_process(ddstage, tmp_path):
+    """Embedded, one process (an MPI singleton): generated 3K and 12.5K rows, every cell of the
+    matrix in the table, JSON, CSV (header + one line per cell) and a PNG plot."""
+    out = tmp_path / "s.json"
+    proc = ddstage.ok("bench", "store", "--synthetic", "3K,12.5K", "--synthetic-rows", 64, "--samples", 32,
+                      "--transport", "shm,mpi,mpi-alltoall", "--batch", "1,8", "--threads", "1,2",
+                      "--sharing", "own,shared", "--json", out, "--csv", tmp_path / "s.csv",
+                      "--plot", tmp_path / "s.png", env=MPI_ENV)
+    report = json.loads(out.read_text())
+    assert report["bench"] == "store" and report["run"]["ranks"].startswith("1 ")
+    check_store_cells(report, ["shm", "mpi", "mpi-alltoall"], [3072, 12800], [1, 8], [1, 2], ["own", "shared"], 32)
+    assert "get_batch_collective" in proc.stdout and "12800" in proc.stdout
+    lines = (tmp_path / "s.csv").read_text().splitlines()
+    assert lines[0].split(",")[:len(STORE_DIMS)] == list(STORE_DIMS)
+    assert len(lines) == 1 + len(report["cells"])
+    png = (tmp_path / "s.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 1000
+    assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_bench_store_embedded_mpiexec(ddstage, tmp_path):
+    """Embedded under mpiexec -n 2: shm, mpi, mpi-alltoall and fabric over tcp on lo; rank 0
+    alone reports; the temporary datasets are removed."""
+    out = tmp_path / "m.json"
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc = ddstage.run("bench", "store", "--synthetic", "3K", "--synthetic-rows", 128, "--samples", 48,
+                       "--transport", "shm,mpi,mpi-alltoall,fabric:tcp", "--batch", "1,16", "--threads", "1,2",
+                       "--json", out, "--csv", tmp_path / "m.csv", check=True,
+                       prefix=["timeout", "120", "mpiexec", "-n", "2"], env={**MPI_ENV, **FABRIC_LO, "TMPDIR": str(tmp)})
+    report = json.loads(out.read_text())
+    assert report["run"]["ranks"] == "2" and "rank 0" in report["run"]["figures"]
+    check_store_cells(report, ["shm", "mpi", "mpi-alltoall", "fabric:tcp"], [3072], [1, 16], [1, 2], ["own"], 48)
+    assert proc.stdout.count("latencies in") == 1
+    assert list(tmp.iterdir()) == []
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--synthetic", "3K", "--transport", "carrier-pigeon"], ["carrier-pigeon"]),
+    (["--synthetic", "3K", "--batch", "0"], ["--batch"]),
+    (["--synthetic", "3K", "--threads", "0"], ["--threads"]),
+    (["--synthetic", "3K", "--sharing", "everyone"], ["--sharing"]),
+    (["--synthetic", "3Q"], ["3Q"]),
+    (["--synthetic", "3K", "--plot", "out.gif"], [".png or .svg"]),
+    (["--synthetic", "3K", "--store", "somewhere", "--dataset", "d"], ["not both"]),
+    ([], ["--synthetic"]),
+])
+def test_bench_store_bad_input(ddstage, tmp_path, args, words):
+    """Bad matrix flags fail before MPI starts or anything is measured: exit 2, one line."""
+    assert_usage_error(ddstage.run("bench", "store", *args, cwd=tmp_path, env=MPI_ENV), *words)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bench_store_index(ddstage, tmp_path):
+    """Embedded with a real dataset (--index): its row size, one cell per way and batch."""
+    np.save(tmp_path / "a.npy", np.arange(600, dtype=np.float64).reshape(100, 6))
+    ddx = flatten(ddstage, tmp_path / "a.ddx", tmp_path / "a.npy")
+    out = tmp_path / "i.json"
+    ddstage.ok("bench", "store", "--index", ddx, "--samples", 40, "--transport", "shm,mpi-alltoall",
+               "--batch", "4", "--json", out, env=MPI_ENV)
+    report = json.loads(out.read_text())
+    assert report["run"]["dataset"] == str(ddx)
+    check_store_cells(report, ["shm", "mpi-alltoall"], [48], [4], [1], ["own"], 40)

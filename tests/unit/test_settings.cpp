@@ -39,6 +39,10 @@ TEST_CASE("every setting has an env name and a valid default", "[settings]") {
   CHECK(SettingDef{"flatten.pack_size", SettingType::size, "", ""}.env_name() == "DDSTAGE_FLATTEN_PACK_SIZE");
   CHECK(parse_size("256M") == 256u << 20);
   CHECK(!parse_size("12Q").has_value());
+  CHECK(parse_size("12.5K") == 12800u);
+  CHECK(parse_size("1.5") == std::nullopt);
+  CHECK(parse_size(".5K") == std::nullopt);
+  CHECK(parse_size("3.K") == std::nullopt);
 }
 
 TEST_CASE("durations take ms, s, m, h; a plain number is seconds", "[settings]") {

@@ -76,7 +76,8 @@ std::map<std::string, std::string> environment_settings();
 /// ~/.config/ddstage/config.yaml; empty when neither variable is set.
 std::filesystem::path default_config_path();
 
-/// Parses "256M" style sizes; nullopt if malformed.
+/// Parses "256M" style sizes, fractions that come to whole bytes too ("12.5K"); nullopt if
+/// malformed.
 std::optional<uint64_t> parse_size(std::string_view text);
 /// Parses "10s" / "500ms" / "2m" / "1h" / "1.5" (seconds); nullopt if malformed or negative.
 std::optional<std::chrono::milliseconds> parse_duration(std::string_view text);

@@ -1,0 +1,263 @@
+// `bench store --synthetic / --index`: the Store embedded in this MPI job (one process, or every
+// rank of an mpiexec/srun job), read over each transport the matrix asks for.
+#include <stdlib.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <random>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "bench_store.hpp"
+#include "ddstage/config.hpp"
+#include "ddstage/error.hpp"
+#include "ddstage/settings.hpp"
+#include "synthetic_dataset.hpp"
+#if DDSTAGE_HAVE_MPI
+#include "ddstage/mpi.hpp"
+#endif
+
+namespace ddstage::cli {
+namespace {
+
+/// The transports embedded mode reads by, as the user spells them.
+std::vector<std::string> embedded_ways(const BenchStoreOptions& opts) {
+  std::vector<std::string> ways = opts.transports;
+  if (ways.empty()) {
+    ways = {"shm", "mpi", "mpi-alltoall"};
+    if (DDSTAGE_HAVE_FABRIC) ways.emplace_back("fabric");
+  }
+  for (const auto& w : ways) {
+    const bool fabric = w == "fabric" || w.rfind("fabric:", 0) == 0;
+    if (w != "shm" && w != "mpi" && w != "mpi-alltoall" && !fabric) {
+      throw UsageError("bad --transport '" + w + "' (shm, mpi, mpi-alltoall, fabric or fabric:PROVIDER)");
+    }
+    if (fabric && !DDSTAGE_HAVE_FABRIC) {
+      throw UsageError("--transport " + w + ": this ddstage was built without libfabric (DDSTAGE_WITH_FABRIC=OFF)");
+    }
+  }
+  return ways;
+}
+
+/// Row sizes of --synthetic, checked.
+std::vector<uint64_t> synthetic_sizes(const BenchStoreOptions& opts) {
+  std::vector<uint64_t> sizes;
+  for (const auto& s : opts.synthetic) {
+    const auto v = parse_size(s);
+    if (!v || *v == 0) throw UsageError("bad --synthetic size '" + s + "' (row sizes like 3K,12.5K,200K,1M)");
+    sizes.push_back(*v);
+  }
+  return sizes;
+}
+
+#if DDSTAGE_HAVE_MPI
+
+/// MPI for the length of the bench (MPI_THREAD_MULTIPLE, for readers in several threads); a
+/// singleton without mpiexec. Finalizes only what it initialised.
+class MpiJob {
+ public:
+  MpiJob(int* argc, char*** argv) {
+    int initialised = 0;
+    MPI_Initialized(&initialised);
+    if (!initialised) {
+      if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &m_level) != MPI_SUCCESS) {
+        throw Error(ErrorKind::runtime, "MPI_Init_thread failed");
+      }
+      m_owns = true;
+    } else {
+      MPI_Query_thread(&m_level);
+    }
+    MPI_Comm_rank(MPI_COMM_WORLD, &m_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &m_size);
+  }
+  MpiJob(const MpiJob&) = delete;
+  MpiJob& operator=(const MpiJob&) = delete;
+  ~MpiJob() {
+    if (m_owns) MPI_Finalize();
+  }
+  int rank() const noexcept { return m_rank; }
+  int size() const noexcept { return m_size; }
+  bool multiple() const noexcept { return m_level >= MPI_THREAD_MULTIPLE; }
+
+ private:
+  bool m_owns = false;
+  int m_level = MPI_THREAD_SINGLE;
+  int m_rank = 0;
+  int m_size = 1;
+};
+
+/// A directory for generated datasets, made by rank 0 and named to every rank (which must all
+/// see it: on several nodes, TMPDIR on a shared file system); rank 0 removes it.
+class SharedTempDir {
+ public:
+  explicit SharedTempDir(const MpiJob& job) : m_owner(job.rank() == 0) {
+    std::string path;
+    if (m_owner) {
+      auto pattern = (std::filesystem::temp_directory_path() / "ddstage-bench-XXXXXX").string();
+      if (!::mkdtemp(pattern.data())) throw IoError("mkdtemp " + pattern, errno);
+      path = pattern;
+    }
+    int len = static_cast<int>(path.size());
+    MPI_Bcast(&len, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    path.resize(static_cast<std::size_t>(len));
+    MPI_Bcast(path.data(), len, MPI_CHAR, 0, MPI_COMM_WORLD);
+    m_path = path;
+  }
+  SharedTempDir(const SharedTempDir&) = delete;
+  SharedTempDir& operator=(const SharedTempDir&) = delete;
+  ~SharedTempDir() {
+    std::error_code ec;
+    if (m_owner) std::filesystem::remove_all(m_path, ec);
+  }
+  const std::filesystem::path& path() const noexcept { return m_path; }
+
+ private:
+  bool m_owner;
+  std::filesystem::path m_path;
+};
+
+/// A get_batch (or collective) reader of an embedded dataset, its destination buffer its own.
+ReadFn store_read(std::shared_ptr<Store::Reader> reader, std::string field, bool collective) {
+  return [reader = std::move(reader), field = std::move(field), collective, dest = std::vector<std::byte>()](
+             std::span<const uint64_t> ids) mutable {
+    const uint64_t bytes = reader->batch_bytes(field, ids);
+    if (dest.size() < bytes) dest.resize(bytes);
+    if (collective) {
+      reader->get_batch_collective(field, ids, std::span(dest).first(bytes));
+    } else {
+      reader->get_batch(field, ids, std::span(dest).first(bytes));
+    }
+    return bytes;
+  };
+}
+
+/// The Store a way reads through: shm shares one window per node, mpi and mpi-alltoall use
+/// MPI_Get and the collective, fabric:P reads other ranks over libfabric provider P.
+std::string store_of(const std::string& way) { return way == "mpi-alltoall" ? "mpi" : way; }
+
+StoreOptions store_options(const std::string& store, const CliContext& ctx) {
+  StoreOptions o;
+  if (store == "shm") return o;
+  o.direct_on_node = false;
+  if (store == "mpi") return o;
+  CliContext c = ctx;
+  const auto colon = store.find(':');
+  if (colon != std::string::npos) c.setting_flags["fabric.provider"] = store.substr(colon + 1);
+  o.transport = "fabric";
+  o.settings = c.resolve_settings();
+  return o;
+}
+
+/// One dataset (a generated row size or the real index) loaded into every Store and measured.
+struct EmbeddedRun {
+  const BenchStoreOptions& opts;
+  const MpiJob& job;
+  std::vector<std::string> ways;
+  std::map<std::string, Store>& stores;
+  BenchReport& report;
+
+  void measure(const std::filesystem::path& ddx, const std::string& name) {
+    for (auto& [key, store] : stores) store.load(ddx, name);
+    const Index& index = stores.begin()->second.index(name);
+    const uint32_t field = opts.field.empty() ? index.default_field() : index.field_id(opts.field);
+    const auto field_name = index.fields()[field].name;
+    uint64_t total = 0;
+    for (uint64_t s = 0; s < index.samples(); ++s) total += index.entry(s, field).length;
+    const uint64_t row_bytes = std::max<uint64_t>(1, total / std::max<uint64_t>(1, index.samples()));
+    // Each rank reads its own random rows, the same number on every rank: collectives match.
+    std::mt19937_64 rng(opts.seed + static_cast<uint64_t>(job.rank()));
+    std::vector<uint64_t> ids(cell_rows(opts, row_bytes));
+    for (auto& id : ids) id = std::uniform_int_distribution<uint64_t>(0, index.samples() - 1)(rng);
+    MemcpyFloor floor(total, [&index, field](uint64_t id) { return index.entry(id, field).length; });
+    const unsigned max_threads = *std::max_element(opts.threads.begin(), opts.threads.end());
+    std::vector<StoreWay> store_ways;
+    for (const auto& way : ways) {
+      const bool collective = way == "mpi-alltoall";
+      // Concurrent MPI calls from several threads need MPI_THREAD_MULTIPLE.
+      const bool single = collective || (way == "mpi" && !job.multiple());
+      std::vector<ReadFn> readers;
+      for (unsigned t = 0; t < (single ? 1 : max_threads); ++t) {
+        readers.push_back(store_read(std::make_shared<Store::Reader>(stores.at(store_of(way)).reader(name)),
+                                     field_name, collective));
+      }
+      warm_up(readers, ids);
+      store_ways.push_back({way, collective ? "get_batch_collective" : "get_batch",
+                            [readers](unsigned t) { return readers[t]; }, single});
+    }
+    measure_matrix(report, opts,
+                   {row_bytes, ids, [] { MPI_Barrier(MPI_COMM_WORLD); }, [&floor](unsigned) { return floor.reader(); }},
+                   store_ways);
+  }
+};
+
+void describe_run(BenchReport& report, const BenchStoreOptions& opts, const MpiJob& job,
+                  const std::vector<std::string>& ways) {
+  report.describe("mode", "embedded: a Store in this MPI job");
+  report.describe("ranks", std::to_string(job.size()) +
+                               (job.size() == 1 ? " (every row is this rank's own: run under mpiexec -n 2 or more to "
+                                                  "measure the transports)"
+                                                : ""));
+  report.describe("transports", fmt::format("{}", fmt::join(ways, ",")));
+  report.describe("dataset", opts.index.empty() ? fmt::format("synthetic rows of {} bytes", fmt::join(opts.synthetic, ","))
+                                                : opts.index);
+  report.describe("seed", fmt::format("{} (rank r reads rows drawn with seed + r)", opts.seed));
+  report.describe("figures", "rank 0's; every rank reads at the same time, cell by cell");
+}
+
+#endif
+
+}  // namespace
+
+void run_bench_store_embedded(const BenchStoreOptions& opts, const CliContext& ctx) {
+  const auto ways = embedded_ways(opts);
+  const auto sizes = synthetic_sizes(opts);
+  if (!opts.index.empty() && !sizes.empty()) throw UsageError("bench store takes --synthetic or --index, not both");
+#if DDSTAGE_HAVE_MPI
+  ctx.resolve_settings();
+  MpiJob job(ctx.argc, ctx.argv);
+  BenchReport report("store");
+  describe_run(report, opts, job, ways);
+  try {
+    std::map<std::string, Store> stores;
+    for (const auto& way : ways) {
+      const auto key = store_of(way);
+      if (!stores.count(key)) stores.emplace(key, make_store(MPI_COMM_WORLD, store_options(key, ctx)));
+    }
+    EmbeddedRun run{opts, job, ways, stores, report};
+    if (!opts.index.empty()) {
+      run.measure(opts.index, "bench");
+    } else {
+      const SharedTempDir dir(job);
+      for (uint64_t row_bytes : sizes) {
+        const uint64_t rows = opts.synthetic_rows ? opts.synthetic_rows : default_synthetic_rows(row_bytes);
+        if (job.rank() == 0) write_synthetic_dataset(dir.path(), row_bytes, rows, opts.seed);
+        MPI_Barrier(MPI_COMM_WORLD);
+        run.measure(dir.path() / fmt::format("rows-{}.ddx", row_bytes), fmt::format("rows-{}", row_bytes));
+      }
+      MPI_Barrier(MPI_COMM_WORLD);
+    }
+  } catch (const Error& e) {
+    // Usage errors come from checks every rank makes alike (the Store's collectives agree on
+    // them), so every rank unwinds together. A rank failing alone at run time would leave the
+    // others waiting in the next barrier: end the job.
+    if (job.size() > 1 && e.kind() == ErrorKind::runtime) {
+      std::fprintf(stderr, "ddstage: error: rank %d: %s\n", job.rank(), e.what());
+      MPI_Abort(MPI_COMM_WORLD, exit_code(e.kind()));
+    }
+    throw;
+  }
+  if (job.rank() != 0) return;
+  add_matrix_notes(report);
+  report.print();
+  report.write(opts.out);
+#else
+  (void)ctx;
+  throw UsageError("bench store --synthetic/--index needs MPI: this ddstage was built with DDSTAGE_WITH_MPI=OFF");
+#endif
+}
+
+}  // namespace ddstage::cli
