@@ -10,6 +10,7 @@
 #include "ddstage/config.hpp"
 #include "ddstage/error.hpp"
 #include "ddstage/fabric_info.hpp"
+#include "ddstage/gpu_info.hpp"
 #include "ddstage/index.hpp"
 #include "ddstage/origin_verify.hpp"
 #include "json_writer.hpp"
@@ -25,6 +26,7 @@ struct InfoOptions {
   bool allow_stale = false;
   bool settings = false;
   bool fabric = false;
+  bool gpu = false;
 };
 
 /// Per-field row sizes, from the entries (variable fields differ per sample).
@@ -163,6 +165,43 @@ void print_fabric(const Settings& settings, bool json) {
   }
 }
 
+/// The GPU runtimes built in, what each finds here, and what gpu.path=auto would pick. A node
+/// without a GPU is a normal answer (exit 0), not an error.
+void print_gpu(const Settings& settings, bool json) {
+  const auto runtimes = gpu_info();
+  const auto cached = cached_gpu_path();
+  const std::string cache_file = gpu_path_cache_file().string();
+  if (json) {
+    JsonWriter j;
+    j.begin_object().field("gpu_path_setting", settings.get_string("gpu.path"));
+    j.field("cached_path", cached ? std::string(gpu_path_name(*cached)) : std::string());
+    j.field("cache_file", cache_file).key("runtimes").begin_array();
+    for (const auto& r : runtimes) {
+      j.begin_object().field("runtime", memory_kind_name(r.kind)).field("devices", r.devices);
+      j.field("reason", r.reason).key("device_names").begin_array();
+      for (const auto& name : r.device_names) j.value(name);
+      j.end_array().end_object();
+    }
+    j.end_array().end_object();
+    fmt::print("{}\n", j.str());
+    return;
+  }
+  if (runtimes.empty()) {
+    fmt::print("runtimes: none (built without CUDA and HIP: configure with -DDDSTAGE_WITH_CUDA=ON or "
+               "-DDDSTAGE_WITH_HIP=ON)\n");
+  }
+  for (const auto& r : runtimes) {
+    if (r.devices == 0) {
+      fmt::print("{}: no GPU: {}\n", memory_kind_name(r.kind), r.reason);
+      continue;
+    }
+    fmt::print("{}: {} device(s)\n", memory_kind_name(r.kind), r.devices);
+    for (std::size_t d = 0; d < r.device_names.size(); ++d) fmt::print("  {}: {}\n", d, r.device_names[d]);
+  }
+  fmt::print("gpu.path={} (auto: {}, from {})\n", settings.get_string("gpu.path"),
+             cached ? gpu_path_name(*cached) : "staged", cached ? cache_file : "no bench result");
+}
+
 /// Prints the failures and throws, so the exit code says the data is bad.
 void report_failures(const VerifyReport& r) {
   std::fflush(stdout);  // the table first, then the verdict, also when both go to one pipe
@@ -183,7 +222,8 @@ void run_info(const InfoOptions& opts, const CliContext& ctx) {
   auto settings = ctx.resolve_settings();
   if (opts.settings) return print_settings(settings);
   if (opts.fabric) return print_fabric(settings, opts.json);
-  if (opts.dataset.empty()) throw UsageError("info needs a DATASET.ddx (or --settings, --fabric)");
+  if (opts.gpu) return print_gpu(settings, opts.json);
+  if (opts.dataset.empty()) throw UsageError("info needs a DATASET.ddx (or --settings, --fabric, --gpu)");
   auto index = Index::open(opts.dataset);
   const bool allow_stale = opts.allow_stale || settings.get_bool("origin.allow_stale");
   if (!allow_stale) index.check_all_fresh();
@@ -215,6 +255,9 @@ void setup_info(CLI::App& app, CliContext& ctx) {
   sub->add_flag("--settings", opts->settings, "Print every setting, its value and where it came from");
   sub->add_flag("--fabric", opts->fabric,
                 "List the libfabric providers this node offers and which fabric.provider/fabric.domain pick");
+  sub->add_flag("--gpu", opts->gpu,
+                "Show the GPU runtimes this ddstage was built with, the devices they find (or why none) "
+                "and the gpu.path auto picks");
   add_setting_option(*sub, ctx, "--threads", "threads", "Threads for --verify (default: one per core)");
   sub->callback([opts, &ctx] { run_info(*opts, ctx); });
 }

@@ -5,8 +5,10 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include "ddstage/client.hpp"
+#include "ddstage/device_allocation.hpp"
 #include "ddstage/error.hpp"
 #include "ddstage/file_descriptor.hpp"
 #include "ddstage/id_spec.hpp"
@@ -28,6 +30,7 @@ struct ReadOptions {
   std::string output;
   bool verify = false;
   bool allow_stale = false;
+  int gpu = -1;  // device number; -1: host memory
 };
 
 /// Output file written beside its final name and renamed on success, so a failed read never
@@ -84,6 +87,29 @@ void copy_batches(const std::vector<uint64_t>& ids, Output& out, RowBytes&& row_
   }
 }
 
+/// --gpu: batches land in device memory through the reader's GPU path, then come back for the
+/// output. The device memory is allocated before anything is read, so a node without a GPU
+/// fails at once, and grows with the largest batch.
+class DeviceRoundTrip {
+ public:
+  explicit DeviceRoundTrip(int device) : m_device(device), m_memory(device, m_bytes) {}
+
+  void read(Reader& reader, const std::string& field, std::span<const uint64_t> ids, std::span<std::byte> dest,
+            bool verify) {
+    if (dest.size() > m_bytes) {
+      m_memory = DeviceAllocation(m_device, dest.size());
+      m_bytes = dest.size();
+    }
+    reader.get_batch(field, ids, m_memory.buffer(dest.size()), verify);
+    m_memory.copy_to_host(dest);
+  }
+
+ private:
+  int m_device;
+  std::size_t m_bytes = 1 << 20;
+  DeviceAllocation m_memory;
+};
+
 uint32_t pick_field(const Index& index, const std::string& field) {
   return field.empty() ? index.default_field() : index.field_id(field);
 }
@@ -113,10 +139,13 @@ void read_store(const ReadOptions& opts, const Settings& settings) {
   const auto& field_name = index.fields()[field].name;
   const auto ids = parse_ids(opts.ids, index.samples());
   auto reader = dataset.reader();
+  std::optional<DeviceRoundTrip> device;
+  if (opts.gpu >= 0) device.emplace(opts.gpu);
   Output out(opts.output);
   copy_batches(
       ids, out, [&](uint64_t id) { return index.entry(id, field).length; },
       [&](std::span<const uint64_t> batch, std::span<std::byte> dest) {
+        if (device) return device->read(reader, field_name, batch, dest, opts.verify);
         reader.get_batch(field_name, batch, dest, opts.verify);
       });
   out.finish();
@@ -126,6 +155,7 @@ void run_read(const ReadOptions& opts, const CliContext& ctx) {
   auto settings = ctx.resolve_settings();
   if (!opts.store.empty()) return read_store(opts, settings);
   if (opts.dataset.empty()) throw UsageError("read needs DATASET.ddx, or --store DIR --dataset NAME");
+  if (opts.gpu >= 0) throw UsageError("--gpu reads from a store: give --store DIR --dataset NAME");
   read_origin(opts, settings);
 }
 
@@ -141,6 +171,11 @@ void setup_read(CLI::App& app, CliContext& ctx) {
   sub->add_option("--field", opts->field, "Field to read (required when the dataset has several)");
   sub->add_option("-o,--output", opts->output, "Output file (default: stdout)");
   sub->add_flag("--verify", opts->verify, "Check every sample's checksum (exit 1 on mismatch)");
+  sub->add_option("--gpu", opts->gpu,
+                  "With --store: read into memory of this GPU (by gpu.path: direct, staged, auto), then "
+                  "copy back for the output")
+      ->check(CLI::NonNegativeNumber);
+  add_setting_option(*sub, ctx, "--gpu-path", "gpu.path", "With --gpu: direct, staged or auto");
   sub->add_flag("--allow-stale", opts->allow_stale, "Read sources that changed after flattening");
   sub->callback([opts, &ctx] { run_read(*opts, ctx); });
 }

@@ -37,13 +37,19 @@ if(NOT DDSTAGE_WITH_CUDA STREQUAL "OFF")
   endif()
 endif()
 
+# HIP on AUTO only when CUDA is not built: a node has one vendor's GPUs, and a CUDA build
+# should not load the ROCm runtime too. Both ON builds both behind the device registry.
 set(DDSTAGE_HAVE_HIP 0)
-if(NOT DDSTAGE_WITH_HIP STREQUAL "OFF")
+if(DDSTAGE_WITH_HIP STREQUAL "ON" OR (DDSTAGE_WITH_HIP STREQUAL "AUTO" AND NOT DDSTAGE_HAVE_CUDA))
   find_program(DDSTAGE_HIPCC hipcc)
   if(DDSTAGE_HIPCC)
+    # Only host calls of the HIP runtime: hip::host compiles them with the C++ compiler.
+    find_package(hip CONFIG QUIET)
+  endif()
+  if(TARGET hip::host)
     set(DDSTAGE_HAVE_HIP 1)
   elseif(DDSTAGE_WITH_HIP STREQUAL "ON")
-    message(FATAL_ERROR "DDSTAGE_WITH_HIP=ON but hipcc was not found")
+    message(FATAL_ERROR "DDSTAGE_WITH_HIP=ON but hipcc or HIP's CMake package (hip::host) was not found")
   endif()
 endif()
 

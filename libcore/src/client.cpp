@@ -18,6 +18,7 @@
 #include "ddstage/shm_segment.hpp"
 #include "process.hpp"
 #include "batch_timer.hpp"
+#include "gpu/gpu_destination.hpp"
 #include "read_batch.hpp"
 #include "transport/copy_transport.hpp"
 #if DDSTAGE_HAVE_FABRIC
@@ -183,6 +184,13 @@ struct Reader::State {
   /// Turns ids into reads at the caller's positions; a run of ids that are consecutive
   /// samples of one rank is one read (rows of a field lie back to back in a region).
   void plan_reads(uint32_t field, std::span<const uint64_t> ids, std::byte* dest);
+  /// Reads the batch into host memory: plans, copies and fetches, and verifies when asked.
+  void transfer(uint32_t field, std::span<const uint64_t> ids, std::span<std::byte> dest, bool verify,
+                detail::BatchTimer& timer);
+  /// Empty when every rank of the batch is read from mapped memory; else why not.
+  std::string why_not_direct() const;
+  /// The reader's GPU destination, made on its first device batch.
+  detail::GpuDestination& gpu();
 
   std::shared_ptr<const detail::OpenDataset> data;
   detail::CopyTransport shm;
@@ -195,6 +203,8 @@ struct Reader::State {
   std::vector<int> owners;       // ranks the current batch touches
   std::vector<pollfd> watched;   // their pidfds
   std::vector<int> watched_ranks;
+  std::optional<detail::GpuDestination> gpu_destination;
+  std::vector<const std::byte*> bases;  // per rank: the mapped segment, for direct device copies
 };
 
 void Reader::State::collect_owners(std::span<const uint64_t> ids) {
@@ -308,6 +318,51 @@ void Reader::row_sizes(const std::string& field, std::span<const uint64_t> ids,
   detail::row_sizes_of(m->data->index, field, ids, sizes);
 }
 
+void Reader::State::transfer(uint32_t f, std::span<const uint64_t> ids, std::span<std::byte> dest,
+                             bool verify, detail::BatchTimer& timer) {
+  plan_reads(f, ids, dest.data());
+  timer.mark(ProfileStage::other);
+#if DDSTAGE_HAVE_FABRIC
+  // Remote reads first: shm copies run while they are in flight.
+  if (!fabric_reads.empty()) {
+    timer.path("fabric");
+    fabric->post(fabric_reads);
+    timer.mark(ProfileStage::post);
+  }
+#endif
+  if (!reads.empty()) timer.path("shm");
+  shm.post(reads);
+  shm.wait();
+  timer.mark(ProfileStage::copy);
+#if DDSTAGE_HAVE_FABRIC
+  if (!fabric_reads.empty()) {
+    fabric->wait();
+    timer.mark(ProfileStage::completion_wait);
+  }
+#endif
+  if (verify) detail::verify_rows(data->index, data->plan, f, ids, dest.data());
+}
+
+std::string Reader::State::why_not_direct() const {
+  for (int r : owners) {
+    const detail::Peer& peer = data->peers[r];
+    if (peer.via_fabric) {
+      return fmt::format("rank {} on {} is read over libfabric ({}), and ddstage does not yet register "
+                         "device memory with FI_HMEM",
+                         r, peer.info.host, peer.info.fabric_provider);
+    }
+  }
+  return {};
+}
+
+detail::GpuDestination& Reader::State::gpu() {
+  if (!gpu_destination) {
+    gpu_destination.emplace(data->settings.get_string("gpu.path"));
+    for (const auto& region : detail::mapped_regions(*data)) bases.push_back(region.data());
+  }
+  return *gpu_destination;
+}
+
 void Reader::get_batch(const std::string& field, std::span<const uint64_t> ids,
                        std::span<std::byte> dest, bool verify) {
   detail::BatchTimer timer;
@@ -319,28 +374,31 @@ void Reader::get_batch(const std::string& field, std::span<const uint64_t> ids,
         fmt::format("destination holds {} bytes; the batch needs {}", dest.size(), need));
   }
   m->check_owners();
-  m->plan_reads(f, ids, dest.data());
-  timer.mark(ProfileStage::other);
-#if DDSTAGE_HAVE_FABRIC
-  // Remote reads first: shm copies run while they are in flight.
-  if (!m->fabric_reads.empty()) {
-    timer.path("fabric");
-    m->fabric->post(m->fabric_reads);
-    timer.mark(ProfileStage::post);
-  }
-#endif
-  if (!m->reads.empty()) timer.path("shm");
-  m->shm.post(m->reads);
-  m->shm.wait();
-  timer.mark(ProfileStage::copy);
-#if DDSTAGE_HAVE_FABRIC
-  if (!m->fabric_reads.empty()) {
-    m->fabric->wait();
-    timer.mark(ProfileStage::completion_wait);
-  }
-#endif
-  if (verify) detail::verify_rows(index, m->data->plan, f, ids, dest.data());
+  m->transfer(f, ids, dest, verify, timer);
   timer.finish(ids.size(), dest.size());
+}
+
+void Reader::get_batch(const std::string& field, std::span<const uint64_t> ids, const DeviceBuffer& dest,
+                       bool verify) {
+  detail::BatchTimer timer;
+  const Index& index = m->data->index;
+  const uint32_t f = detail::field_of(index, field);
+  m->collect_owners(ids);
+  detail::GpuDestination& gpu = m->gpu();
+  gpu.begin(dest, detail::bytes_of(index, f, ids));
+  m->check_owners();
+  if (gpu.choose(m->why_not_direct()) == GpuPath::staged) {
+    timer.path("gpu staged");
+    m->transfer(f, ids, gpu.bounce(dest.bytes), verify, timer);
+    gpu.finish_staged(dest);
+  } else {
+    timer.path("gpu direct");
+    m->plan_reads(f, ids, static_cast<std::byte*>(dest.ptr));
+    timer.mark(ProfileStage::other);
+    gpu.copy_direct(m->reads, m->bases, dest);
+    if (verify) detail::verify_rows(index, m->data->plan, f, ids, gpu.copy_back(dest).data());
+  }
+  timer.finish(ids.size(), dest.bytes);
 }
 
 Dataset::Dataset(std::shared_ptr<State> state) : m(std::move(state)) {}

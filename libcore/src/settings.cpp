@@ -13,7 +13,7 @@ extern char** environ;
 namespace ddstage {
 namespace {
 
-constexpr std::array<SettingDef, 13> table{{
+constexpr std::array<SettingDef, 14> table{{
     {"log.level", SettingType::string, "info", "log level: trace, debug, info, warn, error, off",
      "trace|debug|info|warn|error|off"},
     {"progress", SettingType::string, "auto", "progress line on stderr: auto (when a terminal), always, never",
@@ -34,6 +34,10 @@ constexpr std::array<SettingDef, 13> table{{
      "auto|shm|fabric"},
     {"read_timeout", SettingType::duration, "10s",
      "a read batch fails when its peers make no progress for this long (500ms, 10s, 2m)"},
+    {"gpu.path", SettingType::string, "auto",
+     "how get_batch reaches GPU memory: direct (mapped rows copied straight to the device), staged "
+     "(through a pinned host buffer, one copy per batch), auto (what bench found faster here, else staged)",
+     "direct|staged|auto"},
     {"profile", SettingType::string, "",
      "read profile, printed at exit: empty or 0 off; 1 to stderr; else a file (%p: pid, %h: host)"},
 }};

@@ -17,6 +17,7 @@
 #include "mpi/mpi_window.hpp"
 #include "process.hpp"
 #include "batch_timer.hpp"
+#include "gpu/gpu_destination.hpp"
 #include "read_batch.hpp"
 #include "transport/mpi_all_to_all.hpp"
 #include "transport/copy_transport.hpp"
@@ -325,7 +326,8 @@ struct Store::Reader::State {
         map{&data->index, &data->plan, &data->layouts[static_cast<std::size_t>(self)],
             data->window.region()},
         rma(data->window.get(), data->direct),
-        all_to_all(comm, store.options.max_round_bytes) {
+        all_to_all(comm, store.options.max_round_bytes),
+        gpu(store.options.settings.get_string("gpu.path")) {
 #if DDSTAGE_HAVE_FABRIC
     const auto remote = [](const detail::FabricRemote& r) { return !r.peer.address_hex.empty(); };
     // With every rank addressed directly (one rank, or a shared window) there is nothing to
@@ -344,6 +346,9 @@ struct Store::Reader::State {
   /// Reads the planned batch: over libfabric (and memcpy for directly addressed ranks) when
   /// the Store was made with it, else MPI RMA.
   void transfer(detail::BatchTimer& timer);
+  /// Empty when every rank's region is addressed directly; else why rows cannot go straight
+  /// to device memory.
+  std::string why_not_direct() const;
 
   /// Turns ids into reads at the caller's positions; a run of consecutive samples of one rank
   /// is one read.
@@ -359,6 +364,7 @@ struct Store::Reader::State {
   detail::MpiRmaTransport rma;
   detail::MpiAllToAll all_to_all;
   std::vector<detail::ReadOp> reads;  // reused across batches
+  detail::GpuDestination gpu;
 #if DDSTAGE_HAVE_FABRIC
   std::optional<detail::CopyTransport> local;
   std::optional<detail::FabricTransport> fabric;
@@ -397,6 +403,17 @@ void Store::Reader::State::transfer(detail::BatchTimer& timer) {
   timer.mark(all_direct ? ProfileStage::copy : ProfileStage::post);
   rma.wait();
   timer.mark(ProfileStage::completion_wait);
+}
+
+std::string Store::Reader::State::why_not_direct() const {
+  for (std::size_t r = 0; r < data->direct.size(); ++r) {
+    if (!data->direct[r]) {
+      return fmt::format("rank {}'s rows come with MPI_Get or libfabric into host memory (direct needs "
+                         "every rank on one node with direct_on_node)",
+                         r);
+    }
+  }
+  return {};
 }
 
 void Store::Reader::State::plan_reads(uint32_t field, std::span<const uint64_t> ids,
@@ -475,6 +492,31 @@ void Store::Reader::get_batch(const std::string& field, std::span<const uint64_t
   m->transfer(timer);
   if (verify) detail::verify_rows(index, m->data->plan, f, ids, dest.data());
   timer.finish(ids.size(), dest.size());
+}
+
+void Store::Reader::get_batch(const std::string& field, std::span<const uint64_t> ids,
+                              const DeviceBuffer& dest, bool verify) {
+  detail::BatchTimer timer;
+  const Index& index = m->data->index;
+  const uint32_t f = detail::field_of(index, field);
+  detail::check_ids(index, ids);
+  m->gpu.begin(dest, detail::bytes_of(index, f, ids));
+  if (m->gpu.choose(m->why_not_direct()) == GpuPath::staged) {
+    timer.path("gpu staged");
+    const auto host = m->gpu.bounce(dest.bytes);
+    m->plan_reads(f, ids, host.data());
+    timer.mark(ProfileStage::other);
+    m->transfer(timer);
+    if (verify) detail::verify_rows(index, m->data->plan, f, ids, host.data());
+    m->gpu.finish_staged(dest);
+  } else {
+    timer.path("gpu direct");
+    m->plan_reads(f, ids, static_cast<std::byte*>(dest.ptr));
+    timer.mark(ProfileStage::other);
+    m->gpu.copy_direct(m->reads, m->data->direct, dest);
+    if (verify) detail::verify_rows(index, m->data->plan, f, ids, m->gpu.copy_back(dest).data());
+  }
+  timer.finish(ids.size(), dest.bytes);
 }
 
 void Store::Reader::get_batch_collective(const std::string& field, std::span<const uint64_t> ids,

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "ddstage/device_buffer.hpp"
 #include "ddstage/index.hpp"
 #include "ddstage/settings.hpp"
 #include "ddstage/store_descriptor.hpp"
@@ -39,6 +40,16 @@ class Reader {
   /// progress for read_timeout fail the batch naming them; a rank on another host that serves
   /// no libfabric endpoint is a UsageError. The reader stays usable for the other ranks.
   void get_batch(const std::string& field, std::span<const uint64_t> ids, std::span<std::byte> dest,
+                 bool verify = false);
+  /// The same into device memory, by the `gpu.path` setting: staged (rows gathered in this
+  /// reader's pinned host buffer, then one copy to dest), direct (one device copy per run of
+  /// rows from the mapped shared memory) or auto (what `ddstage bench` cached for this node,
+  /// else staged). Either way the copies go on dest.stream and the call returns after one
+  /// event wait on it. Error "no GPU: <reason>" when no built runtime has dest.device; rows
+  /// read over libfabric need staged (direct is then a UsageError, auto stages and says so).
+  /// With verify the rows are checked on the host: in the bounce buffer (staged) or copied
+  /// back from dest (direct).
+  void get_batch(const std::string& field, std::span<const uint64_t> ids, const DeviceBuffer& dest,
                  bool verify = false);
 
  private:

@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 
+#include "ddstage/device_buffer.hpp"
 #include "ddstage/index.hpp"
 #include "ddstage/settings.hpp"
 
@@ -107,6 +108,12 @@ class Store::Reader {
   /// verify, every row's checksum is checked against the index (ChecksumError naming sample, field
   /// and rank). Bad input is a UsageError before anything is read.
   void get_batch(const std::string& field, std::span<const uint64_t> ids, std::span<std::byte> dest,
+                 bool verify = false);
+  /// The same into device memory, by options.settings' `gpu.path` (see Client's Reader):
+  /// direct needs every rank's rows addressed directly (one rank, or direct_on_node on one
+  /// node): rows fetched with MPI_Get or libfabric are staged through this reader's pinned
+  /// host buffer. One event wait on dest.stream per batch.
+  void get_batch(const std::string& field, std::span<const uint64_t> ids, const DeviceBuffer& dest,
                  bool verify = false);
 
   /// Collective over the Store's ranks: every rank calls it at the same point with its own ids

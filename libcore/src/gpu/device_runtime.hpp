@@ -1,0 +1,89 @@
+// The small device interface libcore's GPU destinations use: one implementation per runtime
+// (cuda/, hip/), chosen at run time through device_registry.hpp. Handles travel as void* so
+// that nothing outside those folders includes a CUDA or HIP header.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ddstage/device_buffer.hpp"
+
+namespace ddstage::detail {
+
+/// What a runtime finds on this node: devices, or why there are none.
+struct DeviceProbe {
+  int devices = 0;
+  std::string reason;  // empty when devices > 0
+  std::vector<std::string> names;
+};
+
+enum class DeviceHandleKind : unsigned char { device_memory, pinned_memory, stream, event };
+
+/// One GPU runtime (CUDA, HIP). Calls that fail throw Error naming the runtime call, its code
+/// and its string; release() only logs. Nothing here synchronises a whole device.
+class DeviceRuntime {
+ public:
+  DeviceRuntime() = default;
+  DeviceRuntime(const DeviceRuntime&) = delete;
+  DeviceRuntime& operator=(const DeviceRuntime&) = delete;
+  virtual ~DeviceRuntime() = default;
+
+  virtual MemoryKind kind() const noexcept = 0;
+  /// Devices on this node; any runtime error (no driver, no device) means none, with its reason.
+  virtual DeviceProbe probe() const = 0;
+  /// The device ptr is memory of, when it is this runtime's device (or managed) memory.
+  virtual std::optional<int> device_of(const void* ptr) const = 0;
+
+  virtual void* allocate_device(int device, std::size_t bytes) = 0;
+  /// Page-locked host memory: the source of one async copy per staged batch.
+  virtual void* allocate_pinned(std::size_t bytes) = 0;
+  virtual void* create_stream(int device) = 0;
+  /// An event without timing, for record + wait.
+  virtual void* create_event(int device) = 0;
+  virtual void release(DeviceHandleKind kind, void* handle) noexcept = 0;
+
+  /// Queues a copy between any two of host and device memory on stream.
+  virtual void copy_async(void* dst, const void* src, std::size_t bytes, void* stream) = 0;
+  /// Queues a byte fill of device memory on stream.
+  virtual void fill_async(void* dst, unsigned char value, std::size_t bytes, void* stream) = 0;
+  /// Records event on stream and waits for it: the one synchronisation per batch.
+  virtual void record_and_wait(void* event, void* stream) = 0;
+};
+
+/// A runtime handle that releases itself: move-only, noexcept destructor.
+class DeviceHandle {
+ public:
+  DeviceHandle() = default;
+  DeviceHandle(DeviceRuntime& runtime, DeviceHandleKind kind, void* handle) noexcept
+      : m_runtime(&runtime), m_kind(kind), m_handle(handle) {}
+  DeviceHandle(DeviceHandle&& other) noexcept { swap(other); }
+  DeviceHandle& operator=(DeviceHandle&& other) noexcept {
+    DeviceHandle(std::move(other)).swap(*this);
+    return *this;
+  }
+  ~DeviceHandle() {
+    if (m_handle) m_runtime->release(m_kind, m_handle);
+  }
+
+  void* get() const noexcept { return m_handle; }
+  explicit operator bool() const noexcept { return m_handle != nullptr; }
+
+ private:
+  void swap(DeviceHandle& other) noexcept {
+    std::swap(m_runtime, other.m_runtime);
+    std::swap(m_kind, other.m_kind);
+    std::swap(m_handle, other.m_handle);
+  }
+  DeviceRuntime* m_runtime = nullptr;
+  DeviceHandleKind m_kind = DeviceHandleKind::device_memory;
+  void* m_handle = nullptr;
+};
+
+/// The runtime implementations; each is defined only when its toolkit was found, and only
+/// device_registry.cpp refers to them.
+DeviceRuntime& cuda_runtime();
+DeviceRuntime& hip_runtime();
+
+}  // namespace ddstage::detail

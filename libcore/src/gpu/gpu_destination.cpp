@@ -1,0 +1,111 @@
+#include "gpu/gpu_destination.hpp"
+
+#include <bit>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "batch_timer.hpp"
+#include "ddstage/error.hpp"
+#include "gpu/device_registry.hpp"
+
+namespace ddstage::detail {
+
+GpuDestination::GpuDestination(std::string setting) : m_setting(std::move(setting)) {}
+
+void GpuDestination::begin(const DeviceBuffer& dest, uint64_t need) {
+  DeviceRuntime& runtime = runtime_of(dest);
+  if (&runtime != m_runtime) {
+    m_events.clear();  // events belong to the runtime that made them
+    m_runtime = &runtime;
+  }
+  if (dest.bytes != need) {
+    throw UsageError(fmt::format("device destination holds {} bytes; the batch needs {}", dest.bytes, need));
+  }
+}
+
+GpuPath GpuDestination::choose(std::string_view why_not_direct) {
+  if (m_setting == "staged") {
+    note(GpuPath::staged, "gpu.path=staged");
+    return GpuPath::staged;
+  }
+  if (m_setting == "direct") {
+    if (!why_not_direct.empty()) {
+      throw UsageError(fmt::format("gpu.path=direct: {}; use gpu.path=staged or auto", why_not_direct));
+    }
+    note(GpuPath::direct, "gpu.path=direct");
+    return GpuPath::direct;
+  }
+  const GpuPath cached = resolve_auto();
+  if (cached == GpuPath::direct && !why_not_direct.empty()) {
+    if (m_last != GpuPath::staged) {
+      spdlog::info("gpu.path=auto: this node's faster path is direct, but {}: staging through host memory",
+                   why_not_direct);
+    }
+    note(GpuPath::staged, "gpu.path=auto, falling back");
+    return GpuPath::staged;
+  }
+  note(cached, "gpu.path=auto");
+  return cached;
+}
+
+GpuPath GpuDestination::resolve_auto() {
+  if (!m_auto) {
+    const auto cached = cached_gpu_path();
+    m_auto = cached.value_or(GpuPath::staged);
+    spdlog::debug("gpu.path=auto: {} ({} {})", gpu_path_name(*m_auto),
+                  cached ? "as bench measured, cached in" : "no bench result in", gpu_path_cache_file().string());
+  }
+  return *m_auto;
+}
+
+void GpuDestination::note(GpuPath path, std::string_view why) {
+  if (m_last == path) return;
+  m_last = path;
+  spdlog::debug("GPU batches go {} ({})", gpu_path_name(path), why);
+}
+
+std::span<std::byte> GpuDestination::bounce(uint64_t bytes) {
+  if (bytes > m_bounce_bytes || m_bounce_runtime != m_runtime) {
+    // Powers of two: a reader whose batches grow a little reallocates a few times, not each time.
+    const std::size_t size = std::bit_ceil(std::max<std::size_t>(bytes, 1));
+    m_bounce = DeviceHandle();
+    m_bounce = DeviceHandle(*m_runtime, DeviceHandleKind::pinned_memory, m_runtime->allocate_pinned(size));
+    m_bounce_bytes = size;
+    m_bounce_runtime = m_runtime;
+  }
+  return {static_cast<std::byte*>(m_bounce.get()), bytes};
+}
+
+void GpuDestination::finish_staged(const DeviceBuffer& dest) {
+  if (dest.bytes > 0) m_runtime->copy_async(dest.ptr, m_bounce.get(), dest.bytes, dest.stream);
+  sync(dest);
+}
+
+void GpuDestination::copy_direct(std::span<const ReadOp> reads, std::span<const std::byte* const> bases,
+                                 const DeviceBuffer& dest) {
+  for (const ReadOp& op : reads) {
+    m_runtime->copy_async(op.dest, bases[static_cast<std::size_t>(op.rank)] + op.offset, op.bytes, dest.stream);
+  }
+  profile_mark(ProfileStage::copy);
+  sync(dest);
+}
+
+std::span<const std::byte> GpuDestination::copy_back(const DeviceBuffer& dest) {
+  const auto host = bounce(dest.bytes);
+  m_runtime->copy_async(host.data(), dest.ptr, dest.bytes, dest.stream);
+  m_runtime->record_and_wait(m_events[static_cast<std::size_t>(dest.device)].get(), dest.stream);
+  return host;
+}
+
+void GpuDestination::sync(const DeviceBuffer& dest) {
+  const auto device = static_cast<std::size_t>(dest.device);
+  if (m_events.size() <= device) m_events.resize(device + 1);
+  if (!m_events[device]) {
+    m_events[device] = DeviceHandle(*m_runtime, DeviceHandleKind::event, m_runtime->create_event(dest.device));
+  }
+  m_runtime->record_and_wait(m_events[device].get(), dest.stream);
+  profile_mark(ProfileStage::gpu_sync);
+}
+
+}  // namespace ddstage::detail

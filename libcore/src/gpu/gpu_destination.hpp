@@ -1,0 +1,62 @@
+// What a reader adds to get_batch for a device destination: the gpu.path choice, a pinned
+// bounce buffer, the copies to the caller's memory and the one event wait per batch.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ddstage/device_buffer.hpp"
+#include "ddstage/gpu_info.hpp"
+#include "gpu/device_runtime.hpp"
+#include "transport/transport.hpp"
+
+namespace ddstage::detail {
+
+/// One per Reader (so per thread): its bounce buffer and events serve only that reader's
+/// batches, one batch at a time, and every batch writes only the caller's DeviceBuffer. A
+/// batch ends with its copies complete, so the bounce buffer is free for the next one.
+class GpuDestination {
+ public:
+  /// setting: the `gpu.path` value, direct, staged or auto.
+  explicit GpuDestination(std::string setting);
+
+  /// Before anything is read: Error "no GPU: <reason>" when no runtime has dest.device,
+  /// UsageError when dest.ptr is not its device memory or dest.bytes is not `need`.
+  void begin(const DeviceBuffer& dest, uint64_t need);
+  /// The path of this batch. why_not_direct is empty when its rows can go straight to device
+  /// memory; otherwise gpu.path=direct is a UsageError naming it and auto stages (saying so).
+  GpuPath choose(std::string_view why_not_direct);
+  /// Pinned host memory for bytes, grown as needed and reused.
+  std::span<std::byte> bounce(uint64_t bytes);
+  /// Staged: the bounce buffer's first dest.bytes go to dest in one async copy, then the sync.
+  void finish_staged(const DeviceBuffer& dest);
+  /// Direct: each read goes from bases[rank] + offset to its dest (an address in dest) as one
+  /// async copy on dest.stream, then the sync.
+  void copy_direct(std::span<const ReadOp> reads, std::span<const std::byte* const> bases,
+                   const DeviceBuffer& dest);
+  /// dest's bytes back in the bounce buffer, for verify after a direct batch.
+  std::span<const std::byte> copy_back(const DeviceBuffer& dest);
+
+ private:
+  /// Records an event on dest.stream and waits for it: the batch's only synchronisation.
+  void sync(const DeviceBuffer& dest);
+  /// The auto choice: bench's cached answer for this node, else staged (once per reader).
+  GpuPath resolve_auto();
+  void note(GpuPath path, std::string_view why);
+
+  std::string m_setting;
+  DeviceRuntime* m_runtime = nullptr;  // of the current batch's destination
+  std::optional<GpuPath> m_auto;
+  std::optional<GpuPath> m_last;  // for one log line per change of path
+  DeviceRuntime* m_bounce_runtime = nullptr;
+  DeviceHandle m_bounce;
+  std::size_t m_bounce_bytes = 0;
+  std::vector<DeviceHandle> m_events;  // by device, created on first use
+};
+
+}  // namespace ddstage::detail

@@ -1,0 +1,70 @@
+#include "ddstage/gpu_info.hpp"
+
+#include <cerrno>
+#include <cstdlib>
+#include <fstream>
+
+#include "ddstage/error.hpp"
+#include "gpu/device_registry.hpp"
+#include "process.hpp"
+
+namespace ddstage {
+
+std::string_view memory_kind_name(MemoryKind kind) noexcept {
+  switch (kind) {
+    case MemoryKind::host: return "host";
+    case MemoryKind::cuda: return "cuda";
+    case MemoryKind::hip: return "hip";
+  }
+  return "?";
+}
+
+std::string_view gpu_path_name(GpuPath path) noexcept {
+  return path == GpuPath::direct ? "direct" : "staged";
+}
+
+std::vector<GpuRuntimeInfo> gpu_info() {
+  std::vector<GpuRuntimeInfo> out;
+  for (detail::DeviceRuntime* runtime : detail::device_runtimes()) {
+    auto probe = runtime->probe();
+    out.push_back({runtime->kind(), probe.devices, std::move(probe.reason), std::move(probe.names)});
+  }
+  return out;
+}
+
+std::filesystem::path gpu_path_cache_file() {
+  // One file per host: a home directory shared by every node must not give one node's answer
+  // to another kind of node.
+  const std::string name = "gpu-path-" + detail::host_name();
+  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) {
+    return std::filesystem::path(xdg) / "ddstage" / name;
+  }
+  if (const char* home = std::getenv("HOME"); home && *home) {
+    return std::filesystem::path(home) / ".cache/ddstage" / name;
+  }
+  return {};
+}
+
+std::optional<GpuPath> cached_gpu_path() {
+  const auto file = gpu_path_cache_file();
+  if (file.empty()) return std::nullopt;
+  std::ifstream in(file);
+  std::string word;
+  if (!(in >> word)) return std::nullopt;
+  if (word == "direct") return GpuPath::direct;
+  if (word == "staged") return GpuPath::staged;
+  return std::nullopt;
+}
+
+void cache_gpu_path(GpuPath path) {
+  const auto file = gpu_path_cache_file();
+  if (file.empty()) throw UsageError("cannot cache the GPU path: neither XDG_CACHE_HOME nor HOME is set");
+  std::error_code ec;
+  std::filesystem::create_directories(file.parent_path(), ec);
+  if (ec) throw IoError("mkdir " + file.parent_path().string(), ec.value());
+  std::ofstream out(file, std::ios::trunc);
+  out << gpu_path_name(path) << '\n';
+  if (!out.flush()) throw IoError("write " + file.string(), errno);
+}
+
+}  // namespace ddstage

@@ -1,0 +1,143 @@
+// DeviceRuntime over the HIP runtime API (host calls only: no kernels, so no hipcc needed).
+#include <hip/hip_runtime_api.h>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "ddstage/error.hpp"
+#include "gpu/device_runtime.hpp"
+
+namespace ddstage::detail {
+namespace {
+
+/// Builds the message only on failure: these calls sit on the per-batch path.
+#define DDSTAGE_HIP_CHECK(call)                                                    \
+  do {                                                                              \
+    if (const hipError_t rc_ = (call); rc_ != hipSuccess) fail(#call, rc_, __FILE__, __LINE__); \
+  } while (0)
+
+[[noreturn]] void fail(const char* call, hipError_t rc, const char* file, int line) {
+  throw Error(ErrorKind::runtime, fmt::format("HIP: {} failed: {} ({}): {} [{}:{}]", call, hipGetErrorName(rc),
+                                              static_cast<int>(rc), hipGetErrorString(rc), file, line));
+}
+
+DeviceProbe probe_once() {
+  DeviceProbe probe;
+  int count = 0;
+  // Without a driver this returns an error (no driver, no device): every
+  // error means no device, reported with its name.
+  if (const hipError_t rc = hipGetDeviceCount(&count); rc != hipSuccess) {
+    probe.reason = fmt::format("hipGetDeviceCount: {} ({}): {}", hipGetErrorName(rc), static_cast<int>(rc),
+                               hipGetErrorString(rc));
+    return probe;
+  }
+  if (count <= 0) {
+    probe.reason = "hipGetDeviceCount found no device";
+    return probe;
+  }
+  probe.devices = count;
+  for (int d = 0; d < count; ++d) {
+    hipDeviceProp_t prop{};
+    probe.names.push_back(hipGetDeviceProperties(&prop, d) == hipSuccess ? prop.name : "?");
+  }
+  return probe;
+}
+
+/// Makes device current for this thread while a call needs it, and restores the caller's.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    DDSTAGE_HIP_CHECK(hipGetDevice(&m_previous));
+    if (m_previous != device) DDSTAGE_HIP_CHECK(hipSetDevice(device));
+    m_device = device;
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+  ~DeviceScope() {
+    if (m_previous != m_device) (void)hipSetDevice(m_previous);
+  }
+
+ private:
+  int m_previous = 0;
+  int m_device = 0;
+};
+
+class HipRuntime final : public DeviceRuntime {
+ public:
+  MemoryKind kind() const noexcept override { return MemoryKind::hip; }
+
+  DeviceProbe probe() const override {
+    static const DeviceProbe probe = probe_once();
+    return probe;
+  }
+
+  std::optional<int> device_of(const void* ptr) const override {
+    hipPointerAttribute_t attr{};
+    if (hipPointerGetAttributes(&attr, ptr) != hipSuccess) {
+      (void)hipGetLastError();  // a host pointer is an answer, not a sticky error
+      return std::nullopt;
+    }
+    if (attr.memoryType != hipMemoryTypeDevice && !attr.isManaged) return std::nullopt;
+    return attr.device;
+  }
+
+  void* allocate_device(int device, std::size_t bytes) override {
+    DeviceScope scope(device);
+    void* ptr = nullptr;
+    DDSTAGE_HIP_CHECK(hipMalloc(&ptr, bytes));
+    return ptr;
+  }
+
+  void* allocate_pinned(std::size_t bytes) override {
+    void* ptr = nullptr;
+    DDSTAGE_HIP_CHECK(hipHostMalloc(&ptr, bytes, hipHostMallocDefault));
+    return ptr;
+  }
+
+  void* create_stream(int device) override {
+    DeviceScope scope(device);
+    hipStream_t stream = nullptr;
+    DDSTAGE_HIP_CHECK(hipStreamCreateWithFlags(&stream, hipStreamNonBlocking));
+    return stream;
+  }
+
+  void* create_event(int device) override {
+    DeviceScope scope(device);
+    hipEvent_t event = nullptr;
+    DDSTAGE_HIP_CHECK(hipEventCreateWithFlags(&event, hipEventDisableTiming));
+    return event;
+  }
+
+  void release(DeviceHandleKind kind, void* handle) noexcept override {
+    hipError_t rc = hipSuccess;
+    switch (kind) {
+      case DeviceHandleKind::device_memory: rc = hipFree(handle); break;
+      case DeviceHandleKind::pinned_memory: rc = hipHostFree(handle); break;
+      case DeviceHandleKind::stream: rc = hipStreamDestroy(static_cast<hipStream_t>(handle)); break;
+      case DeviceHandleKind::event: rc = hipEventDestroy(static_cast<hipEvent_t>(handle)); break;
+    }
+    if (rc != hipSuccess) spdlog::warn("HIP: releasing a handle failed: {}", hipGetErrorString(rc));
+  }
+
+  void copy_async(void* dst, const void* src, std::size_t bytes, void* stream) override {
+    DDSTAGE_HIP_CHECK(hipMemcpyAsync(dst, src, bytes, hipMemcpyDefault, static_cast<hipStream_t>(stream)));
+  }
+
+  void fill_async(void* dst, unsigned char value, std::size_t bytes, void* stream) override {
+    DDSTAGE_HIP_CHECK(hipMemsetAsync(dst, value, bytes, static_cast<hipStream_t>(stream)));
+  }
+
+  void record_and_wait(void* event, void* stream) override {
+    DDSTAGE_HIP_CHECK(hipEventRecord(static_cast<hipEvent_t>(event), static_cast<hipStream_t>(stream)));
+    DDSTAGE_HIP_CHECK(hipEventSynchronize(static_cast<hipEvent_t>(event)));
+  }
+};
+
+}  // namespace
+
+DeviceRuntime& hip_runtime() {
+  static HipRuntime runtime;
+  return runtime;
+}
+
+}  // namespace ddstage::detail
