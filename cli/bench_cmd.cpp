@@ -1,5 +1,6 @@
 #include "bench_cmd.hpp"
 
+#include "bench_fabric_raw.hpp"
 #include "bench_flatten.hpp"
 #include "bench_loader.hpp"
 #include "bench_load.hpp"
@@ -14,6 +15,7 @@ void setup_bench(CLI::App& app, CliContext& ctx) {
 
   setup_bench_origin(*bench, ctx);
   setup_bench_store(*bench, ctx);
+  setup_bench_fabric_raw(*bench, ctx);
   setup_bench_flatten(*bench, ctx);
   setup_bench_load(*bench, ctx);
   setup_bench_loader(*bench, ctx);

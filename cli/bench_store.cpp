@@ -128,6 +128,10 @@ void measure_matrix(BenchReport& report, const BenchStoreOptions& opts, const Ma
         for (const auto& sharing : opts.sharing) {
           auto c = cell(way.transport, way.mode, batch, threads, sharing, way.reader);
           if (floor_us > 0) c.extras.emplace_back("x_floor", c.ns_per_row.mean() / floor_us);
+          const auto raw = run.raw_floor_ns.find(way.transport);
+          if (raw != run.raw_floor_ns.end() && raw->second.count(batch) && raw->second.at(batch) > 0) {
+            c.extras.emplace_back("x_raw", c.ns_per_row.mean() / raw->second.at(batch));
+          }
           report.add(std::move(c));
         }
       }
@@ -137,9 +141,12 @@ void measure_matrix(BenchReport& report, const BenchStoreOptions& opts, const Ma
 
 void add_matrix_notes(BenchReport& report) {
   report.note("x_floor: mean µs/row over the memcpy floor's at the same row size and batch");
+  if (std::any_of(report.cells().begin(), report.cells().end(), [](const BenchCell& c) { return c.dim("provider"); })) {
+    report.note("x_raw: mean µs/row over the raw fi_read floor's (fabric-raw) at the same row size and batch");
+  }
   for (const auto& c : report.cells()) {
     const auto& transport = std::get<std::string>(*c.dim("transport"));
-    if (transport == "memcpy" || std::get<uint64_t>(*c.dim("threads")) != 1 ||
+    if (transport == "memcpy" || c.dim("provider") || std::get<uint64_t>(*c.dim("threads")) != 1 ||
         std::get<std::string>(*c.dim("sharing")) != "own") {
       continue;
     }

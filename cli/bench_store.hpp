@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <span>
 #include <string>
 #include <vector>
@@ -57,6 +58,8 @@ struct MatrixRun {
   std::function<void()> before_cell = [] {};
   /// memcpy of the same rows (the floor for shared memory): a reader for thread t.
   std::function<ReadFn(unsigned thread)> floor;
+  /// Per way (fabric ones) and batch: the raw fi_read floor's mean ns per row, for x_raw.
+  std::map<std::string, std::map<uint64_t, double>> raw_floor_ns;
 };
 
 /// Measures every (way, batch, threads, sharing) cell and the floor for each batch, into report.

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "bench_fabric_raw.hpp"
 #include "bench_store.hpp"
 #include "ddstage/config.hpp"
 #include "ddstage/error.hpp"
@@ -19,6 +20,7 @@
 #include "synthetic_dataset.hpp"
 #if DDSTAGE_HAVE_MPI
 #include "ddstage/mpi.hpp"
+#include "mpi_job.hpp"
 #endif
 
 namespace ddstage::cli {
@@ -56,40 +58,6 @@ std::vector<uint64_t> synthetic_sizes(const BenchStoreOptions& opts) {
 
 #if DDSTAGE_HAVE_MPI
 
-/// MPI for the length of the bench (MPI_THREAD_MULTIPLE, for readers in several threads); a
-/// singleton without mpiexec. Finalizes only what it initialised.
-class MpiJob {
- public:
-  MpiJob(int* argc, char*** argv) {
-    int initialised = 0;
-    MPI_Initialized(&initialised);
-    if (!initialised) {
-      if (MPI_Init_thread(argc, argv, MPI_THREAD_MULTIPLE, &m_level) != MPI_SUCCESS) {
-        throw Error(ErrorKind::runtime, "MPI_Init_thread failed");
-      }
-      m_owns = true;
-    } else {
-      MPI_Query_thread(&m_level);
-    }
-    MPI_Comm_rank(MPI_COMM_WORLD, &m_rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &m_size);
-  }
-  MpiJob(const MpiJob&) = delete;
-  MpiJob& operator=(const MpiJob&) = delete;
-  ~MpiJob() {
-    if (m_owns) MPI_Finalize();
-  }
-  int rank() const noexcept { return m_rank; }
-  int size() const noexcept { return m_size; }
-  bool multiple() const noexcept { return m_level >= MPI_THREAD_MULTIPLE; }
-
- private:
-  bool m_owns = false;
-  int m_level = MPI_THREAD_SINGLE;
-  int m_rank = 0;
-  int m_size = 1;
-};
-
 /// A directory for generated datasets, made by rank 0 and named to every rank (which must all
 /// see it: on several nodes, TMPDIR on a shared file system); rank 0 removes it.
 class SharedTempDir {
@@ -97,15 +65,10 @@ class SharedTempDir {
   explicit SharedTempDir(const MpiJob& job) : m_owner(job.rank() == 0) {
     std::string path;
     if (m_owner) {
-      auto pattern = (std::filesystem::temp_directory_path() / "ddstage-bench-XXXXXX").string();
-      if (!::mkdtemp(pattern.data())) throw IoError("mkdtemp " + pattern, errno);
-      path = pattern;
+      path = (std::filesystem::temp_directory_path() / "ddstage-bench-XXXXXX").string();
+      if (!::mkdtemp(path.data())) throw IoError("mkdtemp " + path, errno);
     }
-    int len = static_cast<int>(path.size());
-    MPI_Bcast(&len, 1, MPI_INT, 0, MPI_COMM_WORLD);
-    path.resize(static_cast<std::size_t>(len));
-    MPI_Bcast(path.data(), len, MPI_CHAR, 0, MPI_COMM_WORLD);
-    m_path = path;
+    m_path = job.broadcast(path, 0);
   }
   SharedTempDir(const SharedTempDir&) = delete;
   SharedTempDir& operator=(const SharedTempDir&) = delete;
@@ -155,6 +118,7 @@ StoreOptions store_options(const std::string& store, const CliContext& ctx) {
 /// One dataset (a generated row size or the real index) loaded into every Store and measured.
 struct EmbeddedRun {
   const BenchStoreOptions& opts;
+  const CliContext& ctx;
   const MpiJob& job;
   std::vector<std::string> ways;
   std::map<std::string, Store>& stores;
@@ -188,9 +152,29 @@ struct EmbeddedRun {
       store_ways.push_back({way, collective ? "get_batch_collective" : "get_batch",
                             [readers](unsigned t) { return readers[t]; }, single});
     }
-    measure_matrix(report, opts,
-                   {row_bytes, ids, [] { MPI_Barrier(MPI_COMM_WORLD); }, [&floor](unsigned) { return floor.reader(); }},
-                   store_ways);
+    MatrixRun run{row_bytes, ids, [&job = job] { job.barrier(); }, [&floor](unsigned) { return floor.reader(); }};
+    for (const auto& way : ways) {
+      if (way.rfind("fabric", 0) == 0) run.raw_floor_ns[way] = raw_floor(way, row_bytes, ids.size());
+    }
+    measure_matrix(report, opts, run, store_ways);
+  }
+
+  /// Collective: the raw fi_read floor on the way's provider at this row size, per batch, as
+  /// cells (rank 0) and mean ns per row by batch.
+  std::map<uint64_t, double> raw_floor(const std::string& way, uint64_t row_bytes, uint64_t rows) {
+    std::string provider;
+    const auto points = measure_fabric_floor(store_options(way, ctx).settings, &job, {row_bytes}, opts.batches,
+                                             [rows](uint64_t) { return rows; }, opts.seed, provider);
+    std::map<uint64_t, double> mean_ns;
+    for (const auto& p : points) {
+      auto c = floor_cell(p, {{"transport", "fabric-raw" + way.substr(6)}, {"mode", "floor"}});
+      c.dims.emplace_back("threads", uint64_t{1});
+      c.dims.emplace_back("sharing", "own");
+      c.dims.emplace_back("provider", provider);
+      mean_ns[p.batch] = c.ns_per_row.mean();
+      report.add(std::move(c));
+    }
+    return mean_ns;
   }
 };
 
@@ -227,7 +211,7 @@ void run_bench_store_embedded(const BenchStoreOptions& opts, const CliContext& c
       const auto key = store_of(way);
       if (!stores.count(key)) stores.emplace(key, make_store(MPI_COMM_WORLD, store_options(key, ctx)));
     }
-    EmbeddedRun run{opts, job, ways, stores, report};
+    EmbeddedRun run{opts, ctx, job, ways, stores, report};
     if (!opts.index.empty()) {
       run.measure(opts.index, "bench");
     } else {
@@ -235,10 +219,10 @@ void run_bench_store_embedded(const BenchStoreOptions& opts, const CliContext& c
       for (uint64_t row_bytes : sizes) {
         const uint64_t rows = opts.synthetic_rows ? opts.synthetic_rows : default_synthetic_rows(row_bytes);
         if (job.rank() == 0) write_synthetic_dataset(dir.path(), row_bytes, rows, opts.seed);
-        MPI_Barrier(MPI_COMM_WORLD);
+        job.barrier();
         run.measure(dir.path() / fmt::format("rows-{}.ddx", row_bytes), fmt::format("rows-{}", row_bytes));
       }
-      MPI_Barrier(MPI_COMM_WORLD);
+      job.barrier();
     }
   } catch (const Error& e) {
     // Usage errors come from checks every rank makes alike (the Store's collectives agree on
@@ -246,7 +230,7 @@ void run_bench_store_embedded(const BenchStoreOptions& opts, const CliContext& c
     // others waiting in the next barrier: end the job.
     if (job.size() > 1 && e.kind() == ErrorKind::runtime) {
       std::fprintf(stderr, "ddstage: error: rank %d: %s\n", job.rank(), e.what());
-      MPI_Abort(MPI_COMM_WORLD, exit_code(e.kind()));
+      job.abort(exit_code(e.kind()));
     }
     throw;
   }

@@ -296,6 +296,8 @@ def check_store_cells(report, ways, sizes, batches, threads, sharing, rows):
     row size and batch; per cell bytes == rows x row_bytes and ordered percentiles."""
     modes = {"mpi-alltoall": "get_batch_collective"}
     expected = {("memcpy", "floor", s, b, 1, "own") for s in sizes for b in batches}
+    expected |= {("fabric-raw" + w[len("fabric"):], "floor", s, b, 1, "own") for w in ways if w.startswith("fabric")
+                 for s in sizes for b in batches}
     expected |= {(w, modes.get(w, "get_batch"), s, b, t, sh) for w in ways for s in sizes for b in batches
                  for t in threads for sh in sharing if t == 1 or w != "mpi-alltoall"}
     cells = [tuple(c["dims"][k] for k in STORE_DIMS) for c in report["cells"]]
@@ -305,7 +307,9 @@ def check_store_cells(report, ways, sizes, batches, threads, sharing, rows):
         assert c["calls"] >= rows // c["dims"]["batch"]
         assert 0 <= c["p50_us"] <= c["p99_us"] <= c["p999_us"] <= c["max_us"], c
         assert c["gb_per_s"] > 0 and c["seconds"] > 0
-        assert ("x_floor" in c) == (c["dims"]["transport"] != "memcpy")
+        floor = c["dims"]["mode"] == "floor"
+        assert ("x_floor" in c) != floor
+        assert ("x_raw" in c) == c["dims"]["transport"].startswith("fabric:"), c
 
 
 def test_bench_store_synthetic_one_process(ddstage, tmp_path):
@@ -371,3 +375,39 @@ def test_bench_store_index(ddstage, tmp_path):
     report = json.loads(out.read_text())
     assert report["run"]["dataset"] == str(ddx)
     check_store_cells(report, ["shm", "mpi-alltoall"], [48], [4], [1], ["own"], 40)
+
+
+def check_raw_cells(report, sizes, batches, rows):
+    cells = {(c["dims"]["row_bytes"], c["dims"]["batch"]) for c in report["cells"]}
+    assert cells == {(s, b) for s in sizes for b in batches} and len(report["cells"]) == len(cells)
+    for c in report["cells"]:
+        assert c["dims"]["transport"] == "fabric-raw" and c["dims"]["provider"] == "tcp;ofi_rxm"
+        assert c["rows"] == rows and c["bytes"] == rows * c["dims"]["row_bytes"]
+        assert c["calls"] == -(-rows // c["dims"]["batch"])
+        assert 0 < c["p50_us"] <= c["p99_us"] <= c["p999_us"] <= c["max_us"], c
+
+
+def test_bench_fabric_raw(ddstage, tmp_path):
+    """The raw fi_read loop over tcp on lo, in one process (a second endpoint of its own) and
+    under mpiexec -n 2 (rank 0 reads rank 1): one cell per row size and batch, CSV and JSON."""
+    out = tmp_path / "raw.json"
+    ddstage.ok("bench", "fabric-raw", "--size", "3K,64K", "--batch", "1,16", "--samples", 40, "--json", out,
+               "--csv", tmp_path / "raw.csv", env={**MPI_ENV, **FABRIC_LO})
+    report = json.loads(out.read_text())
+    assert report["bench"] == "fabric-raw" and "second endpoint" in report["run"]["reads"]
+    check_raw_cells(report, [3072, 65536], [1, 16], 40)
+    assert len((tmp_path / "raw.csv").read_text().splitlines()) == 1 + 4
+    ddstage.run("bench", "fabric-raw", "--size", "3K", "--batch", "8", "--samples", 24, "--json", out, check=True,
+                prefix=["timeout", "60", "mpiexec", "-n", "2"], env={**MPI_ENV, **FABRIC_LO})
+    report = json.loads(out.read_text())
+    assert "rank 1" in report["run"]["reads"]
+    check_raw_cells(report, [3072], [8], 24)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--size", "0"], ["--size"]),
+    (["--batch", "0"], ["--batch"]),
+    (["--provider", "no-such-provider"], ["no-such-provider"]),
+])
+def test_bench_fabric_raw_bad_input(ddstage, args, words):
+    assert_usage_error(ddstage.run("bench", "fabric-raw", "--samples", 4, *args, env={**MPI_ENV, **FABRIC_LO}), *words)
