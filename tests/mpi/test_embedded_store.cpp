@@ -14,7 +14,9 @@
 #include <vector>
 
 #include "ddstage/config.hpp"
+#include "ddstage/device_allocation.hpp"
 #include "ddstage/error.hpp"
+#include "ddstage/gpu_info.hpp"
 #include "ddstage/index_writer.hpp"
 #include "ddstage/mpi.hpp"
 #include "ddstage/origin_reader.hpp"
@@ -183,6 +185,39 @@ void test_threads(Store& store, const Index& index) {
   for (int n : ok) CHECK(n == 10);
 }
 
+/// With --gpu: batches into device memory (every rank on device 0), direct and staged, equal
+/// origin; direct needs a shared window, without one it is refused and staged still reads.
+void test_gpu(const fs::path& dir) {
+  const Index index = Index::open(dir / "d.ddx");
+  const auto plan = ShardPlan::balance(index, g_size);
+  const auto with_path = [](const char* path) {
+    return Settings::resolve({{"gpu.path", path}}, {}, std::nullopt, false);
+  };
+  const auto device_batch = [&](Store::Reader& reader, const std::string& field, const Ids& ids) {
+    const auto bytes = reader.batch_bytes(field, ids);
+    DeviceAllocation memory(0, std::max<uint64_t>(bytes, 1));
+    memory.fill(std::byte{0xEE}, memory.buffer().bytes);
+    reader.get_batch(field, ids, memory.buffer(bytes), /*verify=*/true);
+    Bytes out(bytes);
+    memory.copy_to_host(out);
+    return out;
+  };
+  std::mt19937_64 rng(99 + static_cast<uint64_t>(g_rank));
+  for (const char* path : {"direct", "staged"}) {
+    for (bool shared : {true, false}) {
+      Store store = make_store(MPI_COMM_WORLD, {.direct_on_node = shared, .settings = with_path(path)});
+      store.load(dir / "d.ddx");
+      auto reader = store.reader("d");
+      const Ids ids = random_batch(rng, plan, 64);
+      if (!shared && g_size > 1 && std::string(path) == "direct") {
+        check_throws<UsageError>([&] { device_batch(reader, "x", ids); }, "MPI_Get");
+        continue;
+      }
+      for (const std::string field : {"x", "g"}) CHECK(device_batch(reader, field, ids) == origin_batch(index, field, ids));
+    }
+  }
+}
+
 void test_collective(Store& store, const Index& index, int trials) {
   auto reader = store.reader("d");
   const auto plan = ShardPlan::balance(index, g_size);
@@ -282,9 +317,28 @@ void run(const fs::path& dir) {
 #endif
 }
 
+/// The reason no built GPU runtime has a device, or empty when one has.
+std::string no_gpu_reason() {
+  std::string why = "built without CUDA and HIP";
+  for (const auto& r : gpu_info()) {
+    if (r.devices > 0) return {};
+    why = std::string(memory_kind_name(r.kind)) + ": " + r.reason;
+  }
+  return why;
+}
+
 }  // namespace
 
+/// Without arguments: the embedded Store's checks. With --gpu (label hardware): only the
+/// device-destination checks, skipped (exit 77) before MPI_Init where there is no GPU.
 int main(int argc, char** argv) {
+  const bool gpu = argc > 1 && std::string(argv[1]) == "--gpu";
+  if (gpu) {
+    if (const auto why = no_gpu_reason(); !why.empty()) {
+      std::printf("skipped: no GPU (%s)\n", why.c_str());
+      return 77;
+    }
+  }
   MPI_Init(&argc, &argv);
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &g_size);
@@ -296,7 +350,11 @@ int main(int argc, char** argv) {
       fs::remove(dir / "b-src" / "x2.bin");
     }
     MPI_Barrier(MPI_COMM_WORLD);
-    run(dir);
+    if (gpu) {
+      test_gpu(dir);
+    } else {
+      run(dir);
+    }
   } catch (const std::exception& e) {
     // Another rank may be waiting in a collective: end the whole job rather than hang.
     std::fprintf(stderr, "rank %d: unexpected exception: %s\n", g_rank, e.what());
