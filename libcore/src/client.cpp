@@ -389,7 +389,12 @@ void Reader::get_batch(const std::string& field, std::span<const uint64_t> ids, 
   m->check_owners();
   if (gpu.choose(m->why_not_direct()) == GpuPath::staged) {
     timer.path("gpu staged");
-    m->transfer(f, ids, gpu.bounce(dest.bytes), verify, timer);
+    bool replaced = false;
+    const auto host = gpu.bounce(dest.bytes, &replaced);
+#if DDSTAGE_HAVE_FABRIC
+    if (replaced && m->fabric) m->fabric->forget_destinations();
+#endif
+    m->transfer(f, ids, host, verify, timer);
     gpu.finish_staged(dest);
   } else {
     timer.path("gpu direct");

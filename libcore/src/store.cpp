@@ -503,7 +503,11 @@ void Store::Reader::get_batch(const std::string& field, std::span<const uint64_t
   m->gpu.begin(dest, detail::bytes_of(index, f, ids));
   if (m->gpu.choose(m->why_not_direct()) == GpuPath::staged) {
     timer.path("gpu staged");
-    const auto host = m->gpu.bounce(dest.bytes);
+    bool replaced = false;
+    const auto host = m->gpu.bounce(dest.bytes, &replaced);
+#if DDSTAGE_HAVE_FABRIC
+    if (replaced && m->fabric) m->fabric->forget_destinations();
+#endif
     m->plan_reads(f, ids, host.data());
     timer.mark(ProfileStage::other);
     m->transfer(timer);

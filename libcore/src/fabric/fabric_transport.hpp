@@ -38,6 +38,11 @@ class FabricTransport final : public Transport {
   void wait() override;
   /// The provider the reads go over ("tcp;ofi_rxm").
   const std::string& provider() const noexcept { return m_provider; }
+  /// Between batches: the caller freed a destination buffer (a reader's bounce buffer that
+  /// grew), so a registration cached for its addresses must not serve memory mapped there next.
+  void forget_destinations() noexcept {
+    if (m_local) m_local->clear();
+  }
 
  private:
   /// One read in flight; `context` first, so the completion's op_context is the slot itself.

@@ -65,8 +65,10 @@ void GpuDestination::note(GpuPath path, std::string_view why) {
   spdlog::debug("GPU batches go {} ({})", gpu_path_name(path), why);
 }
 
-std::span<std::byte> GpuDestination::bounce(uint64_t bytes) {
-  if (bytes > m_bounce_bytes || m_bounce_runtime != m_runtime) {
+std::span<std::byte> GpuDestination::bounce(uint64_t bytes, bool* replaced) {
+  const bool grow = bytes > m_bounce_bytes || m_bounce_runtime != m_runtime;
+  if (replaced) *replaced = grow && m_bounce;
+  if (grow) {
     // Powers of two: a reader whose batches grow a little reallocates a few times, not each time.
     const std::size_t size = std::bit_ceil(std::max<std::size_t>(bytes, 1));
     m_bounce = DeviceHandle();

@@ -31,8 +31,10 @@ class GpuDestination {
   /// The path of this batch. why_not_direct is empty when its rows can go straight to device
   /// memory; otherwise gpu.path=direct is a UsageError naming it and auto stages (saying so).
   GpuPath choose(std::string_view why_not_direct);
-  /// Pinned host memory for bytes, grown as needed and reused.
-  std::span<std::byte> bounce(uint64_t bytes);
+  /// Pinned host memory for bytes, grown as needed and reused. *replaced (when given) says
+  /// whether the previous buffer was freed for it: transports that cache registrations of
+  /// destinations must then forget them.
+  std::span<std::byte> bounce(uint64_t bytes, bool* replaced = nullptr);
   /// Staged: the bounce buffer's first dest.bytes go to dest in one async copy, then the sync.
   void finish_staged(const DeviceBuffer& dest);
   /// Direct: each read goes from bases[rank] + offset to its dest (an address in dest) as one
