@@ -10,6 +10,8 @@
 #include <thread>
 #include <vector>
 
+#include "ddstage/profile.hpp"
+
 namespace ddstage::cli {
 namespace {
 
@@ -42,7 +44,16 @@ void run_cell(BenchCell& cell, std::span<const uint64_t> ids, const CellShape& s
     auto shared = std::make_shared<ReadFn>(make_reader(0));
     for (unsigned t = 0; t < threads; ++t) {
       readers.emplace_back([shared, &lock](std::span<const uint64_t> batch) {
+        if (!profile::enabled()) {
+          const std::lock_guard guard(lock);
+          return (*shared)(batch);
+        }
+        // The wait for the lock is the profile's queue_wait: the cost of sharing a reader.
+        const auto t0 = Clock::now();
         const std::lock_guard guard(lock);
+        profile::add(ProfileStage::queue_wait, static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                                         Clock::now() - t0)
+                                                                         .count()));
         return (*shared)(batch);
       });
     }

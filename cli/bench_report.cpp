@@ -221,6 +221,15 @@ std::string BenchReport::json() const {
     j.field("min_us", us(c.ns_per_row.min()));
     for (const auto& [k, v] : c.extras) j.field(k, v);
     if (!c.detail.empty()) j.field("detail", c.detail);
+    if (!c.profile.empty()) {
+      j.key("profile").begin_object();
+      for (const auto& [stage, figures] : c.profile) {
+        j.key(stage).begin_object();
+        for (const auto& [k, v] : figures) j.field(k, v);
+        j.end_object();
+      }
+      j.end_object();
+    }
     j.end_object();
   }
   j.end_array().key("notes").begin_array();

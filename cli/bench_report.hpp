@@ -32,6 +32,9 @@ struct BenchCell {
   std::vector<std::pair<std::string, double>> extras;
   /// Text printed under the table for this cell (e.g. a read profile); also in the JSON.
   std::string detail;
+  /// The read profile's stages (bench store --profile), each with its figures: the JSON
+  /// object "profile" {stage: {figure: value}}.
+  std::vector<std::pair<std::string, std::vector<std::pair<std::string, double>>>> profile;
 
   double gb_per_s() const noexcept { return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0; }
   /// The coordinate on `name`, or nullptr.

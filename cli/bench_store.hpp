@@ -32,6 +32,7 @@ struct BenchStoreOptions {
   std::string cell_bytes = "1G";
   uint64_t synthetic_rows = 0;  ///< 0: enough rows for 128 MiB per size
   uint64_t seed = 1;
+  bool profile = false;  ///< the read profile per cell, and its overhead
   BenchOutputs out;
 };
 
@@ -60,9 +61,12 @@ struct MatrixRun {
   std::function<ReadFn(unsigned thread)> floor;
   /// Per way (fabric ones) and batch: the raw fi_read floor's mean ns per row, for x_raw.
   std::map<std::string, std::map<uint64_t, double>> raw_floor_ns;
+  /// With --profile: measure the profile's own cost on these rows (the dataset nearest 3 KB).
+  bool profile_overhead = false;
 };
 
-/// Measures every (way, batch, threads, sharing) cell and the floor for each batch, into report.
+/// Measures every (way, batch, threads, sharing) cell and the floor for each batch, into report;
+/// with --profile, each cell's read profile, and the profile's overhead when run asks for it.
 void measure_matrix(BenchReport& report, const BenchStoreOptions& opts, const MatrixRun& run,
                     const std::vector<StoreWay>& ways);
 

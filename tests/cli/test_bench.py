@@ -300,9 +300,10 @@ def check_store_cells(report, ways, sizes, batches, threads, sharing, rows):
                  for s in sizes for b in batches}
     expected |= {(w, modes.get(w, "get_batch"), s, b, t, sh) for w in ways for s in sizes for b in batches
                  for t in threads for sh in sharing if t == 1 or w != "mpi-alltoall"}
-    cells = [tuple(c["dims"][k] for k in STORE_DIMS) for c in report["cells"]]
+    matrix = [c for c in report["cells"] if "profile" not in c["dims"]]
+    cells = [tuple(c["dims"][k] for k in STORE_DIMS) for c in matrix]
     assert sorted(cells) == sorted(expected)
-    for c in report["cells"]:
+    for c in matrix:
         assert c["rows"] == rows and c["bytes"] == rows * c["dims"]["row_bytes"], c
         assert c["calls"] >= rows // c["dims"]["batch"]
         assert 0 <= c["p50_us"] <= c["p99_us"] <= c["p999_us"] <= c["max_us"], c
@@ -411,3 +412,27 @@ def test_bench_fabric_raw(ddstage, tmp_path):
 ])
 def test_bench_fabric_raw_bad_input(ddstage, args, words):
     assert_usage_error(ddstage.run("bench", "fabric-raw", "--samples", 4, *args, env={**MPI_ENV, **FABRIC_LO}), *words)
+
+
+def test_bench_store_profile(ddstage, tmp_path):
+    """--profile: every get_batch cell carries the read profile (its batches are the cell's
+    calls; the shared reader's lock wait is its queue_wait) in the table and the JSON, and the
+    profile's overhead is two extra cells, off and on, with the ratio."""
+    out = tmp_path / "p.json"
+    proc = ddstage.ok("bench", "store", "--synthetic", "3K", "--synthetic-rows", 64, "--samples", 32,
+                      "--transport", "shm", "--batch", "4", "--threads", "2", "--sharing", "own,shared", "--profile",
+                      "--json", out, env=MPI_ENV)
+    report = json.loads(out.read_text())
+    check_store_cells(report, ["shm"], [3072], [4], [2], ["own", "shared"], 32)
+    for c in report["cells"]:
+        if c["dims"]["mode"] == "floor":
+            assert "profile" not in c
+        elif "profile" not in c["dims"]:
+            assert c["profile"]["get_batch"]["batches"] == c["calls"], c
+            assert c["profile"]["copy"]["batches"] == c["calls"]
+            assert ("queue_wait" in c["profile"]) == (c["dims"]["sharing"] == "shared")
+    off, on = [c for c in report["cells"] if "profile" in c["dims"]]
+    assert (off["dims"]["profile"], on["dims"]["profile"]) == ("off", "on")
+    assert off["dims"]["batch"] == on["dims"]["batch"] == 128 and off["rows"] == on["rows"] == 6 * 32
+    assert on["x_off_min"] > 0 and on["x_off_mean"] > 0
+    assert "profile overhead" in proc.stdout and "completion_wait" in proc.stdout
