@@ -246,12 +246,12 @@ BenchReport loader_report(const BenchLoaderOptions& opts, const RunDescription& 
   return report;
 }
 
-/// What runs in each mode, in the same order and on the same ids.
+/// The store's dataset, or without a store the index alone.
 struct Sources {
   std::optional<Client> client;
   std::optional<Dataset> dataset;
-  std::optional<Index> own_index;  // without a store
-  const Index* index = nullptr;
+  std::optional<Index> own_index;
+  const Index& index() const { return dataset ? dataset->index() : *own_index; }
 };
 
 Sources open_sources(const BenchLoaderOptions& opts, const Settings& settings) {
@@ -259,10 +259,8 @@ Sources open_sources(const BenchLoaderOptions& opts, const Settings& settings) {
   if (!opts.store.empty()) {
     s.client.emplace(opts.store, settings);
     s.dataset.emplace(s.client->open(opts.dataset));
-    s.index = &s.dataset->index();
   } else {
     s.own_index.emplace(Index::open(opts.index));
-    s.index = &*s.own_index;
   }
   return s;
 }
@@ -284,8 +282,8 @@ void run_bench_loader(const BenchLoaderOptions& opts, const CliContext& ctx) {
   const auto compare = checked_compare(opts);
   const auto settings = ctx.resolve_settings();
   const bool allow_stale = opts.allow_stale || settings.get_bool("origin.allow_stale");
-  auto sources = open_sources(opts, settings);
-  const Index& index = *sources.index;
+  const auto sources = open_sources(opts, settings);
+  const Index& index = sources.index();
   const auto fields = field_ids(index, opts.fields);
   const auto ids = shuffled_batches(index.samples(), opts.batch, opts.steps, opts.seed);
   if (!compare.empty() && !allow_stale) index.check_all_fresh();
@@ -302,8 +300,8 @@ void run_bench_loader(const BenchLoaderOptions& opts, const CliContext& ctx) {
   const auto origin_files = index_files(index, {FileKind::source, FileKind::pack});
   [[maybe_unused]] std::mutex hdf5_library;
   for (const auto& mode : compare) {
-    if (mode == "hdf5" && !hdf5_unavailable(index).empty()) {
-      runs.push_back({mode, hdf5_unavailable(index), {}});
+    if (auto why = mode == "hdf5" ? hdf5_unavailable(index) : ""; !why.empty()) {
+      runs.push_back({mode, std::move(why), {}});
       continue;
     }
     if (!opts.warm) drop_cached_pages(origin_files);
