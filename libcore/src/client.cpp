@@ -204,7 +204,7 @@ struct Reader::State {
   std::vector<pollfd> watched;   // their pidfds
   std::vector<int> watched_ranks;
   std::optional<detail::GpuDestination> gpu_destination;
-  std::vector<const std::byte*> bases;  // per rank: the mapped segment, for direct device copies
+  std::vector<std::span<const std::byte>> regions;  // per rank: the mapped segment, for direct device copies
 };
 
 void Reader::State::collect_owners(std::span<const uint64_t> ids) {
@@ -358,7 +358,7 @@ std::string Reader::State::why_not_direct() const {
 detail::GpuDestination& Reader::State::gpu() {
   if (!gpu_destination) {
     gpu_destination.emplace(data->settings.get_string("gpu.path"));
-    for (const auto& region : detail::mapped_regions(*data)) bases.push_back(region.data());
+    regions = detail::mapped_regions(*data);
   }
   return *gpu_destination;
 }
@@ -400,7 +400,7 @@ void Reader::get_batch(const std::string& field, std::span<const uint64_t> ids, 
     timer.path("gpu direct");
     m->plan_reads(f, ids, static_cast<std::byte*>(dest.ptr));
     timer.mark(ProfileStage::other);
-    gpu.copy_direct(m->reads, m->bases, dest);
+    gpu.copy_direct(m->reads, m->regions, dest);
     if (verify) detail::verify_rows(index, m->data->plan, f, ids, gpu.copy_back(dest).data());
   }
   timer.finish(ids.size(), dest.bytes);

@@ -328,16 +328,15 @@ struct Store::Reader::State {
         rma(data->window.get(), data->direct),
         all_to_all(comm, store.options.max_round_bytes),
         gpu(store.options.settings.get_string("gpu.path")) {
+    for (std::size_t r = 0; r < data->direct.size(); ++r) {
+      direct_regions.emplace_back(data->direct[r], data->direct[r] ? data->layouts[r].total_bytes() : 0);
+    }
 #if DDSTAGE_HAVE_FABRIC
     const auto remote = [](const detail::FabricRemote& r) { return !r.peer.address_hex.empty(); };
     // With every rank addressed directly (one rank, or a shared window) there is nothing to
     // read over the network: the RMA path's memcpy serves.
     if (store.fabric && std::any_of(data->remotes.begin(), data->remotes.end(), remote)) {
-      std::vector<std::span<const std::byte>> regions(data->direct.size());
-      for (std::size_t r = 0; r < regions.size(); ++r) {
-        if (data->direct[r]) regions[r] = {data->direct[r], data->layouts[r].total_bytes()};
-      }
-      local.emplace("local", regions);
+      local.emplace("local", direct_regions);
       fabric.emplace(detail::FabricOptions::from(store.options.settings), data->remotes);
     }
 #endif
@@ -365,6 +364,7 @@ struct Store::Reader::State {
   detail::MpiAllToAll all_to_all;
   std::vector<detail::ReadOp> reads;  // reused across batches
   detail::GpuDestination gpu;
+  std::vector<std::span<const std::byte>> direct_regions;  // by rank, for direct device copies
 #if DDSTAGE_HAVE_FABRIC
   std::optional<detail::CopyTransport> local;
   std::optional<detail::FabricTransport> fabric;
@@ -517,7 +517,7 @@ void Store::Reader::get_batch(const std::string& field, std::span<const uint64_t
     timer.path("gpu direct");
     m->plan_reads(f, ids, static_cast<std::byte*>(dest.ptr));
     timer.mark(ProfileStage::other);
-    m->gpu.copy_direct(m->reads, m->data->direct, dest);
+    m->gpu.copy_direct(m->reads, m->direct_regions, dest);
     if (verify) detail::verify_rows(index, m->data->plan, f, ids, m->gpu.copy_back(dest).data());
   }
   timer.finish(ids.size(), dest.bytes);

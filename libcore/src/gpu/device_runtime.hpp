@@ -19,7 +19,7 @@ struct DeviceProbe {
   std::vector<std::string> names;
 };
 
-enum class DeviceHandleKind : unsigned char { device_memory, pinned_memory, stream, event };
+enum class DeviceHandleKind : unsigned char { device_memory, pinned_memory, stream, event, host_registration };
 
 /// One GPU runtime (CUDA, HIP). Calls that fail throw Error naming the runtime call, its code
 /// and its string; release() only logs. Nothing here synchronises a whole device.
@@ -42,6 +42,11 @@ class DeviceRuntime {
   virtual void* create_stream(int device) = 0;
   /// An event without timing, for record + wait.
   virtual void* create_event(int device) = 0;
+  /// Page-locks host memory this process maps (a store's shared memory, possibly read-only),
+  /// so that device copies from it are DMA rather than staged by the driver. Returns the
+  /// handle to release, or null, logged at info level, when the runtime refuses: copies then
+  /// still work, staged by the driver.
+  virtual void* register_host(const void* ptr, std::size_t bytes) noexcept = 0;
   virtual void release(DeviceHandleKind kind, void* handle) noexcept = 0;
 
   /// Queues a copy between any two of host and device memory on stream.

@@ -8,10 +8,15 @@
 #include "batch_timer.hpp"
 #include "ddstage/error.hpp"
 #include "gpu/device_registry.hpp"
+#include "gpu/host_registrations.hpp"
 
 namespace ddstage::detail {
 
 GpuDestination::GpuDestination(std::string setting) : m_setting(std::move(setting)) {}
+
+GpuDestination::~GpuDestination() {
+  for (const std::byte* region : m_registered) HostRegistrations::instance().release(region);
+}
 
 void GpuDestination::begin(const DeviceBuffer& dest, uint64_t need) {
   DeviceRuntime& runtime = runtime_of(dest);
@@ -84,10 +89,20 @@ void GpuDestination::finish_staged(const DeviceBuffer& dest) {
   sync(dest);
 }
 
-void GpuDestination::copy_direct(std::span<const ReadOp> reads, std::span<const std::byte* const> bases,
+void GpuDestination::copy_direct(std::span<const ReadOp> reads, std::span<const std::span<const std::byte>> regions,
                                  const DeviceBuffer& dest) {
+  if (!m_regions_registered) {
+    m_regions_registered = true;
+    for (const auto& region : regions) {
+      if (region.empty()) continue;
+      HostRegistrations::instance().acquire(*m_runtime, region);
+      m_registered.push_back(region.data());
+    }
+    profile_mark(ProfileStage::registration);
+  }
   for (const ReadOp& op : reads) {
-    m_runtime->copy_async(op.dest, bases[static_cast<std::size_t>(op.rank)] + op.offset, op.bytes, dest.stream);
+    m_runtime->copy_async(op.dest, regions[static_cast<std::size_t>(op.rank)].data() + op.offset, op.bytes,
+                          dest.stream);
   }
   profile_mark(ProfileStage::copy);
   sync(dest);

@@ -24,6 +24,10 @@ class GpuDestination {
  public:
   /// setting: the `gpu.path` value, direct, staged or auto.
   explicit GpuDestination(std::string setting);
+  GpuDestination(const GpuDestination&) = delete;
+  GpuDestination& operator=(const GpuDestination&) = delete;
+  /// Releases the reader's share of the regions' registrations.
+  ~GpuDestination();
 
   /// Before anything is read: Error "no GPU: <reason>" when no runtime has dest.device,
   /// UsageError when dest.ptr is not its device memory or dest.bytes is not `need`.
@@ -37,9 +41,10 @@ class GpuDestination {
   std::span<std::byte> bounce(uint64_t bytes, bool* replaced = nullptr);
   /// Staged: the bounce buffer's first dest.bytes go to dest in one async copy, then the sync.
   void finish_staged(const DeviceBuffer& dest);
-  /// Direct: each read goes from bases[rank] + offset to its dest (an address in dest) as one
-  /// async copy on dest.stream, then the sync.
-  void copy_direct(std::span<const ReadOp> reads, std::span<const std::byte* const> bases,
+  /// Direct: each read goes from regions[rank] + offset to its dest (an address in dest) as
+  /// one async copy on dest.stream, then the sync. The first direct batch page-locks the
+  /// regions (shared with the process's other readers), so the copies are DMA.
+  void copy_direct(std::span<const ReadOp> reads, std::span<const std::span<const std::byte>> regions,
                    const DeviceBuffer& dest);
   /// dest's bytes back in the bounce buffer, for verify after a direct batch.
   std::span<const std::byte> copy_back(const DeviceBuffer& dest);
@@ -59,6 +64,8 @@ class GpuDestination {
   DeviceHandle m_bounce;
   std::size_t m_bounce_bytes = 0;
   std::vector<DeviceHandle> m_events;  // by device, created on first use
+  bool m_regions_registered = false;
+  std::vector<const std::byte*> m_registered;  // regions this reader holds registrations of
 };
 
 }  // namespace ddstage::detail

@@ -108,6 +108,18 @@ class CudaRuntime final : public DeviceRuntime {
     return event;
   }
 
+  void* register_host(const void* ptr, std::size_t bytes) noexcept override {
+    void* address = const_cast<void*>(ptr);
+    if (const cudaError_t rc = cudaHostRegister(address, bytes, cudaHostRegisterReadOnly | cudaHostRegisterPortable); rc != cudaSuccess) {
+      (void)cudaGetLastError();
+      spdlog::info("CUDA: cudaHostRegister of {} bytes of shared memory failed ({}): direct copies from it are "
+                   "staged by the driver",
+                   bytes, cudaGetErrorString(rc));
+      return nullptr;
+    }
+    return address;
+  }
+
   void release(DeviceHandleKind kind, void* handle) noexcept override {
     cudaError_t rc = cudaSuccess;
     switch (kind) {
@@ -115,6 +127,7 @@ class CudaRuntime final : public DeviceRuntime {
       case DeviceHandleKind::pinned_memory: rc = cudaFreeHost(handle); break;
       case DeviceHandleKind::stream: rc = cudaStreamDestroy(static_cast<cudaStream_t>(handle)); break;
       case DeviceHandleKind::event: rc = cudaEventDestroy(static_cast<cudaEvent_t>(handle)); break;
+      case DeviceHandleKind::host_registration: rc = cudaHostUnregister(handle); break;
     }
     if (rc != cudaSuccess) spdlog::warn("CUDA: releasing a handle failed: {}", cudaGetErrorString(rc));
   }

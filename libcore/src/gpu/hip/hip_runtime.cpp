@@ -108,6 +108,18 @@ class HipRuntime final : public DeviceRuntime {
     return event;
   }
 
+  void* register_host(const void* ptr, std::size_t bytes) noexcept override {
+    void* address = const_cast<void*>(ptr);
+    if (const hipError_t rc = hipHostRegister(address, bytes, hipHostRegisterPortable); rc != hipSuccess) {
+      (void)hipGetLastError();
+      spdlog::info("HIP: hipHostRegister of {} bytes of shared memory failed ({}): direct copies from it are "
+                   "staged by the driver",
+                   bytes, hipGetErrorString(rc));
+      return nullptr;
+    }
+    return address;
+  }
+
   void release(DeviceHandleKind kind, void* handle) noexcept override {
     hipError_t rc = hipSuccess;
     switch (kind) {
@@ -115,6 +127,7 @@ class HipRuntime final : public DeviceRuntime {
       case DeviceHandleKind::pinned_memory: rc = hipHostFree(handle); break;
       case DeviceHandleKind::stream: rc = hipStreamDestroy(static_cast<hipStream_t>(handle)); break;
       case DeviceHandleKind::event: rc = hipEventDestroy(static_cast<hipEvent_t>(handle)); break;
+      case DeviceHandleKind::host_registration: rc = hipHostUnregister(handle); break;
     }
     if (rc != hipSuccess) spdlog::warn("HIP: releasing a handle failed: {}", hipGetErrorString(rc));
   }
