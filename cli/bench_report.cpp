@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -86,7 +87,26 @@ std::string terminal_for(const std::string& path) {
   throw UsageError("--plot " + path + ": the file must end in .png or .svg");
 }
 
+/// The names of the (name, value) pairs members_of(cell) points at, in first-seen order.
+template <typename Members>
+std::vector<std::string> names_over(const std::vector<BenchCell>& cells, Members members_of) {
+  std::vector<std::string> names;
+  for (const auto& c : cells) {
+    for (const auto& [name, value] : *members_of(c)) {
+      if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+    }
+  }
+  return names;
+}
+
 }  // namespace
+
+std::optional<double> BenchCell::extra(std::string_view name) const noexcept {
+  for (const auto& [k, v] : extras) {
+    if (k == name) return v;
+  }
+  return std::nullopt;
+}
 
 const BenchDim* BenchCell::dim(std::string_view name) const noexcept {
   for (const auto& [k, v] : dims) {
@@ -149,23 +169,11 @@ const BenchCell* BenchReport::find(const std::vector<std::pair<std::string, Benc
 }
 
 std::vector<std::string> BenchReport::dim_names() const {
-  std::vector<std::string> names;
-  for (const auto& c : m_cells) {
-    for (const auto& d : c.dims) {
-      if (std::find(names.begin(), names.end(), d.first) == names.end()) names.push_back(d.first);
-    }
-  }
-  return names;
+  return names_over(m_cells, [](const BenchCell& c) { return &c.dims; });
 }
 
 std::vector<std::string> BenchReport::extra_names() const {
-  std::vector<std::string> names;
-  for (const auto& c : m_cells) {
-    for (const auto& e : c.extras) {
-      if (std::find(names.begin(), names.end(), e.first) == names.end()) names.push_back(e.first);
-    }
-  }
-  return names;
+  return names_over(m_cells, [](const BenchCell& c) { return &c.extras; });
 }
 
 void BenchReport::print() const {
@@ -182,10 +190,7 @@ void BenchReport::print() const {
     row.push_back(std::to_string(c.rows));
     row.push_back(fmt::format("{:.3f}", c.gb_per_s()));
     for (const auto& f : latency_figures(c)) row.push_back(fmt::format("{:.3f}", f.second));
-    for (const auto& e : extras) {
-      const auto it = std::find_if(c.extras.begin(), c.extras.end(), [&e](const auto& x) { return x.first == e; });
-      row.push_back(it == c.extras.end() ? "-" : fmt::format("{:.3f}", it->second));
-    }
+    for (const auto& e : extras) row.push_back(c.extra(e) ? fmt::format("{:.3f}", *c.extra(e)) : "-");
   }
   std::vector<std::size_t> width(header.size(), 0);
   for (const auto& row : rows) {
@@ -262,10 +267,7 @@ std::string BenchReport::csv() const {
     fields.push_back(fmt::format("{:.6g}", c.gb_per_s()));
     fields.push_back(std::to_string(c.ns_per_row.count()));
     for (const auto& f : latency_figures(c)) fields.push_back(fmt::format("{:.6g}", f.second));
-    for (const auto& e : extras) {
-      const auto it = std::find_if(c.extras.begin(), c.extras.end(), [&e](const auto& x) { return x.first == e; });
-      fields.push_back(it == c.extras.end() ? "" : fmt::format("{:.6g}", it->second));
-    }
+    for (const auto& e : extras) fields.push_back(c.extra(e) ? fmt::format("{:.6g}", *c.extra(e)) : "");
     out += line(fields);
   }
   return out;
@@ -328,7 +330,8 @@ void BenchReport::plot(const std::string& path) const {
       lo = std::min(lo, std::get<uint64_t>(*c.dim(m_plot_x)));
       hi = std::max(hi, std::get<uint64_t>(*c.dim(m_plot_x)));
     }
-    script += fmt::format("set logscale x 2\nset xrange [{}:{}]\nset xlabel {}\n", static_cast<double>(lo) / 2,
+    script += fmt::format("set logscale x 2\nset format x '%.0b%B'\nset xrange [{}:{}]\nset xlabel {}\n",
+                          static_cast<double>(lo) / 2,
                           static_cast<double>(hi) * 2, gp_string(m_plot_x));
   } else {
     script += "set xtics rotate by -30\n";

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -37,6 +38,8 @@ struct BenchCell {
   std::vector<std::pair<std::string, std::vector<std::pair<std::string, double>>>> profile;
 
   double gb_per_s() const noexcept { return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0; }
+  /// The extra figure `name`, if the cell has it.
+  std::optional<double> extra(std::string_view name) const noexcept;
   /// The coordinate on `name`, or nullptr.
   const BenchDim* dim(std::string_view name) const noexcept;
   /// "shm get_batch 3072 128": the coordinates, space-separated.
