@@ -74,6 +74,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: gpu_bench STORE_DIR DATASET FIELD [BATCH [BATCHES]]\n");
     return 2;
   }
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // rows before a later error, in order
   const std::size_t batch = argc > 4 ? std::strtoul(argv[4], nullptr, 10) : 128;
   const int batches = argc > 5 ? std::atoi(argv[5]) : 50;
   try {

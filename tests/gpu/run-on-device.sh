@@ -5,10 +5,11 @@
 # 200 KB and 1 MB rows, batch 128, with the per-batch sync from the read profile). Prints
 # everything; exits non-zero if a build or test failed. Needs the Debian packages of
 # scripts/install-deps and the CUDA toolkit (nvcc on PATH or in /usr/local/cuda/bin).
-# Usage: tests/gpu/run-on-device.sh [WORK_DIR]   (default build-cuda/gpu-run)
+# Usage: tests/gpu/run-on-device.sh [WORK_DIR]   (default BUILD/gpu-run)
+# DDSTAGE_BUILD_DIR=DIR builds there instead of build-cuda (incrementally, if it exists).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-build="$root/build-cuda"
+build="${DDSTAGE_BUILD_DIR:-$root/build-cuda}"
 work="${1:-$build/gpu-run}"
 jobs=$(nproc)
 export PATH="$PATH:/usr/local/cuda/bin"
@@ -32,8 +33,8 @@ section "ddstage info --gpu"
 run "$ddstage" info --gpu
 
 section "GPU tests (ctest -L hardware), GPU CLI test, client and GPU unit tests"
-(cd "$build" && run ctest --output-on-failure -V -L hardware --timeout 600)
-(cd "$build" && run ctest --output-on-failure -R 'cli.test_gpu|client|gpu' -j 4 --timeout 600)
+run ctest --test-dir "$build" --output-on-failure -V -L hardware --timeout 600
+run ctest --test-dir "$build" --output-on-failure -R 'cli.test_gpu|client|gpu|GPU' -j 4 --timeout 600
 
 section "GPU bench"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
