@@ -58,27 +58,16 @@ void run_served(const BenchStoreOptions& opts, const CliContext& ctx) {
   const auto& index = datasets.front().index();
   const uint32_t field = opts.field.empty() ? index.default_field() : index.field_id(opts.field);
   const auto name = index.fields()[field].name;
-  uint64_t total = 0;
-  for (uint64_t s = 0; s < index.samples(); ++s) total += index.entry(s, field).length;
-  const uint64_t row_bytes = std::max<uint64_t>(1, total / std::max<uint64_t>(1, index.samples()));
-  report.describe("field", fmt::format("{} ({} samples, {} bytes per row{})", name, index.samples(), row_bytes,
+  const auto rows = pick_rows(index, field, opts, opts.seed);
+  report.describe("field", fmt::format("{} ({} samples, {} bytes per row{})", name, index.samples(), rows.row_bytes,
                                        index.fields()[field].variable ? " on average" : ""));
-
-  std::mt19937_64 rng(opts.seed);
-  std::vector<uint64_t> ids(cell_rows(opts, row_bytes));
-  for (auto& id : ids) id = std::uniform_int_distribution<uint64_t>(0, index.samples() - 1)(rng);
-  MemcpyFloor floor(std::max(total, index.manifest().total_bytes), [&index, field](uint64_t id) {
-    return index.entry(id, field).length;
-  });
   const unsigned max_threads = *std::max_element(opts.threads.begin(), opts.threads.end());
   std::vector<StoreWay> store_ways;
   for (std::size_t w = 0; w < ways.size(); ++w) {
-    std::vector<ReadFn> readers;
-    for (unsigned t = 0; t < max_threads; ++t) readers.push_back(client_read(std::make_shared<Reader>(datasets[w].reader()), name));
-    warm_up(readers, ids);
-    store_ways.push_back({ways[w], "get_batch", [readers](unsigned t) { return readers[t]; }});
+    auto make = [&] { return client_read(std::make_shared<Reader>(datasets[w].reader()), name); };
+    store_ways.push_back({ways[w], "get_batch", warmed_readers(max_threads, make, rows.ids)});
   }
-  MatrixRun run{row_bytes, ids, [] {}, [&floor](unsigned) { return floor.reader(); }};
+  MatrixRun run{rows.row_bytes, rows.ids, [] {}, [&rows](unsigned) { return rows.floor->reader(); }};
   run.profile_overhead = true;
   measure_matrix(report, opts, run, store_ways);
   add_matrix_notes(report);
@@ -144,6 +133,27 @@ void measure_profile_overhead(BenchReport& report, const MatrixRun& run, const S
 }
 
 }  // namespace
+
+FieldRows pick_rows(const Index& index, uint32_t field, const BenchStoreOptions& opts, uint64_t seed) {
+  uint64_t total = 0;
+  for (uint64_t s = 0; s < index.samples(); ++s) total += index.entry(s, field).length;
+  FieldRows rows{.row_bytes = std::max<uint64_t>(1, total / std::max<uint64_t>(1, index.samples()))};
+  std::mt19937_64 rng(seed);
+  rows.ids.resize(cell_rows(opts, rows.row_bytes));
+  for (auto& id : rows.ids) id = std::uniform_int_distribution<uint64_t>(0, index.samples() - 1)(rng);
+  rows.floor = std::make_shared<const MemcpyFloor>(total, [&index, field](uint64_t id) {
+    return index.entry(id, field).length;
+  });
+  return rows;
+}
+
+std::function<ReadFn(unsigned)> warmed_readers(unsigned count, const std::function<ReadFn()>& make,
+                                               std::span<const uint64_t> ids) {
+  std::vector<ReadFn> readers;
+  for (unsigned t = 0; t < count; ++t) readers.push_back(make());
+  warm_up(readers, ids);
+  return [readers = std::move(readers)](unsigned t) { return readers[t]; };
+}
 
 uint64_t cell_rows(const BenchStoreOptions& opts, uint64_t row_bytes) {
   const auto cap = parse_size(opts.cell_bytes);

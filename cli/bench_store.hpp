@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "bench_engine.hpp"
 #include "bench_report.hpp"
 #include "cli_context.hpp"
+#include "ddstage/index.hpp"
 
 namespace ddstage::cli {
 
@@ -64,6 +66,19 @@ struct MatrixRun {
   /// With --profile: measure the profile's own cost on these rows (the dataset nearest 3 KB).
   bool profile_overhead = false;
 };
+
+/// The rows of one field a bench reads: the mean row size, every cell's random ids, and the
+/// memcpy floor over the same rows.
+struct FieldRows {
+  uint64_t row_bytes = 0;
+  std::vector<uint64_t> ids;
+  std::shared_ptr<const MemcpyFloor> floor;
+};
+/// cell_rows() ids of the field drawn with seed; index must outlive the floor.
+FieldRows pick_rows(const Index& index, uint32_t field, const BenchStoreOptions& opts, uint64_t seed);
+/// count readers from make(), warmed up on ids: reader(t) of a StoreWay.
+std::function<ReadFn(unsigned)> warmed_readers(unsigned count, const std::function<ReadFn()>& make,
+                                               std::span<const uint64_t> ids);
 
 /// Measures every (way, batch, threads, sharing) cell and the floor for each batch, into report;
 /// with --profile, each cell's read profile, and the profile's overhead when run asks for it.

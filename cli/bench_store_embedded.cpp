@@ -7,7 +7,6 @@
 #include <filesystem>
 #include <map>
 #include <memory>
-#include <random>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -129,33 +128,26 @@ struct EmbeddedRun {
     const Index& index = stores.begin()->second.index(name);
     const uint32_t field = opts.field.empty() ? index.default_field() : index.field_id(opts.field);
     const auto field_name = index.fields()[field].name;
-    uint64_t total = 0;
-    for (uint64_t s = 0; s < index.samples(); ++s) total += index.entry(s, field).length;
-    const uint64_t row_bytes = std::max<uint64_t>(1, total / std::max<uint64_t>(1, index.samples()));
     // Each rank reads its own random rows, the same number on every rank: collectives match.
-    std::mt19937_64 rng(opts.seed + static_cast<uint64_t>(job.rank()));
-    std::vector<uint64_t> ids(cell_rows(opts, row_bytes));
-    for (auto& id : ids) id = std::uniform_int_distribution<uint64_t>(0, index.samples() - 1)(rng);
-    MemcpyFloor floor(total, [&index, field](uint64_t id) { return index.entry(id, field).length; });
+    const auto rows = pick_rows(index, field, opts, opts.seed + static_cast<uint64_t>(job.rank()));
     const unsigned max_threads = *std::max_element(opts.threads.begin(), opts.threads.end());
     std::vector<StoreWay> store_ways;
     for (const auto& way : ways) {
       const bool collective = way == "mpi-alltoall";
       // Concurrent MPI calls from several threads need MPI_THREAD_MULTIPLE.
       const bool single = collective || (way == "mpi" && !job.multiple());
-      std::vector<ReadFn> readers;
-      for (unsigned t = 0; t < (single ? 1 : max_threads); ++t) {
-        readers.push_back(store_read(std::make_shared<Store::Reader>(stores.at(store_of(way)).reader(name)),
-                                     field_name, collective));
-      }
-      warm_up(readers, ids);
+      auto make = [&] {
+        return store_read(std::make_shared<Store::Reader>(stores.at(store_of(way)).reader(name)), field_name,
+                          collective);
+      };
       store_ways.push_back({way, collective ? "get_batch_collective" : "get_batch",
-                            [readers](unsigned t) { return readers[t]; }, single});
+                            warmed_readers(single ? 1 : max_threads, make, rows.ids), single});
     }
-    MatrixRun run{row_bytes, ids, [&job = job] { job.barrier(); }, [&floor](unsigned) { return floor.reader(); }};
+    MatrixRun run{rows.row_bytes, rows.ids, [&job = job] { job.barrier(); },
+                  [&rows](unsigned) { return rows.floor->reader(); }};
     run.profile_overhead = profile_overhead;
     for (const auto& way : ways) {
-      if (way.rfind("fabric", 0) == 0) run.raw_floor_ns[way] = raw_floor(way, row_bytes, ids.size());
+      if (way.rfind("fabric", 0) == 0) run.raw_floor_ns[way] = raw_floor(way, rows.row_bytes, rows.ids.size());
     }
     measure_matrix(report, opts, run, store_ways);
   }
