@@ -33,30 +33,31 @@ void read_share(const ReadFn& read, std::span<const uint64_t> share, uint64_t ba
   }
 }
 
+/// read behind lock, for threads sharing one reader. With the profile on, the wait for the
+/// lock is its queue_wait: the cost of sharing.
+ReadFn locked(ReadFn read, std::mutex& lock) {
+  return [shared = std::make_shared<ReadFn>(std::move(read)), &lock](std::span<const uint64_t> batch) {
+    if (!profile::enabled()) {
+      const std::lock_guard guard(lock);
+      return (*shared)(batch);
+    }
+    const auto t0 = Clock::now();
+    const std::lock_guard guard(lock);
+    const auto waited = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+    profile::add(ProfileStage::queue_wait, static_cast<uint64_t>(waited));
+    return (*shared)(batch);
+  };
+}
+
 }  // namespace
 
 void run_cell(BenchCell& cell, std::span<const uint64_t> ids, const CellShape& shape,
               const std::function<ReadFn(unsigned thread)>& make_reader) {
   const unsigned threads = std::max(1u, shape.threads);
-  std::vector<ReadFn> readers;
   std::mutex lock;
+  std::vector<ReadFn> readers;
   if (shape.shared) {
-    auto shared = std::make_shared<ReadFn>(make_reader(0));
-    for (unsigned t = 0; t < threads; ++t) {
-      readers.emplace_back([shared, &lock](std::span<const uint64_t> batch) {
-        if (!profile::enabled()) {
-          const std::lock_guard guard(lock);
-          return (*shared)(batch);
-        }
-        // The wait for the lock is the profile's queue_wait: the cost of sharing a reader.
-        const auto t0 = Clock::now();
-        const std::lock_guard guard(lock);
-        profile::add(ProfileStage::queue_wait, static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                                                         Clock::now() - t0)
-                                                                         .count()));
-        return (*shared)(batch);
-      });
-    }
+    readers.assign(threads, locked(make_reader(0), lock));
   } else {
     for (unsigned t = 0; t < threads; ++t) readers.push_back(make_reader(t));
   }

@@ -279,9 +279,25 @@ void BenchReport::write(const BenchOutputs& out) const {
   if (!out.plot.empty()) plot(out.plot);
 }
 
+void BenchReport::plot(const std::string& path) const {
+  const auto tmp = path + ".tmp";
+  const auto script = plot_script(path, tmp);
+  FILE* gp = ::popen("gnuplot", "w");
+  if (!gp) throw IoError("popen gnuplot", errno, {.file = path});
+  const bool written = std::fwrite(script.data(), 1, script.size(), gp) == script.size();
+  const int status = ::pclose(gp);
+  std::error_code ec;
+  if (!written || status != 0) {
+    fs::remove(tmp, ec);
+    throw Error(ErrorKind::runtime, fmt::format("gnuplot could not draw {} (exit status {})", path, status));
+  }
+  fs::rename(tmp, path, ec);
+  if (ec) throw IoError("cannot write " + path, ec.value(), {.file = path});
+}
+
 // Series are the cells that differ only in the x coordinate; with no numeric x coordinate every
 // cell is one point of a single series, labelled on the x axis.
-void BenchReport::plot(const std::string& path) const {
+std::string BenchReport::plot_script(const std::string& path, const std::string& output) const {
   const bool by_x = !m_cells.empty() && std::all_of(m_cells.begin(), m_cells.end(), [this](const BenchCell& c) {
     const auto* x = c.dim(m_plot_x);
     return x && std::holds_alternative<uint64_t>(*x);
@@ -317,8 +333,7 @@ void BenchReport::plot(const std::string& path) const {
     }
     return cmd + "\n";
   };
-  const auto tmp = path + ".tmp";
-  std::string script = fmt::format("set terminal {}\nset output {}\n", terminal_for(path), gp_string(tmp));
+  std::string script = fmt::format("set terminal {}\nset output {}\n", terminal_for(path), gp_string(output));
   script += data;
   script += fmt::format("set multiplot layout 1,2 title {}\n",
                         gp_string(fmt::format("ddstage bench {} on {}", m_bench, m_description.front().second)));
@@ -337,19 +352,7 @@ void BenchReport::plot(const std::string& path) const {
     script += "set xtics rotate by -30\n";
   }
   script += fmt::format("set ylabel {}\n", gp_string(fmt::format("µs per {} (mean)", m_unit))) + plot_line(2);
-  script += "set ylabel 'GB/s'\n" + plot_line(3) + "unset multiplot\n";
-
-  FILE* gp = ::popen("gnuplot", "w");
-  if (!gp) throw IoError("popen gnuplot", errno, {.file = path});
-  const bool written = std::fwrite(script.data(), 1, script.size(), gp) == script.size();
-  const int status = ::pclose(gp);
-  std::error_code ec;
-  if (!written || status != 0) {
-    fs::remove(tmp, ec);
-    throw Error(ErrorKind::runtime, fmt::format("gnuplot could not draw {} (exit status {})", path, status));
-  }
-  fs::rename(tmp, path, ec);
-  if (ec) throw IoError("cannot write " + path, ec.value(), {.file = path});
+  return script + "set ylabel 'GB/s'\n" + plot_line(3) + "unset multiplot\n";
 }
 
 }  // namespace ddstage::cli

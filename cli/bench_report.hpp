@@ -89,7 +89,10 @@ class BenchReport {
  private:
   std::vector<std::string> dim_names() const;
   std::vector<std::string> extra_names() const;
+  /// Draws through gnuplot into a temporary file renamed to path when complete.
   void plot(const std::string& path) const;
+  /// The gnuplot script drawing path's format into output.
+  std::string plot_script(const std::string& path, const std::string& output) const;
 
   std::string m_bench;
   std::string m_unit;
