@@ -10,7 +10,9 @@
 #include <fmt/ranges.h>
 
 #include "ddstage/client.hpp"
+#include "ddstage/device_allocation.hpp"
 #include "ddstage/error.hpp"
+#include "ddstage/gpu_info.hpp"
 #include "ddstage/profile.hpp"
 #include "ddstage/settings.hpp"
 
@@ -28,13 +30,94 @@ ReadFn client_read(std::shared_ptr<Reader> reader, std::string field) {
   };
 }
 
-/// Settings with the way's transport: "fabric:tcp" is transport fabric, provider tcp.
-Settings way_settings(const CliContext& ctx, const std::string& way) {
+/// A get_batch reader of a served dataset into device memory: an allocation (with its own
+/// stream) per copy of the reader, so threads never share one, replaced when a batch outgrows it.
+ReadFn device_read(std::shared_ptr<Reader> reader, std::string field, int device) {
+  return [reader = std::move(reader), field = std::move(field), device, mem = std::shared_ptr<DeviceAllocation>(),
+          capacity = uint64_t{0}](std::span<const uint64_t> ids) mutable {
+    const uint64_t bytes = reader->batch_bytes(field, ids);
+    if (!mem || capacity < bytes) {
+      mem = std::make_shared<DeviceAllocation>(device, bytes);
+      capacity = bytes;
+    }
+    reader->get_batch(field, ids, mem->buffer(bytes));
+    return bytes;
+  };
+}
+
+/// Settings with the way's transport ("fabric:tcp" is transport fabric, provider tcp) and,
+/// for "gpu:PATH" destinations, gpu.path.
+Settings way_settings(const CliContext& ctx, const std::string& way, const std::string& dest) {
   CliContext c = ctx;
   const auto colon = way.find(':');
   c.setting_flags["transport"] = way.substr(0, colon);
   if (colon != std::string::npos) c.setting_flags["fabric.provider"] = way.substr(colon + 1);
+  if (dest.starts_with("gpu:")) c.setting_flags["gpu.path"] = dest.substr(4);
   return c.resolve_settings();
+}
+
+/// The destinations asked for, as StoreWay::dest values ("host", "gpu:direct", ...); {""} when
+/// only host was asked (no dest column). Error "no GPU: ..." before anything is measured when
+/// gpu is asked and no built runtime has the device.
+std::vector<std::string> destinations(const BenchStoreOptions& opts, BenchReport& report) {
+  bool gpu = false;
+  for (const auto& d : opts.dests) {
+    if (d != "host" && d != "gpu") throw UsageError("bad --dest '" + d + "' (host or gpu)");
+    gpu = gpu || d == "gpu";
+  }
+  for (const auto& p : opts.gpu_paths) {
+    if (p != "direct" && p != "staged") throw UsageError("bad --gpu-path '" + p + "' (direct or staged)");
+  }
+  if (!gpu) return {""};
+  std::string reasons;
+  for (const auto& runtime : gpu_info()) {
+    if (runtime.devices > opts.gpu) {
+      const auto at = static_cast<std::size_t>(opts.gpu);
+      report.describe("gpu", fmt::format("device {} of {}{}", opts.gpu, memory_kind_name(runtime.kind),
+                                         at < runtime.device_names.size() ? ": " + runtime.device_names[at] : ""));
+      std::vector<std::string> out;
+      for (const auto& d : opts.dests) {
+        if (d == "host") out.emplace_back("host");
+        if (d == "gpu") {
+          for (const auto& p : opts.gpu_paths) out.push_back("gpu:" + p);
+        }
+      }
+      return out;
+    }
+    reasons += fmt::format("{}{}: {}", reasons.empty() ? "" : "; ", memory_kind_name(runtime.kind),
+                           runtime.devices > 0 ? fmt::format("no device {}", opts.gpu) : runtime.reason);
+  }
+  throw Error(ErrorKind::runtime, "no GPU: " + (reasons.empty() ? "ddstage was built without CUDA and HIP" : reasons));
+}
+
+/// With both GPU paths measured: the faster at the largest batch (one thread, own reader)
+/// becomes this node's gpu.path=auto, which readers find in the cache file.
+void cache_faster_gpu_path(BenchReport& report, const std::vector<uint64_t>& batches) {
+  const uint64_t batch = *std::max_element(batches.begin(), batches.end());
+  const auto mean_of = [&](const char* dest) {
+    double sum = 0;
+    for (const auto& c : report.cells()) {
+      const auto* d = c.dim("dest");
+      if (d && *d == BenchDim{std::string(dest)} && *c.dim("batch") == BenchDim{batch} &&
+          *c.dim("threads") == BenchDim{uint64_t{1}} && *c.dim("sharing") == BenchDim{std::string("own")}) {
+        sum += c.ns_per_row.mean();
+      }
+    }
+    return sum;
+  };
+  const double direct = mean_of("gpu:direct");
+  const double staged = mean_of("gpu:staged");
+  if (direct <= 0 || staged <= 0) return;
+  const GpuPath faster = direct < staged ? GpuPath::direct : GpuPath::staged;
+  try {
+    cache_gpu_path(faster);
+    report.note(fmt::format("gpu.path=auto on this node is now {} (batch {}: direct {:.3f}, staged {:.3f} µs/row "
+                            "summed over the ways; cached in {})",
+                            gpu_path_name(faster), batch, direct / 1e3, staged / 1e3, gpu_path_cache_file().string()));
+  } catch (const Error& e) {
+    report.note(fmt::format("{} is faster here, but it could not be cached for gpu.path=auto: {}", gpu_path_name(faster),
+                            e.what()));
+  }
 }
 
 void run_served(const BenchStoreOptions& opts, const CliContext& ctx) {
@@ -53,9 +136,18 @@ void run_served(const BenchStoreOptions& opts, const CliContext& ctx) {
   report.describe("seed", std::to_string(opts.seed));
   report.describe("figures", "this client's (one process)");
 
-  std::vector<Dataset> datasets;  // one client per transport: each opens its own way to the ranks
-  for (const auto& w : ways) datasets.push_back(Client(opts.store, way_settings(ctx, w)).open(opts.dataset));
-  const auto& index = datasets.front().index();
+  const auto dests = destinations(opts, report);
+  struct Way {
+    std::string transport, dest;
+    Dataset dataset;
+  };
+  // One client per transport and destination: each opens its own way to the ranks, and
+  // gpu.path is a client setting.
+  std::vector<Way> way_of;
+  for (const auto& w : ways) {
+    for (const auto& d : dests) way_of.push_back({w, d, Client(opts.store, way_settings(ctx, w, d)).open(opts.dataset)});
+  }
+  const auto& index = way_of.front().dataset.index();
   const uint32_t field = opts.field.empty() ? index.default_field() : index.field_id(opts.field);
   const auto name = index.fields()[field].name;
   const auto rows = pick_rows(index, field, opts, opts.seed);
@@ -63,14 +155,18 @@ void run_served(const BenchStoreOptions& opts, const CliContext& ctx) {
                                        index.fields()[field].variable ? " on average" : ""));
   const unsigned max_threads = *std::max_element(opts.threads.begin(), opts.threads.end());
   std::vector<StoreWay> store_ways;
-  for (std::size_t w = 0; w < ways.size(); ++w) {
-    auto make = [&] { return client_read(std::make_shared<Reader>(datasets[w].reader()), name); };
-    store_ways.push_back({ways[w], "get_batch", warmed_readers(max_threads, make, rows.ids)});
+  for (const auto& w : way_of) {
+    auto make = [&] {
+      auto reader = std::make_shared<Reader>(w.dataset.reader());
+      return w.dest.starts_with("gpu") ? device_read(std::move(reader), name, opts.gpu) : client_read(reader, name);
+    };
+    store_ways.push_back({w.transport, "get_batch", warmed_readers(max_threads, make, rows.ids), false, w.dest});
   }
   MatrixRun run{rows.row_bytes, rows.ids, [] {}, [&rows](unsigned) { return rows.floor->reader(); }};
   run.profile_overhead = true;
   measure_matrix(report, opts, run, store_ways);
   add_matrix_notes(report);
+  cache_faster_gpu_path(report, opts.batches);
   report.print();
   report.write(opts.out);
 }
@@ -179,13 +275,15 @@ void check_matrix_options(const BenchStoreOptions& opts) {
 void measure_matrix(BenchReport& report, const BenchStoreOptions& opts, const MatrixRun& run,
                     const std::vector<StoreWay>& ways) {
   auto cell = [&](const std::string& transport, const std::string& mode, uint64_t batch, unsigned threads,
-                  const std::string& sharing, const std::function<ReadFn(unsigned)>& reader) {
+                  const std::string& sharing, const std::function<ReadFn(unsigned)>& reader,
+                  const std::string& dest = {}) {
     BenchCell c{.dims = {{"transport", transport},
                          {"mode", mode},
                          {"row_bytes", run.row_bytes},
                          {"batch", batch},
                          {"threads", uint64_t{threads}},
                          {"sharing", sharing}}};
+    if (!dest.empty()) c.dims.emplace_back("dest", dest);
     const bool profiled = opts.profile && mode != "floor";
     if (profiled) profile::reset();
     run.before_cell();
@@ -203,7 +301,7 @@ void measure_matrix(BenchReport& report, const BenchStoreOptions& opts, const Ma
       for (unsigned threads : opts.threads) {
         if (way.single_thread && threads > 1) continue;
         for (const auto& sharing : opts.sharing) {
-          auto c = cell(way.transport, way.mode, batch, threads, sharing, way.reader);
+          auto c = cell(way.transport, way.mode, batch, threads, sharing, way.reader, way.dest);
           if (floor_us > 0) c.extras.emplace_back("x_floor", c.ns_per_row.mean() / floor_us);
           const auto raw = run.raw_floor_ns.find(way.transport);
           if (raw != run.raw_floor_ns.end() && raw->second.count(batch) && raw->second.at(batch) > 0) {
@@ -247,6 +345,10 @@ void run_bench_store(const BenchStoreOptions& opts, const CliContext& ctx) {
                      "--index DATASET.ddx (a Store embedded in this MPI job), not both");
   }
   if (served && opts.dataset.empty()) throw UsageError("bench store --store needs --dataset NAME");
+  if (!served && opts.dests != std::vector<std::string>{"host"}) {
+    // gpu.path is a reader setting of the Store, which would have to be loaded once per path.
+    throw UsageError("--dest is for a served store (--store DIR): embedded cells read into host memory");
+  }
   if (opts.profile) profile::enable();
   if (served) {
     run_served(opts, ctx);
@@ -280,6 +382,13 @@ void setup_bench_store(CLI::App& bench, CliContext& ctx) {
       ->capture_default_str();
   s->add_option("--synthetic-rows", opts->synthetic_rows, "Rows per generated dataset (default: 128 MiB worth)");
   s->add_option("--seed", opts->seed, "Seed for the random rows")->capture_default_str();
+  s->add_option("--dest", opts->dests, "Served: where rows land, host and/or gpu")
+      ->delimiter(',')
+      ->capture_default_str();
+  s->add_option("--gpu-path", opts->gpu_paths, "GPU cells: direct and/or staged (the gpu.path setting)")
+      ->delimiter(',')
+      ->capture_default_str();
+  s->add_option("--gpu", opts->gpu, "GPU cells: the device")->capture_default_str()->check(CLI::NonNegativeNumber);
   s->add_flag("--profile", opts->profile,
               "Read profile per cell (where get_batch's time goes), and its overhead at batch 128");
   add_bench_output_options(*s, opts->out);

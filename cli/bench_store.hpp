@@ -35,6 +35,10 @@ struct BenchStoreOptions {
   uint64_t synthetic_rows = 0;  ///< 0: enough rows for 128 MiB per size
   uint64_t seed = 1;
   bool profile = false;  ///< the read profile per cell, and its overhead
+  /// Served: destinations, "host" and/or "gpu"; gpu cells run once per --gpu-path.
+  std::vector<std::string> dests{"host"};
+  std::vector<std::string> gpu_paths{"direct", "staged"};
+  int gpu = 0;  ///< the device of gpu cells
   BenchOutputs out;
 };
 
@@ -51,6 +55,9 @@ struct StoreWay {
   std::function<ReadFn(unsigned thread)> reader;
   /// Only one thread per rank may call it (a collective).
   bool single_thread = false;
+  /// "host", "gpu:direct", "gpu:staged" when the run asked for destinations (--dest); empty:
+  /// host, and no dest column.
+  std::string dest;
 };
 
 /// What the matrix needs besides the ways: the rows, the figures' floors and a hook run

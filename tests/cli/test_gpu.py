@@ -85,3 +85,29 @@ def test_gpu_usage_errors(ddstage, serve, rows):  # noqa: F811
     assert_usage_error(ddstage.run("read", "--store", store.dir, "--dataset", "rows", "--ids", "0",
                                    "--gpu", "-1"), "--gpu")
     store.stop()
+
+
+def test_bench_store_gpu_destinations(ddstage, serve, rows, tmp_path):  # noqa: F811
+    """bench store --dest host,gpu: a cell per destination and gpu path where a GPU exists (and
+    the faster path cached for gpu.path=auto); one "no GPU" line and exit 1, before measuring,
+    where none does. Bad destinations and paths are usage errors."""
+    store = serve(ranks=0)
+    ddstage.ok("load", "--store", store.dir, rows, "--name", "rows")
+    base = ["bench", "store", "--store", store.dir, "--dataset", "rows", "--field", "x", "--samples", "64",
+            "--batch", "1,16"]
+    out = tmp_path / "gpu.json"
+    proc = ddstage.run(*base, "--dest", "host,gpu", "--gpu-path", "direct,staged", "--json", out)
+    if not has_gpu(gpu_state(ddstage)):
+        assert_runtime_error(proc, "no GPU")
+        assert proc.stdout == "" and not out.exists()
+    else:
+        assert proc.returncode == 0, proc.stderr
+        report = json.loads(out.read_text())
+        dests = {(c["dims"]["dest"], c["dims"]["batch"]) for c in report["cells"] if "dest" in c["dims"]}
+        assert dests == {(d, b) for d in ("host", "gpu:direct", "gpu:staged") for b in (1, 16)}
+        assert any("gpu.path=auto on this node is now" in n for n in report["notes"])
+        assert gpu_state(ddstage)["cached_path"] in ("direct", "staged")
+    assert_usage_error(ddstage.run(*base, "--dest", "tpu"), "--dest", "tpu")
+    assert_usage_error(ddstage.run(*base, "--dest", "gpu", "--gpu-path", "sideways"), "--gpu-path", "sideways")
+    assert_usage_error(ddstage.run("bench", "store", "--synthetic", "3K", "--dest", "gpu"), "--dest", "served")
+    store.stop()
