@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
 
 #include <fmt/format.h>
@@ -19,28 +21,33 @@
 namespace ddstage::cli {
 namespace {
 
-/// A get_batch reader of a served dataset, its destination buffer its own.
+/// A get_batch reader of a served dataset into a host buffer of its own. Cells run copies of
+/// a reader (one per thread): they share its buffer, so what warm-up grew stays grown and no
+/// timed call pays for growing it.
 ReadFn client_read(std::shared_ptr<Reader> reader, std::string field) {
-  return [reader = std::move(reader), field = std::move(field), dest = std::vector<std::byte>()](
-             std::span<const uint64_t> ids) mutable {
+  auto dest = std::make_shared<std::vector<std::byte>>();
+  return [reader = std::move(reader), field = std::move(field), dest](std::span<const uint64_t> ids) {
     const uint64_t bytes = reader->batch_bytes(field, ids);
-    if (dest.size() < bytes) dest.resize(bytes);
-    reader->get_batch(field, ids, std::span(dest).first(bytes));
+    if (dest->size() < bytes) dest->resize(std::bit_ceil(bytes));
+    reader->get_batch(field, ids, std::span(*dest).first(bytes));
     return bytes;
   };
 }
 
-/// A get_batch reader of a served dataset into device memory: an allocation (with its own
-/// stream) per copy of the reader, so threads never share one, replaced when a batch outgrows it.
+/// The same into device memory: an allocation with its own stream per reader, shared by its
+/// copies like client_read's buffer, grown to powers of two so that variable rows rarely
+/// regrow it (a cudaFree inside a timed call would stall every thread's device work).
 ReadFn device_read(std::shared_ptr<Reader> reader, std::string field, int device) {
-  return [reader = std::move(reader), field = std::move(field), device, mem = std::shared_ptr<DeviceAllocation>(),
-          capacity = uint64_t{0}](std::span<const uint64_t> ids) mutable {
+  auto dest = std::make_shared<std::optional<DeviceAllocation>>();
+  auto capacity = std::make_shared<uint64_t>(0);
+  return [reader = std::move(reader), field = std::move(field), device, dest, capacity](std::span<const uint64_t> ids) {
     const uint64_t bytes = reader->batch_bytes(field, ids);
-    if (!mem || capacity < bytes) {
-      mem = std::make_shared<DeviceAllocation>(device, bytes);
-      capacity = bytes;
+    if (*capacity < bytes) {
+      dest->reset();
+      dest->emplace(device, std::bit_ceil(bytes));
+      *capacity = std::bit_ceil(bytes);
     }
-    reader->get_batch(field, ids, mem->buffer(bytes));
+    reader->get_batch(field, ids, (*dest)->buffer(bytes));
     return bytes;
   };
 }
@@ -327,10 +334,19 @@ void add_matrix_notes(BenchReport& report) {
       continue;
     }
     const auto batch = std::get<uint64_t>(*c.dim("batch"));
-    const auto* first = report.find({{"transport", transport}, {"mode", *c.dim("mode")}, {"row_bytes", *c.dim("row_bytes")},
-                                     {"threads", uint64_t{1}}, {"sharing", std::string("own")}});
+    std::vector<std::pair<std::string, BenchDim>> key{{"transport", transport},
+                                                      {"mode", *c.dim("mode")},
+                                                      {"row_bytes", *c.dim("row_bytes")},
+                                                      {"threads", uint64_t{1}},
+                                                      {"sharing", std::string("own")}};
+    std::string dest;
+    if (const auto* d = c.dim("dest")) {
+      key.emplace_back("dest", *d);  // host and gpu cells of one transport are not comparable
+      dest = " to " + std::get<std::string>(*d);
+    }
+    const auto* first = report.find(key);
     if (first == &c || c.ns_per_row.mean() <= 0) continue;
-    report.note(fmt::format("{} {} B: batch {} costs {:.2f}x batch {} per row", transport,
+    report.note(fmt::format("{}{} {} B: batch {} costs {:.2f}x batch {} per row", transport, dest,
                             std::get<uint64_t>(*c.dim("row_bytes")), std::get<uint64_t>(*first->dim("batch")),
                             first->ns_per_row.mean() / c.ns_per_row.mean(), batch));
   }

@@ -340,7 +340,10 @@ void Reader::State::transfer(uint32_t f, std::span<const uint64_t> ids, std::spa
     timer.mark(ProfileStage::completion_wait);
   }
 #endif
-  if (verify) detail::verify_rows(data->index, data->plan, f, ids, dest.data());
+  if (verify) {
+    detail::verify_rows(data->index, data->plan, f, ids, dest.data());
+    timer.mark(ProfileStage::other);  // not the GPU copy that may follow
+  }
 }
 
 std::string Reader::State::why_not_direct() const {

@@ -98,9 +98,18 @@ std::string& exit_destination() {
   return *where;
 }
 
+std::mutex& exit_destination_mutex() {
+  static auto* mu = new std::mutex;
+  return *mu;
+}
+
+// Every Client and Store applies its settings here, possibly from several threads at once.
 void print_at_exit(std::string_view where) {
   static std::once_flag registered;
-  exit_destination() = where;
+  {
+    std::lock_guard lock(exit_destination_mutex());
+    exit_destination() = where;
+  }
   std::call_once(registered, [] { std::atexit(print_report_at_exit); });
 }
 
@@ -123,7 +132,11 @@ void print_report_at_exit() {
   const ProfileReport report = profile::snapshot();
   const std::string text = fmt::format("ddstage profile (pid {} on {}):\n{}", getpid(), host_name(),
                                        profile::format(report));
-  const std::string& where = exit_destination();
+  std::string where;
+  {
+    std::lock_guard lock(exit_destination_mutex());
+    where = exit_destination();
+  }
   if (!is_false(where) && where != "1" && where != "true" && where != "yes" && where != "on") {
     std::string path = where;
     for (auto [token, value] : {std::pair<std::string, std::string>{"%p", std::to_string(getpid())},

@@ -351,6 +351,6 @@ def test_several_files_groups_and_ragged(ddstage, tmp_path):
         assert read_bytes(ddstage, ddx, spec) == b"".join(le_bytes(ref[i]) for i in ids)
         out = tmp_path / "bench.json"
         ddstage.ok("bench", "origin", ddx, "--samples", 100, "--json", out)
-        modes = json.loads(out.read_text())["modes"]
-        assert [m["mode"] for m in modes] == ["index+pread", "hdf5-api"]
-        assert [m["mismatches"] for m in modes] == [0, 0]
+        cells = json.loads(out.read_text())["cells"]
+        assert [c["dims"]["mode"] for c in cells] == ["index+pread", "hdf5-api"]
+        assert [c["mismatches"] for c in cells] == [0, 0]

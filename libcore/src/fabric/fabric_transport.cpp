@@ -99,15 +99,11 @@ void* FabricTransport::local_desc(std::span<const ReadOp> reads, const ReadOp& o
     lo = std::min<const std::byte*>(lo, r.dest);
     hi = std::max<const std::byte*>(hi, r.dest + r.bytes);
   }
-  profile_mark(ProfileStage::post);
-  void* desc = nullptr;
   try {
-    desc = m_local->desc(*m_endpoint, lo, hi);
+    return m_local->desc(*m_endpoint, lo, hi);
   } catch (const FabricError&) {
-    desc = m_local->desc(*m_endpoint, op.dest, op.dest + op.bytes);
+    return m_local->desc(*m_endpoint, op.dest, op.dest + op.bytes);
   }
-  profile_mark(ProfileStage::registration);
-  return desc;
 }
 
 void FabricTransport::post_one(const Chunk& chunk, const Chunk* next) {
