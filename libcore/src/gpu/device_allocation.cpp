@@ -52,14 +52,14 @@ MemoryKind DeviceAllocation::kind() const noexcept {
 
 void DeviceAllocation::copy_to_host(std::span<std::byte> out) const {
   m->check(out.size());
-  m->runtime.copy_async(out.data(), m->memory.get(), out.size(), m->stream.get());
-  m->runtime.record_and_wait(m->event.get(), m->stream.get());
+  m->runtime.copy_async(m->device, out.data(), m->memory.get(), out.size(), m->stream.get());
+  m->runtime.record_and_wait(m->device, m->event.get(), m->stream.get());
 }
 
 void DeviceAllocation::fill(std::byte value, std::size_t bytes) const {
   m->check(bytes);
-  m->runtime.fill_async(m->memory.get(), static_cast<unsigned char>(value), bytes, m->stream.get());
-  m->runtime.record_and_wait(m->event.get(), m->stream.get());
+  m->runtime.fill_async(m->device, m->memory.get(), static_cast<unsigned char>(value), bytes, m->stream.get());
+  m->runtime.record_and_wait(m->device, m->event.get(), m->stream.get());
 }
 
 }  // namespace ddstage

@@ -22,7 +22,9 @@ struct DeviceProbe {
 enum class DeviceHandleKind : unsigned char { device_memory, pinned_memory, stream, event, host_registration };
 
 /// One GPU runtime (CUDA, HIP). Calls that fail throw Error naming the runtime call, its code
-/// and its string; release() only logs. Nothing here synchronises a whole device.
+/// and its string; release() only logs. Nothing here synchronises a whole device. Calls that
+/// take a device make it current for their duration and restore the caller's: a reader's
+/// thread may have another device current, or none, and the handles must meet on their own.
 class DeviceRuntime {
  public:
   DeviceRuntime() = default;
@@ -38,7 +40,7 @@ class DeviceRuntime {
 
   virtual void* allocate_device(int device, std::size_t bytes) = 0;
   /// Page-locked host memory: the source of one async copy per staged batch.
-  virtual void* allocate_pinned(std::size_t bytes) = 0;
+  virtual void* allocate_pinned(int device, std::size_t bytes) = 0;
   virtual void* create_stream(int device) = 0;
   /// An event without timing, for record + wait.
   virtual void* create_event(int device) = 0;
@@ -46,15 +48,15 @@ class DeviceRuntime {
   /// so that device copies from it are DMA rather than staged by the driver. Returns the
   /// handle to release, or null, logged at info level, when the runtime refuses: copies then
   /// still work, staged by the driver.
-  virtual void* register_host(const void* ptr, std::size_t bytes) noexcept = 0;
+  virtual void* register_host(int device, const void* ptr, std::size_t bytes) noexcept = 0;
   virtual void release(DeviceHandleKind kind, void* handle) noexcept = 0;
 
-  /// Queues a copy between any two of host and device memory on stream.
-  virtual void copy_async(void* dst, const void* src, std::size_t bytes, void* stream) = 0;
-  /// Queues a byte fill of device memory on stream.
-  virtual void fill_async(void* dst, unsigned char value, std::size_t bytes, void* stream) = 0;
-  /// Records event on stream and waits for it: the one synchronisation per batch.
-  virtual void record_and_wait(void* event, void* stream) = 0;
+  /// Queues a copy between any two of host and device memory on stream, a stream of device.
+  virtual void copy_async(int device, void* dst, const void* src, std::size_t bytes, void* stream) = 0;
+  /// Queues a byte fill of device memory on stream, a stream of device.
+  virtual void fill_async(int device, void* dst, unsigned char value, std::size_t bytes, void* stream) = 0;
+  /// Records event on stream (both of device) and waits for it: the one synchronisation per batch.
+  virtual void record_and_wait(int device, void* event, void* stream) = 0;
 };
 
 /// A runtime handle that releases itself: move-only, noexcept destructor.

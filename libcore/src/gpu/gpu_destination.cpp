@@ -24,6 +24,7 @@ void GpuDestination::begin(const DeviceBuffer& dest, uint64_t need) {
     m_events.clear();  // events belong to the runtime that made them
     m_runtime = &runtime;
   }
+  m_device = dest.device;
   if (dest.bytes != need) {
     throw UsageError(fmt::format("device destination holds {} bytes; the batch needs {}", dest.bytes, need));
   }
@@ -77,7 +78,7 @@ std::span<std::byte> GpuDestination::bounce(uint64_t bytes, bool* replaced) {
     // Powers of two: a reader whose batches grow a little reallocates a few times, not each time.
     const std::size_t size = std::bit_ceil(std::max<std::size_t>(bytes, 1));
     m_bounce = DeviceHandle();
-    m_bounce = DeviceHandle(*m_runtime, DeviceHandleKind::pinned_memory, m_runtime->allocate_pinned(size));
+    m_bounce = DeviceHandle(*m_runtime, DeviceHandleKind::pinned_memory, m_runtime->allocate_pinned(m_device, size));
     m_bounce_bytes = size;
     m_bounce_runtime = m_runtime;
   }
@@ -85,7 +86,7 @@ std::span<std::byte> GpuDestination::bounce(uint64_t bytes, bool* replaced) {
 }
 
 void GpuDestination::finish_staged(const DeviceBuffer& dest) {
-  if (dest.bytes > 0) m_runtime->copy_async(dest.ptr, m_bounce.get(), dest.bytes, dest.stream);
+  if (dest.bytes > 0) m_runtime->copy_async(dest.device, dest.ptr, m_bounce.get(), dest.bytes, dest.stream);
   sync(dest);
 }
 
@@ -95,13 +96,13 @@ void GpuDestination::copy_direct(std::span<const ReadOp> reads, std::span<const 
     m_regions_registered = true;
     for (const auto& region : regions) {
       if (region.empty()) continue;
-      HostRegistrations::instance().acquire(*m_runtime, region);
+      HostRegistrations::instance().acquire(*m_runtime, dest.device, region);
       m_registered.push_back(region.data());
     }
     profile_mark(ProfileStage::registration);
   }
   for (const ReadOp& op : reads) {
-    m_runtime->copy_async(op.dest, regions[static_cast<std::size_t>(op.rank)].data() + op.offset, op.bytes,
+    m_runtime->copy_async(dest.device, op.dest, regions[static_cast<std::size_t>(op.rank)].data() + op.offset, op.bytes,
                           dest.stream);
   }
   profile_mark(ProfileStage::copy);
@@ -110,8 +111,8 @@ void GpuDestination::copy_direct(std::span<const ReadOp> reads, std::span<const 
 
 std::span<const std::byte> GpuDestination::copy_back(const DeviceBuffer& dest) {
   const auto host = bounce(dest.bytes);
-  m_runtime->copy_async(host.data(), dest.ptr, dest.bytes, dest.stream);
-  m_runtime->record_and_wait(m_events[static_cast<std::size_t>(dest.device)].get(), dest.stream);
+  m_runtime->copy_async(dest.device, host.data(), dest.ptr, dest.bytes, dest.stream);
+  m_runtime->record_and_wait(dest.device, m_events[static_cast<std::size_t>(dest.device)].get(), dest.stream);
   return host;
 }
 
@@ -121,7 +122,7 @@ void GpuDestination::sync(const DeviceBuffer& dest) {
   if (!m_events[device]) {
     m_events[device] = DeviceHandle(*m_runtime, DeviceHandleKind::event, m_runtime->create_event(dest.device));
   }
-  m_runtime->record_and_wait(m_events[device].get(), dest.stream);
+  m_runtime->record_and_wait(dest.device, m_events[device].get(), dest.stream);
   profile_mark(ProfileStage::gpu_sync);
 }
 

@@ -58,6 +58,7 @@ class GpuDestination {
 
   std::string m_setting;
   DeviceRuntime* m_runtime = nullptr;  // of the current batch's destination
+  int m_device = 0;                    // of the current batch's destination
   std::optional<GpuPath> m_auto;
   std::optional<GpuPath> m_last;  // for one log line per change of path
   DeviceRuntime* m_bounce_runtime = nullptr;

@@ -7,11 +7,11 @@ HostRegistrations& HostRegistrations::instance() {
   return registrations;
 }
 
-void HostRegistrations::acquire(DeviceRuntime& runtime, std::span<const std::byte> region) {
+void HostRegistrations::acquire(DeviceRuntime& runtime, int device, std::span<const std::byte> region) {
   std::lock_guard lock(m_mutex);
   Entry& entry = m_entries[region.data()];
   if (entry.users++ == 0) {
-    void* handle = runtime.register_host(region.data(), region.size());
+    void* handle = runtime.register_host(device, region.data(), region.size());
     if (handle) entry.registration = DeviceHandle(runtime, DeviceHandleKind::host_registration, handle);
   }
 }

@@ -17,9 +17,9 @@ class HostRegistrations {
  public:
   static HostRegistrations& instance();
 
-  /// Registers region with runtime unless it already is; a refusal is remembered too, so it
-  /// is tried (and logged) once.
-  void acquire(DeviceRuntime& runtime, std::span<const std::byte> region);
+  /// Registers region with runtime (portable: for every device, though made on `device`)
+  /// unless it already is; a refusal is remembered too, so it is tried (and logged) once.
+  void acquire(DeviceRuntime& runtime, int device, std::span<const std::byte> region);
   void release(const std::byte* region) noexcept;
 
  private:

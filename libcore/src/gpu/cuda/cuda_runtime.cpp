@@ -1,4 +1,5 @@
 // DeviceRuntime over the CUDA runtime API (host calls only: no kernels, so no nvcc needed).
+#include <cuda.h>
 #include <cuda_runtime_api.h>
 
 #include <fmt/format.h>
@@ -43,23 +44,64 @@ DeviceProbe probe_once() {
   return probe;
 }
 
+/// cuCtxGetCurrent and cuCtxSetCurrent, reached through the runtime: linking libcuda would
+/// stop ddstage from loading on a host without a driver. Null when the driver lacks them.
+struct DriverContextCalls {
+  CUresult (*get)(CUcontext*) = nullptr;
+  CUresult (*set)(CUcontext) = nullptr;
+};
+
+const DriverContextCalls& driver_context_calls() {
+  static const DriverContextCalls calls = [] {
+    DriverContextCalls out;
+    void* get = nullptr;
+    void* set = nullptr;
+    cudaDriverEntryPointQueryResult got_get{};
+    cudaDriverEntryPointQueryResult got_set{};
+    if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &get, 12000, cudaEnableDefault,
+                                         &got_get) == cudaSuccess &&
+        cudaGetDriverEntryPointByVersion("cuCtxSetCurrent", &set, 12000, cudaEnableDefault,
+                                         &got_set) == cudaSuccess &&
+        got_get == cudaDriverEntryPointSuccess && got_set == cudaDriverEntryPointSuccess) {
+      out.get = reinterpret_cast<CUresult (*)(CUcontext*)>(get);
+      out.set = reinterpret_cast<CUresult (*)(CUcontext)>(set);
+    }
+    return out;
+  }();
+  return calls;
+}
+
 /// Makes device current for this thread while a call needs it, and restores the caller's.
+/// A thread without a context (cudaGetDevice answers 0 there too) is left without one:
+/// making device 0 current again would create its context, memory on a GPU this process
+/// may never use.
 class DeviceScope {
  public:
   explicit DeviceScope(int device) {
-    DDSTAGE_CUDA_CHECK(cudaGetDevice(&m_previous));
-    if (m_previous != device) DDSTAGE_CUDA_CHECK(cudaSetDevice(device));
-    m_device = device;
+    const DriverContextCalls& driver = driver_context_calls();
+    CUcontext current = nullptr;
+    m_had_context = !driver.get || (driver.get(&current) == CUDA_SUCCESS && current != nullptr);
+    if (m_had_context && cudaGetDevice(&m_previous) != cudaSuccess) m_previous = -1;
+    if (m_previous != device) {
+      DDSTAGE_CUDA_CHECK(cudaSetDevice(device));
+      m_changed = true;
+    }
   }
   DeviceScope(const DeviceScope&) = delete;
   DeviceScope& operator=(const DeviceScope&) = delete;
   ~DeviceScope() {
-    if (m_previous != m_device) (void)cudaSetDevice(m_previous);
+    if (!m_changed) return;
+    if (!m_had_context) {
+      (void)driver_context_calls().set(nullptr);
+    } else if (m_previous >= 0) {
+      (void)cudaSetDevice(m_previous);
+    }
   }
 
  private:
-  int m_previous = 0;
-  int m_device = 0;
+  int m_previous = -1;  // -1: unknown, so not restored
+  bool m_had_context = true;
+  bool m_changed = false;
 };
 
 class CudaRuntime final : public DeviceRuntime {
@@ -88,7 +130,8 @@ class CudaRuntime final : public DeviceRuntime {
     return ptr;
   }
 
-  void* allocate_pinned(std::size_t bytes) override {
+  void* allocate_pinned(int device, std::size_t bytes) override {
+    DeviceScope scope(device);
     void* ptr = nullptr;
     DDSTAGE_CUDA_CHECK(cudaMallocHost(&ptr, bytes));
     return ptr;
@@ -108,7 +151,8 @@ class CudaRuntime final : public DeviceRuntime {
     return event;
   }
 
-  void* register_host(const void* ptr, std::size_t bytes) noexcept override {
+  void* register_host(int device, const void* ptr, std::size_t bytes) noexcept override try {
+    DeviceScope scope(device);
     void* address = const_cast<void*>(ptr);
     if (const cudaError_t rc = cudaHostRegister(address, bytes, cudaHostRegisterReadOnly | cudaHostRegisterPortable); rc != cudaSuccess) {
       (void)cudaGetLastError();
@@ -118,6 +162,9 @@ class CudaRuntime final : public DeviceRuntime {
       return nullptr;
     }
     return address;
+  } catch (const Error& e) {
+    spdlog::info("CUDA: shared memory not registered ({}): direct copies from it are staged by the driver", e.what());
+    return nullptr;
   }
 
   void release(DeviceHandleKind kind, void* handle) noexcept override {
@@ -132,15 +179,18 @@ class CudaRuntime final : public DeviceRuntime {
     if (rc != cudaSuccess) spdlog::warn("CUDA: releasing a handle failed: {}", cudaGetErrorString(rc));
   }
 
-  void copy_async(void* dst, const void* src, std::size_t bytes, void* stream) override {
+  void copy_async(int device, void* dst, const void* src, std::size_t bytes, void* stream) override {
+    DeviceScope scope(device);
     DDSTAGE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(stream)));
   }
 
-  void fill_async(void* dst, unsigned char value, std::size_t bytes, void* stream) override {
+  void fill_async(int device, void* dst, unsigned char value, std::size_t bytes, void* stream) override {
+    DeviceScope scope(device);
     DDSTAGE_CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, static_cast<cudaStream_t>(stream)));
   }
 
-  void record_and_wait(void* event, void* stream) override {
+  void record_and_wait(int device, void* event, void* stream) override {
+    DeviceScope scope(device);
     DDSTAGE_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)));
     DDSTAGE_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
   }

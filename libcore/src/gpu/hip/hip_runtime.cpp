@@ -43,23 +43,27 @@ DeviceProbe probe_once() {
   return probe;
 }
 
-/// Makes device current for this thread while a call needs it, and restores the caller's.
+/// Makes device current for this thread while a call needs it, and restores the caller's
+/// when it was known and differs (HIP makes every device ready at initialisation, so setting
+/// device 0 back creates nothing).
 class DeviceScope {
  public:
   explicit DeviceScope(int device) {
-    DDSTAGE_HIP_CHECK(hipGetDevice(&m_previous));
-    if (m_previous != device) DDSTAGE_HIP_CHECK(hipSetDevice(device));
-    m_device = device;
+    if (hipGetDevice(&m_previous) != hipSuccess) m_previous = -1;
+    if (m_previous != device) {
+      DDSTAGE_HIP_CHECK(hipSetDevice(device));
+      m_changed = true;
+    }
   }
   DeviceScope(const DeviceScope&) = delete;
   DeviceScope& operator=(const DeviceScope&) = delete;
   ~DeviceScope() {
-    if (m_previous != m_device) (void)hipSetDevice(m_previous);
+    if (m_changed && m_previous >= 0) (void)hipSetDevice(m_previous);
   }
 
  private:
-  int m_previous = 0;
-  int m_device = 0;
+  int m_previous = -1;  // -1: unknown, so not restored
+  bool m_changed = false;
 };
 
 class HipRuntime final : public DeviceRuntime {
@@ -88,7 +92,8 @@ class HipRuntime final : public DeviceRuntime {
     return ptr;
   }
 
-  void* allocate_pinned(std::size_t bytes) override {
+  void* allocate_pinned(int device, std::size_t bytes) override {
+    DeviceScope scope(device);
     void* ptr = nullptr;
     DDSTAGE_HIP_CHECK(hipHostMalloc(&ptr, bytes, hipHostMallocDefault));
     return ptr;
@@ -108,7 +113,8 @@ class HipRuntime final : public DeviceRuntime {
     return event;
   }
 
-  void* register_host(const void* ptr, std::size_t bytes) noexcept override {
+  void* register_host(int device, const void* ptr, std::size_t bytes) noexcept override try {
+    DeviceScope scope(device);
     void* address = const_cast<void*>(ptr);
     if (const hipError_t rc = hipHostRegister(address, bytes, hipHostRegisterPortable); rc != hipSuccess) {
       (void)hipGetLastError();
@@ -118,6 +124,9 @@ class HipRuntime final : public DeviceRuntime {
       return nullptr;
     }
     return address;
+  } catch (const Error& e) {
+    spdlog::info("HIP: shared memory not registered ({}): direct copies from it are staged by the driver", e.what());
+    return nullptr;
   }
 
   void release(DeviceHandleKind kind, void* handle) noexcept override {
@@ -132,15 +141,18 @@ class HipRuntime final : public DeviceRuntime {
     if (rc != hipSuccess) spdlog::warn("HIP: releasing a handle failed: {}", hipGetErrorString(rc));
   }
 
-  void copy_async(void* dst, const void* src, std::size_t bytes, void* stream) override {
+  void copy_async(int device, void* dst, const void* src, std::size_t bytes, void* stream) override {
+    DeviceScope scope(device);
     DDSTAGE_HIP_CHECK(hipMemcpyAsync(dst, src, bytes, hipMemcpyDefault, static_cast<hipStream_t>(stream)));
   }
 
-  void fill_async(void* dst, unsigned char value, std::size_t bytes, void* stream) override {
+  void fill_async(int device, void* dst, unsigned char value, std::size_t bytes, void* stream) override {
+    DeviceScope scope(device);
     DDSTAGE_HIP_CHECK(hipMemsetAsync(dst, value, bytes, static_cast<hipStream_t>(stream)));
   }
 
-  void record_and_wait(void* event, void* stream) override {
+  void record_and_wait(int device, void* event, void* stream) override {
+    DeviceScope scope(device);
     DDSTAGE_HIP_CHECK(hipEventRecord(static_cast<hipEvent_t>(event), static_cast<hipStream_t>(stream)));
     DDSTAGE_HIP_CHECK(hipEventSynchronize(static_cast<hipEvent_t>(event)));
   }
