@@ -1,5 +1,6 @@
 // DeviceRuntime over the HIP runtime API (host calls only: no kernels, so no hipcc needed).
 #include <hip/hip_runtime_api.h>
+#include <hip/hip_version.h>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -81,7 +82,12 @@ class HipRuntime final : public DeviceRuntime {
       (void)hipGetLastError();  // a host pointer is an answer, not a sticky error
       return std::nullopt;
     }
+#if HIP_VERSION_MAJOR >= 6
+    // ROCm 6 replaced memoryType by type, with CUDA's enum values (Frontier runs ROCm 6).
+    if (attr.type != hipMemoryTypeDevice && !attr.isManaged) return std::nullopt;
+#else
     if (attr.memoryType != hipMemoryTypeDevice && !attr.isManaged) return std::nullopt;
+#endif
     return attr.device;
   }
 
