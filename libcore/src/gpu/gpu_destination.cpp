@@ -75,9 +75,13 @@ std::span<std::byte> GpuDestination::bounce(uint64_t bytes, bool* replaced) {
   const bool grow = bytes > m_bounce_bytes || m_bounce_runtime != m_runtime;
   if (replaced) *replaced = grow && m_bounce;
   if (grow) {
+    // Forgotten before allocating: when that throws, the next batch must allocate again, not
+    // get the freed buffer's null with the old size.
+    m_bounce = DeviceHandle();
+    m_bounce_bytes = 0;
+    m_bounce_runtime = nullptr;
     // Powers of two: a reader whose batches grow a little reallocates a few times, not each time.
     const std::size_t size = std::bit_ceil(std::max<std::size_t>(bytes, 1));
-    m_bounce = DeviceHandle();
     m_bounce = DeviceHandle(*m_runtime, DeviceHandleKind::pinned_memory, m_runtime->allocate_pinned(m_device, size));
     m_bounce_bytes = size;
     m_bounce_runtime = m_runtime;
