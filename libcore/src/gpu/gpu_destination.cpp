@@ -72,9 +72,8 @@ void GpuDestination::note(GpuPath path, std::string_view why) {
 }
 
 std::span<std::byte> GpuDestination::bounce(uint64_t bytes, bool* replaced) {
-  const bool grow = bytes > m_bounce_bytes || m_bounce_runtime != m_runtime;
-  if (replaced) *replaced = grow && m_bounce;
-  if (grow) {
+  if (bytes > m_bounce_bytes || m_bounce_runtime != m_runtime) {
+    if (m_bounce) m_bounce_replaced = true;
     // Forgotten before allocating: when that throws, the next batch must allocate again, not
     // get the freed buffer's null with the old size.
     m_bounce = DeviceHandle();
@@ -85,6 +84,10 @@ std::span<std::byte> GpuDestination::bounce(uint64_t bytes, bool* replaced) {
     m_bounce = DeviceHandle(*m_runtime, DeviceHandleKind::pinned_memory, m_runtime->allocate_pinned(m_device, size));
     m_bounce_bytes = size;
     m_bounce_runtime = m_runtime;
+  }
+  if (replaced) {
+    *replaced = m_bounce_replaced;
+    m_bounce_replaced = false;
   }
   return {static_cast<std::byte*>(m_bounce.get()), bytes};
 }

@@ -36,8 +36,8 @@ class GpuDestination {
   /// memory; otherwise gpu.path=direct is a UsageError naming it and auto stages (saying so).
   GpuPath choose(std::string_view why_not_direct);
   /// Pinned host memory for bytes, grown as needed and reused. *replaced (when given) says
-  /// whether the previous buffer was freed for it: transports that cache registrations of
-  /// destinations must then forget them.
+  /// whether a buffer was freed since the last call that asked (copy_back may grow it too):
+  /// transports that cache registrations of destinations must then forget them.
   std::span<std::byte> bounce(uint64_t bytes, bool* replaced = nullptr);
   /// Staged: the bounce buffer's first dest.bytes go to dest in one async copy, then the sync.
   void finish_staged(const DeviceBuffer& dest);
@@ -64,6 +64,7 @@ class GpuDestination {
   DeviceRuntime* m_bounce_runtime = nullptr;
   DeviceHandle m_bounce;
   std::size_t m_bounce_bytes = 0;
+  bool m_bounce_replaced = false;  // a buffer was freed since bounce() last reported one
   std::vector<DeviceHandle> m_events;  // by device, created on first use
   bool m_regions_registered = false;
   std::vector<const std::byte*> m_registered;  // regions this reader holds registrations of
