@@ -57,6 +57,9 @@ class DeviceRuntime {
   virtual void fill_async(int device, void* dst, unsigned char value, std::size_t bytes, void* stream) = 0;
   /// Records event on stream (both of device) and waits for it: the one synchronisation per batch.
   virtual void record_and_wait(int device, void* event, void* stream) = 0;
+  /// Waits for what stream (of device) has queued, logging a failure: after a batch's call
+  /// threw, so that none of its copies lands after get_batch has returned.
+  virtual void drain(int device, void* stream) noexcept = 0;
 };
 
 /// A runtime handle that releases itself: move-only, noexcept destructor.

@@ -92,9 +92,21 @@ std::span<std::byte> GpuDestination::bounce(uint64_t bytes, bool* replaced) {
   return {static_cast<std::byte*>(m_bounce.get()), bytes};
 }
 
+template <class Queue>
+void GpuDestination::drained_on_failure(const DeviceBuffer& dest, Queue&& queue) {
+  try {
+    queue();
+  } catch (...) {
+    m_runtime->drain(dest.device, dest.stream);
+    throw;
+  }
+}
+
 void GpuDestination::finish_staged(const DeviceBuffer& dest) {
-  if (dest.bytes > 0) m_runtime->copy_async(dest.device, dest.ptr, m_bounce.get(), dest.bytes, dest.stream);
-  sync(dest);
+  drained_on_failure(dest, [&] {
+    if (dest.bytes > 0) m_runtime->copy_async(dest.device, dest.ptr, m_bounce.get(), dest.bytes, dest.stream);
+    sync(dest);
+  });
 }
 
 void GpuDestination::copy_direct(std::span<const ReadOp> reads, std::span<const std::span<const std::byte>> regions,
@@ -108,18 +120,22 @@ void GpuDestination::copy_direct(std::span<const ReadOp> reads, std::span<const 
     }
     profile_mark(ProfileStage::registration);
   }
-  for (const ReadOp& op : reads) {
-    m_runtime->copy_async(dest.device, op.dest, regions[static_cast<std::size_t>(op.rank)].data() + op.offset, op.bytes,
-                          dest.stream);
-  }
-  profile_mark(ProfileStage::copy);
-  sync(dest);
+  drained_on_failure(dest, [&] {
+    for (const ReadOp& op : reads) {
+      m_runtime->copy_async(dest.device, op.dest, regions[static_cast<std::size_t>(op.rank)].data() + op.offset,
+                            op.bytes, dest.stream);
+    }
+    profile_mark(ProfileStage::copy);
+    sync(dest);
+  });
 }
 
 std::span<const std::byte> GpuDestination::copy_back(const DeviceBuffer& dest) {
   const auto host = bounce(dest.bytes);
-  m_runtime->copy_async(dest.device, host.data(), dest.ptr, dest.bytes, dest.stream);
-  m_runtime->record_and_wait(dest.device, m_events[static_cast<std::size_t>(dest.device)].get(), dest.stream);
+  drained_on_failure(dest, [&] {
+    m_runtime->copy_async(dest.device, host.data(), dest.ptr, dest.bytes, dest.stream);
+    sync(dest);
+  });
   return host;
 }
 

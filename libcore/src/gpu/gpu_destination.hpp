@@ -52,6 +52,11 @@ class GpuDestination {
  private:
   /// Records an event on dest.stream and waits for it: the batch's only synchronisation.
   void sync(const DeviceBuffer& dest);
+  /// Runs queue, and when it throws waits for what it queued on dest.stream before rethrowing:
+  /// no copy of a failed batch lands after get_batch has thrown. (A template, not a
+  /// std::function: the batch path allocates nothing.)
+  template <class Queue>
+  void drained_on_failure(const DeviceBuffer& dest, Queue&& queue);
   /// The auto choice: bench's cached answer for this node, else staged (once per reader).
   GpuPath resolve_auto();
   void note(GpuPath path, std::string_view why);

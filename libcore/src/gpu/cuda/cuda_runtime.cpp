@@ -194,6 +194,15 @@ class CudaRuntime final : public DeviceRuntime {
     DDSTAGE_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)));
     DDSTAGE_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
   }
+
+  void drain(int device, void* stream) noexcept override try {
+    DeviceScope scope(device);
+    if (const cudaError_t rc = cudaStreamSynchronize(static_cast<cudaStream_t>(stream)); rc != cudaSuccess) {
+      spdlog::warn("CUDA: waiting for a failed batch's queued copies: {}", cudaGetErrorString(rc));
+    }
+  } catch (const Error& e) {
+    spdlog::warn("CUDA: waiting for a failed batch's queued copies: {}", e.what());
+  }
 };
 
 }  // namespace

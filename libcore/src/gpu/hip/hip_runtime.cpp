@@ -162,6 +162,15 @@ class HipRuntime final : public DeviceRuntime {
     DDSTAGE_HIP_CHECK(hipEventRecord(static_cast<hipEvent_t>(event), static_cast<hipStream_t>(stream)));
     DDSTAGE_HIP_CHECK(hipEventSynchronize(static_cast<hipEvent_t>(event)));
   }
+
+  void drain(int device, void* stream) noexcept override try {
+    DeviceScope scope(device);
+    if (const hipError_t rc = hipStreamSynchronize(static_cast<hipStream_t>(stream)); rc != hipSuccess) {
+      spdlog::warn("HIP: waiting for a failed batch's queued copies: {}", hipGetErrorString(rc));
+    }
+  } catch (const Error& e) {
+    spdlog::warn("HIP: waiting for a failed batch's queued copies: {}", e.what());
+  }
 };
 
 }  // namespace
