@@ -116,7 +116,8 @@ class CudaRuntime final : public DeviceRuntime {
   std::optional<int> device_of(const void* ptr) const override {
     cudaPointerAttributes attr{};
     if (cudaPointerGetAttributes(&attr, ptr) != cudaSuccess) {
-      (void)cudaGetLastError();  // a host pointer is an answer, not a sticky error
+      // Not cleared with cudaGetLastError: this error is not sticky, and clearing would also
+      // drop an error of the caller's own kernels that it has yet to check.
       return std::nullopt;
     }
     if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged) return std::nullopt;
@@ -155,7 +156,6 @@ class CudaRuntime final : public DeviceRuntime {
     DeviceScope scope(device);
     void* address = const_cast<void*>(ptr);
     if (const cudaError_t rc = cudaHostRegister(address, bytes, cudaHostRegisterReadOnly | cudaHostRegisterPortable); rc != cudaSuccess) {
-      (void)cudaGetLastError();
       spdlog::info("CUDA: cudaHostRegister of {} bytes of shared memory failed ({}): direct copies from it are "
                    "staged by the driver",
                    bytes, cudaGetErrorString(rc));

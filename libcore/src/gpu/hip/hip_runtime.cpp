@@ -79,7 +79,8 @@ class HipRuntime final : public DeviceRuntime {
   std::optional<int> device_of(const void* ptr) const override {
     hipPointerAttribute_t attr{};
     if (hipPointerGetAttributes(&attr, ptr) != hipSuccess) {
-      (void)hipGetLastError();  // a host pointer is an answer, not a sticky error
+      // Not cleared with hipGetLastError: this error is not sticky, and clearing would also
+      // drop an error of the caller's own kernels that it has yet to check.
       return std::nullopt;
     }
 #if HIP_VERSION_MAJOR >= 6
@@ -123,7 +124,6 @@ class HipRuntime final : public DeviceRuntime {
     DeviceScope scope(device);
     void* address = const_cast<void*>(ptr);
     if (const hipError_t rc = hipHostRegister(address, bytes, hipHostRegisterPortable); rc != hipSuccess) {
-      (void)hipGetLastError();
       spdlog::info("HIP: hipHostRegister of {} bytes of shared memory failed ({}): direct copies from it are "
                    "staged by the driver",
                    bytes, hipGetErrorString(rc));
