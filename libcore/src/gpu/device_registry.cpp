@@ -33,7 +33,7 @@ std::vector<DeviceRuntime*> built_runtimes() {
   }
   std::string why;
   for (DeviceRuntime* runtime : runtimes) {
-    const DeviceProbe probe = runtime->probe();
+    const DeviceProbe& probe = runtime->probe();
     if (!why.empty()) why += "; ";
     why += probe.devices > 0
                ? fmt::format("{} has {} device(s), not device {}", memory_kind_name(runtime->kind()),

@@ -34,7 +34,8 @@ class DeviceRuntime {
 
   virtual MemoryKind kind() const noexcept = 0;
   /// Devices on this node; any runtime error (no driver, no device) means none, with its reason.
-  virtual DeviceProbe probe() const = 0;
+  /// Probed once: the reference stays valid (the registry asks twice per batch).
+  virtual const DeviceProbe& probe() const = 0;
   /// The device ptr is memory of, when it is this runtime's device (or managed) memory.
   virtual std::optional<int> device_of(const void* ptr) const = 0;
 

@@ -26,8 +26,8 @@ std::string_view gpu_path_name(GpuPath path) noexcept {
 std::vector<GpuRuntimeInfo> gpu_info() {
   std::vector<GpuRuntimeInfo> out;
   for (detail::DeviceRuntime* runtime : detail::device_runtimes()) {
-    auto probe = runtime->probe();
-    out.push_back({runtime->kind(), probe.devices, std::move(probe.reason), std::move(probe.names)});
+    const detail::DeviceProbe& probe = runtime->probe();
+    out.push_back({runtime->kind(), probe.devices, probe.reason, probe.names});
   }
   return out;
 }

@@ -108,7 +108,7 @@ class CudaRuntime final : public DeviceRuntime {
  public:
   MemoryKind kind() const noexcept override { return MemoryKind::cuda; }
 
-  DeviceProbe probe() const override {
+  const DeviceProbe& probe() const override {
     static const DeviceProbe probe = probe_once();
     return probe;
   }

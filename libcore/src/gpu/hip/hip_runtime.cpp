@@ -71,7 +71,7 @@ class HipRuntime final : public DeviceRuntime {
  public:
   MemoryKind kind() const noexcept override { return MemoryKind::hip; }
 
-  DeviceProbe probe() const override {
+  const DeviceProbe& probe() const override {
     static const DeviceProbe probe = probe_once();
     return probe;
   }
