@@ -16,6 +16,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "ddstage/fabric_floor.hpp"
 #include "fabric/fabric_endpoint.hpp"
 #include "fabric/fabric_provider.hpp"
 #include "fabric/fabric_region.hpp"
@@ -304,6 +305,22 @@ TEST_CASE("fabric: a peer that never answers fails the batch within read_timeout
       read_and_compare(t, {&a}, rng, 16, false);
     }
   }
+}
+
+TEST_CASE("fabric: the floor reader gives up on a target that never answers within read_timeout", "[fabric]") {
+  const Provider& p = providers[0];  // tcp: rxm connects lazily, so an unreachable target refuses every post
+  if (!present(p)) return;
+  FabricEndpoint hung(*choose_provider(p.name, p.domain));
+  auto b = pattern(1 << 20, 10);
+  FabricRegion region(hung, b);
+  const auto info = region.info();
+  const auto hex = to_hex(hung.address());
+  const auto settings =
+      Settings::resolve({{"fabric.provider", p.name}, {"fabric.domain", p.domain}, {"read_timeout", "1s"}}, {},
+                        std::nullopt, false);
+  FabricFloorReader reader(settings, hung.provider() + ' ' + hex + ' ' + std::to_string(info.key) + ' ' +
+                                         std::to_string(info.base) + ' ' + std::to_string(info.bytes));
+  CHECK_THROWS_WITH(reader.run(4096, 16, 8, 1), Catch::Contains(hex) && Catch::Contains("read_timeout (1000 ms)"));
 }
 
 TEST_CASE("fabric: a reader in another process reads a server's region", "[fabric]") {

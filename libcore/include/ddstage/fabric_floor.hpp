@@ -55,7 +55,7 @@ class FabricFloorReader {
   /// The provider the reads go over ("tcp;ofi_rxm").
   const std::string& provider() const noexcept;
   /// rows reads in calls of batch; row_bytes must fit the target. A read failing, or none
-  /// completing for read_timeout, is an Error.
+  /// taken or completing for read_timeout (an unreachable target), is an Error.
   FabricFloorRun run(uint64_t row_bytes, uint64_t rows, uint64_t batch, uint64_t seed);
 
  private:

@@ -49,6 +49,7 @@ struct FabricFloorReader::State {
     if (!(in >> provider >> hex >> region.key >> region.base >> region.bytes)) {
       throw UsageError("bad fabric floor target address '" + target + "'");
     }
+    peer_hex = hex;
     const auto address = detail::from_hex(hex);
     endpoint.emplace(*detail::find_provider(provider, options.domain, address.size()));
     peer = endpoint->insert_peer(address);
@@ -59,9 +60,12 @@ struct FabricFloorReader::State {
   std::size_t reap(std::vector<uint32_t>& free);
   /// One call: `batch` reads, all completed.
   void call(uint64_t row_bytes, uint64_t batch, std::mt19937_64& rng);
+  /// The error of a call that made no progress for read_timeout (what: what did not happen).
+  Error no_progress(const std::string& what) const;
 
   detail::FabricOptions options;
   std::string provider;
+  std::string peer_hex;  // the target's address, for errors
   detail::FabricRegionInfo region;
   // Declared before the endpoint: reads a failed call left in flight end with it, before these go.
   std::vector<fi_context2> contexts;  // one per read in flight; a completion names its slot
@@ -89,10 +93,14 @@ std::size_t FabricFloorReader::State::reap(std::vector<uint32_t>& free) {
       throw detail::FabricError("fi_read (fabric floor)", provider, -err.err);
     }
     if (n != -FI_EAGAIN) throw detail::FabricError("fi_cq_read", provider, static_cast<int>(n));
-    if (Clock::now() - start > options.read_timeout) {
-      throw Error(ErrorKind::runtime, "fabric floor: reads over " + provider + " made no progress for read_timeout");
-    }
+    if (Clock::now() - start > options.read_timeout) throw no_progress("reads completed");
   }
+}
+
+Error FabricFloorReader::State::no_progress(const std::string& what) const {
+  return Error(ErrorKind::runtime, "fabric floor: no " + what + " from the target at " + peer_hex + " over " +
+                                       provider + " within read_timeout (" +
+                                       std::to_string(options.read_timeout.count()) + " ms)");
 }
 
 void FabricFloorReader::State::call(uint64_t row_bytes, uint64_t batch, std::mt19937_64& rng) {
@@ -100,6 +108,8 @@ void FabricFloorReader::State::call(uint64_t row_bytes, uint64_t batch, std::mt1
   for (uint32_t i = 0; i < free.size(); ++i) free[i] = i;
   const uint64_t slots_rows = region.bytes / row_bytes;
   uint64_t posted = 0, done = 0;
+  // A peer that cannot be reached never takes a read (rxm's connect keeps answering EAGAIN).
+  auto idle_since = Clock::now();
   while (done < batch) {
     // The same caps as a get_batch reader: the window, and the bytes in flight (one read always goes).
     const bool room = posted < batch && !free.empty() &&
@@ -115,13 +125,16 @@ void FabricFloorReader::State::call(uint64_t row_bytes, uint64_t batch, std::mt1
     if (rc == 0) {
       free.pop_back();
       ++posted;
+      idle_since = Clock::now();
     } else if (rc == -FI_EAGAIN) {
       // rxm connects lazily, and a full queue drains only as completions are read.
       if (posted > done) {
         done += reap(free);
+        idle_since = Clock::now();
       } else {
         fi_cq_entry none;
         fi_cq_read(endpoint->cq(), &none, 1);  // nothing posted: only drives the connection
+        if (Clock::now() - idle_since > options.read_timeout) throw no_progress("read accepted");
       }
     } else {
       throw detail::FabricError("fi_read (fabric floor)", provider, static_cast<int>(rc));
