@@ -103,27 +103,20 @@ std::vector<FloorPoint> measure_fabric_floor(const Settings& settings, const Mpi
                                              std::string& provider) {
 #if DDSTAGE_HAVE_MPI
   if (job && job->size() > 1) {
-    // Rank 1's address, or the error that kept it from serving one: every rank must learn
-    // either, or rank 0 would wait for an address forever.
+    // Rank 1's address, or the error that kept it from serving one (the 64 MiB target's
+    // bad_alloc too): every rank must learn either, or rank 0 would wait for an address forever.
     std::optional<FabricFloorTarget> target;
-    std::string offer;
-    if (job->rank() == 1) {
-      try {
-        target.emplace(settings, target_bytes(row_sizes));
-        offer = "A" + target->address();
-      } catch (const Error& e) {
-        offer = (e.kind() == ErrorKind::usage ? "U" : "R") + std::string(e.what());
-      }
-    }
-    const auto address = job->broadcast(offer, 1);
-    if (address[0] != 'A') {
-      throw Error(address[0] == 'U' ? ErrorKind::usage : ErrorKind::runtime, "rank 1: " + address.substr(1));
-    }
+    const auto address = job->broadcast_outcome(
+        [&] {
+          target.emplace(settings, target_bytes(row_sizes));
+          return target->address();
+        },
+        1);
     std::vector<FloorPoint> points;
     std::exception_ptr failure;
     if (job->rank() == 0) {
       try {
-        FabricFloorReader reader(settings, address.substr(1));
+        FabricFloorReader reader(settings, address);
         provider = reader.provider();
         points = read_all(reader, row_sizes, batches, rows_of, seed);
       } catch (...) {

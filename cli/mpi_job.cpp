@@ -4,6 +4,8 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <exception>
+#include <string>
 #include <thread>
 
 #include "ddstage/error.hpp"
@@ -49,6 +51,33 @@ std::string MpiJob::broadcast(std::string text, int root) const {
   text.resize(static_cast<std::size_t>(len));
   MPI_Bcast(text.data(), len, MPI_CHAR, root, MPI_COMM_WORLD);
   return text;
+}
+
+std::string MpiJob::broadcast_outcome(const std::function<std::string()>& make, int root) const {
+  // The first byte tells the others what came: A(nswer), U(sage error) or R(un-time error).
+  std::string outcome;
+  std::exception_ptr failure;
+  if (m_rank == root) {
+    try {
+      outcome = "A" + make();
+    } catch (const Error& e) {
+      failure = std::current_exception();
+      outcome = (e.kind() == ErrorKind::usage ? "U" : "R") + std::string(e.what());
+    } catch (const std::exception& e) {
+      failure = std::current_exception();
+      outcome = "R" + std::string(e.what());
+    } catch (...) {
+      failure = std::current_exception();
+      outcome = "Ran exception that is not a std::exception";
+    }
+  }
+  outcome = broadcast(std::move(outcome), root);
+  if (failure) std::rethrow_exception(failure);
+  if (outcome[0] != 'A') {
+    throw Error(outcome[0] == 'U' ? ErrorKind::usage : ErrorKind::runtime,
+                "rank " + std::to_string(root) + ": " + outcome.substr(1));
+  }
+  return outcome.substr(1);
 }
 
 void MpiJob::abort(int code) const {

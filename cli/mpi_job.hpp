@@ -2,6 +2,7 @@
 // process (an MPI singleton) or every rank of an mpiexec/srun job. Built only with MPI.
 #pragma once
 
+#include <functional>
 #include <string>
 
 namespace ddstage::cli {
@@ -26,6 +27,11 @@ class MpiJob {
   void barrier_gently() const;
   /// root's text, on every rank.
   std::string broadcast(std::string text, int root) const;
+  /// What `make` returns on root, on every rank; if it throws there, every rank throws: root
+  /// its own exception, the others an Error of its kind (runtime for anything not a
+  /// ddstage::Error) with root's message. For steps only root takes, so that no rank waits
+  /// for a broadcast root never reaches.
+  std::string broadcast_outcome(const std::function<std::string()>& make, int root) const;
   /// Ends every rank of the job with this exit code (a rank failing alone would leave the
   /// others waiting).
   [[noreturn]] void abort(int code) const;

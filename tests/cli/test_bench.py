@@ -2,6 +2,7 @@
 self-consistent (no mismatches, ordered percentiles, byte counts that match the data).
 No speed is ever asserted."""
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -412,6 +413,18 @@ def test_bench_fabric_raw(ddstage, tmp_path):
 ])
 def test_bench_fabric_raw_bad_input(ddstage, args, words):
     assert_usage_error(ddstage.run("bench", "fabric-raw", "--samples", 4, *args, env={**MPI_ENV, **FABRIC_LO}), *words)
+
+
+def test_bench_fabric_raw_target_fails_alone(ddstage):
+    """Rank 1 failing to allocate its target (bad_alloc, no ddstage error) still tells rank 0,
+    which would otherwise wait for its address forever: both end, rank 0 naming rank 1."""
+    # Under ASan, a 256 TiB allocation must throw bad_alloc as it does without.
+    asan = ":".join(filter(None, [os.environ.get("ASAN_OPTIONS"), "allocator_may_return_null=1"]))
+    env = {**MPI_ENV, **FABRIC_LO, "ASAN_OPTIONS": asan}
+    proc = ddstage.run("bench", "fabric-raw", "--size", "16T", "--batch", 1, "--samples", 1,
+                       prefix=["timeout", "60", "mpiexec", "-n", "2"], env=env)
+    assert proc.returncode == 1, (proc.returncode, proc.stderr)
+    assert "ddstage: error: rank 1: std::bad_alloc" in proc.stderr
 
 
 def test_bench_store_profile(ddstage, tmp_path):
