@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -58,17 +59,12 @@ std::vector<uint64_t> synthetic_sizes(const BenchStoreOptions& opts) {
 #if DDSTAGE_HAVE_MPI
 
 /// A directory for generated datasets, made by rank 0 and named to every rank (which must all
-/// see it: on several nodes, TMPDIR on a shared file system); rank 0 removes it.
+/// see it: on several nodes, TMPDIR on a shared file system); rank 0 removes it. When rank 0
+/// cannot make it, every rank throws its error.
 class SharedTempDir {
  public:
-  explicit SharedTempDir(const MpiJob& job) : m_owner(job.rank() == 0) {
-    std::string path;
-    if (m_owner) {
-      path = (std::filesystem::temp_directory_path() / "ddstage-bench-XXXXXX").string();
-      if (!::mkdtemp(path.data())) throw IoError("mkdtemp " + path, errno);
-    }
-    m_path = job.broadcast(path, 0);
-  }
+  explicit SharedTempDir(const MpiJob& job)
+      : m_owner(job.rank() == 0), m_path(job.broadcast_outcome(make, 0)) {}
   SharedTempDir(const SharedTempDir&) = delete;
   SharedTempDir& operator=(const SharedTempDir&) = delete;
   ~SharedTempDir() {
@@ -78,6 +74,24 @@ class SharedTempDir {
   const std::filesystem::path& path() const noexcept { return m_path; }
 
  private:
+  static std::string make() {
+    std::error_code ec;
+    const auto tmp = std::filesystem::temp_directory_path(ec);
+    if (ec) {
+      // TMPDIR naming no directory is the user's to fix: a usage error naming it (the
+      // variables are libstdc++'s, in its order).
+      for (const char* var : {"TMPDIR", "TMP", "TEMP", "TEMPDIR"}) {
+        if (const char* dir = std::getenv(var)) {
+          throw IoError("temporary directory " + std::string(dir) + " (" + var + ")", ec.value());
+        }
+      }
+      throw IoError("temporary directory", ec.value());
+    }
+    std::string path = (tmp / "ddstage-bench-XXXXXX").string();
+    if (!::mkdtemp(path.data())) throw IoError("mkdtemp " + path, errno);
+    return path;
+  }
+
   bool m_owner;
   std::filesystem::path m_path;
 };
@@ -185,6 +199,12 @@ void describe_run(BenchReport& report, const BenchStoreOptions& opts, const MpiJ
   report.describe("figures", "rank 0's; every rank reads at the same time, cell by cell");
 }
 
+/// Ends every rank after this rank failed alone (the others wait in a collective).
+[[noreturn]] void abort_job(const MpiJob& job, const char* what, int code) {
+  std::fprintf(stderr, "ddstage: error: rank %d: %s\n", job.rank(), what);
+  job.abort(code);
+}
+
 #endif
 
 }  // namespace
@@ -215,21 +235,30 @@ void run_bench_store_embedded(const BenchStoreOptions& opts, const CliContext& c
       });
       for (uint64_t row_bytes : sizes) {
         const uint64_t rows = opts.synthetic_rows ? opts.synthetic_rows : default_synthetic_rows(row_bytes);
-        if (job.rank() == 0) write_synthetic_dataset(dir.path(), row_bytes, rows, opts.seed);
-        job.barrier();
+        // Rank 0 writes, the others wait for it to have written or to have failed.
+        job.broadcast_outcome(
+            [&] {
+              write_synthetic_dataset(dir.path(), row_bytes, rows, opts.seed);
+              return std::string();
+            },
+            0);
         run.measure(dir.path() / fmt::format("rows-{}.ddx", row_bytes), fmt::format("rows-{}", row_bytes),
                     row_bytes == nearest_3k);
       }
       job.barrier();
     }
   } catch (const Error& e) {
-    // Usage errors come from checks every rank makes alike (the Store's collectives agree on
-    // them), so every rank unwinds together. A rank failing alone at run time would leave the
-    // others waiting in the next barrier: end the job.
-    if (job.size() > 1 && e.kind() == ErrorKind::runtime) {
-      std::fprintf(stderr, "ddstage: error: rank %d: %s\n", job.rank(), e.what());
-      job.abort(exit_code(e.kind()));
-    }
+    // Usage errors come from checks every rank makes alike, or are agreed on (the Store's
+    // collectives, the steps only rank 0 takes), so every rank unwinds together. A rank
+    // failing alone at run time would leave the others waiting in the next collective: end
+    // the job.
+    if (job.size() > 1 && e.kind() == ErrorKind::runtime) abort_job(job, e.what(), exit_code(e.kind()));
+    throw;
+  } catch (const std::exception& e) {
+    if (job.size() > 1) abort_job(job, e.what(), 1);
+    throw;
+  } catch (...) {
+    if (job.size() > 1) abort_job(job, "an exception that is not a std::exception", 1);
     throw;
   }
   if (job.rank() != 0) return;

@@ -351,6 +351,20 @@ def test_bench_store_embedded_mpiexec(ddstage, tmp_path):
     assert list(tmp.iterdir()) == []
 
 
+def test_bench_store_embedded_bad_tmpdir(ddstage, tmp_path):
+    """Under mpiexec -n 2, a TMPDIR that is no directory fails on rank 0 alone: every rank ends
+    (none left waiting for rank 0's broadcast) with the error naming the directory."""
+    missing = tmp_path / "missing"
+    # OpenMPI would create a missing TMPDIR for its session directory: give it its own.
+    env = {**MPI_ENV, "TMPDIR": str(missing), "OMPI_MCA_orte_tmpdir_base": str(tmp_path)}
+    proc = ddstage.run("bench", "store", "--synthetic", "3K", "--synthetic-rows", 16, "--samples", 8,
+                       "--transport", "shm", prefix=["timeout", "60", "mpiexec", "-n", "2"], env=env)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    errors = [l for l in proc.stderr.splitlines() if l.startswith("ddstage: error:")]
+    assert errors and all(str(missing) in l for l in errors), proc.stderr
+    assert not missing.exists()
+
+
 @pytest.mark.parametrize("args, words", [
     (["--synthetic", "3K", "--transport", "carrier-pigeon"], ["carrier-pigeon"]),
     (["--synthetic", "3K", "--batch", "0"], ["--batch"]),
