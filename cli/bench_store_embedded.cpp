@@ -128,16 +128,28 @@ StoreOptions store_options(const std::string& store, const CliContext& ctx) {
   return o;
 }
 
+/// Collective: one Store per store the ways read through.
+std::map<std::string, Store> open_stores(const std::vector<std::string>& ways, const CliContext& ctx) {
+  std::map<std::string, Store> stores;
+  for (const auto& way : ways) {
+    const auto key = store_of(way);
+    if (!stores.count(key)) stores.emplace(key, make_store(MPI_COMM_WORLD, store_options(key, ctx)));
+  }
+  return stores;
+}
+
 /// One dataset (a generated row size or the real index) loaded into every Store and measured.
 struct EmbeddedRun {
   const BenchStoreOptions& opts;
   const CliContext& ctx;
   const MpiJob& job;
   std::vector<std::string> ways;
-  std::map<std::string, Store>& stores;
   BenchReport& report;
 
+  /// Collective. The Stores hold only this dataset and go (collectively) at the end: the
+  /// Store cannot unload, and sizes kept loaded side by side would add up towards mem_limit.
   void measure(const std::filesystem::path& ddx, const std::string& name, bool profile_overhead) {
+    auto stores = open_stores(ways, ctx);
     for (auto& [key, store] : stores) store.load(ddx, name);
     const Index& index = stores.begin()->second.index(name);
     const uint32_t field = opts.field.empty() ? index.default_field() : index.field_id(opts.field);
@@ -219,15 +231,11 @@ void run_bench_store_embedded(const BenchStoreOptions& opts, const CliContext& c
   BenchReport report("store");
   describe_run(report, opts, job, ways);
   try {
-    std::map<std::string, Store> stores;
-    for (const auto& way : ways) {
-      const auto key = store_of(way);
-      if (!stores.count(key)) stores.emplace(key, make_store(MPI_COMM_WORLD, store_options(key, ctx)));
-    }
-    EmbeddedRun run{opts, ctx, job, ways, stores, report};
+    EmbeddedRun run{opts, ctx, job, ways, report};
     if (!opts.index.empty()) {
       run.measure(opts.index, "bench", true);
     } else {
+      // Outlives every Store: its files stay while a Store maps them.
       const SharedTempDir dir(job);
       // The profile's overhead is claimed at 3 KB rows: measured on the size nearest to it.
       const uint64_t nearest_3k = *std::min_element(sizes.begin(), sizes.end(), [](uint64_t a, uint64_t b) {
