@@ -142,6 +142,16 @@ TEST_CASE("bad device destinations are usage errors before anything is read", "[
   CHECK(device_batch(reader, "x", ids, true) == origin_batch(store.index(), 0, ids));
 }
 
+TEST_CASE("an empty batch may come without device memory, as on the host path", "[gpu]") {
+  TestStore store;
+  for (const char* path : {"direct", "staged"}) {
+    auto reader = Client(store.dir(), with_path(path)).open("d").reader();
+    CHECK_NOTHROW(reader.get_batch("x", {}, DeviceBuffer{nullptr, 0, 0, nullptr}, true));
+    CHECK_THROWS_WITH(reader.get_batch("x", std::vector<uint64_t>{1}, DeviceBuffer{nullptr, 0, 0, nullptr}),
+                      Contains("device memory of device 0"));
+  }
+}
+
 int main(int argc, char** argv) {
   std::string why;
   for (const auto& r : gpu_info()) {

@@ -19,7 +19,8 @@ GpuDestination::~GpuDestination() {
 }
 
 void GpuDestination::begin(const DeviceBuffer& dest, uint64_t need) {
-  DeviceRuntime& runtime = runtime_of(dest);
+  // An empty batch may come without memory, as on the host path: there is no pointer to ask about.
+  DeviceRuntime& runtime = need == 0 && dest.ptr == nullptr ? runtime_with_device(dest.device) : runtime_of(dest);
   if (&runtime != m_runtime) {
     m_events.clear();  // events belong to the runtime that made them
     m_runtime = &runtime;
@@ -133,7 +134,7 @@ void GpuDestination::copy_direct(std::span<const ReadOp> reads, std::span<const 
 std::span<const std::byte> GpuDestination::copy_back(const DeviceBuffer& dest) {
   const auto host = bounce(dest.bytes);
   drained_on_failure(dest, [&] {
-    m_runtime->copy_async(dest.device, host.data(), dest.ptr, dest.bytes, dest.stream);
+    if (dest.bytes > 0) m_runtime->copy_async(dest.device, host.data(), dest.ptr, dest.bytes, dest.stream);
     sync(dest);
   });
   return host;

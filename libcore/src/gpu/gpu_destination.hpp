@@ -30,7 +30,8 @@ class GpuDestination {
   ~GpuDestination();
 
   /// Before anything is read: Error "no GPU: <reason>" when no runtime has dest.device,
-  /// UsageError when dest.ptr is not its device memory or dest.bytes is not `need`.
+  /// UsageError when dest.ptr is not its device memory (null is fine when need is 0) or
+  /// dest.bytes is not `need`.
   void begin(const DeviceBuffer& dest, uint64_t need);
   /// The path of this batch. why_not_direct is empty when its rows can go straight to device
   /// memory; otherwise gpu.path=direct is a UsageError naming it and auto stages (saying so).
