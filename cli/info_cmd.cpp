@@ -180,6 +180,8 @@ void print_gpu(const Settings& settings, bool json) {
       j.begin_object().field("runtime", memory_kind_name(r.kind)).field("devices", r.devices);
       j.field("reason", r.reason).key("device_names").begin_array();
       for (const auto& name : r.device_names) j.value(name);
+      j.end_array().key("host_register_read_only").begin_array();
+      for (const bool read_only : r.host_register_read_only) j.value(read_only);
       j.end_array().end_object();
     }
     j.end_array().end_object();
@@ -196,7 +198,10 @@ void print_gpu(const Settings& settings, bool json) {
       continue;
     }
     fmt::print("{}: {} device(s)\n", memory_kind_name(r.kind), r.devices);
-    for (std::size_t d = 0; d < r.device_names.size(); ++d) fmt::print("  {}: {}\n", d, r.device_names[d]);
+    for (std::size_t d = 0; d < r.device_names.size(); ++d) {
+      fmt::print("  {}: {} (read-only host registration: {})\n", d, r.device_names[d],
+                 r.host_register_read_only[d] ? "yes" : "no: direct copies are pageable");
+    }
   }
   fmt::print("gpu.path={} (auto: {}, from {})\n", settings.get_string("gpu.path"),
              cached ? gpu_path_name(*cached) : "staged", cached ? cache_file : "no bench result");

@@ -39,6 +39,7 @@ def test_info_gpu_reports_runtimes_and_devices_or_reason(ddstage):
     assert state["gpu_path_setting"] == "auto" and state["cached_path"] == ""
     text = ddstage.ok("info", "--gpu").stdout
     for r in state["runtimes"]:
+        assert len(r["host_register_read_only"]) == r["devices"]
         if r["devices"] == 0:
             assert r["reason"] and f"{r['runtime']}: no GPU: {r['reason']}" in text
         else:

@@ -51,6 +51,7 @@ TEST_CASE("gpu_info: each built runtime reports devices or why there are none", 
     CHECK((r.kind == MemoryKind::cuda || r.kind == MemoryKind::hip));
     CHECK((r.devices > 0) == r.reason.empty());
     CHECK(r.device_names.size() == static_cast<std::size_t>(r.devices));
+    CHECK(r.host_register_read_only.size() == static_cast<std::size_t>(r.devices));
   }
 }
 

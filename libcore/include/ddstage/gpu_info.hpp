@@ -17,6 +17,9 @@ struct GpuRuntimeInfo {
   int devices = 0;                        ///< devices usable here; 0 when there are none
   std::string reason;                     ///< why there are none (any runtime error counts)
   std::vector<std::string> device_names;  ///< "NVIDIA H200", by device number
+  /// By device number: whether memory mapped read-only (a store's shared memory) can be
+  /// page-locked; where not, gpu.path=direct copies from it are pageable, staged by the driver.
+  std::vector<bool> host_register_read_only;
 };
 
 /// The runtimes built in (CUDA first, then HIP), each probed on this node; empty when ddstage

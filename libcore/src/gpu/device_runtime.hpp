@@ -17,6 +17,7 @@ struct DeviceProbe {
   int devices = 0;
   std::string reason;  // empty when devices > 0
   std::vector<std::string> names;
+  std::vector<bool> register_read_only;  // by device: can page-lock memory mapped read-only
 };
 
 enum class DeviceHandleKind : unsigned char { device_memory, pinned_memory, stream, event, host_registration };

@@ -27,7 +27,7 @@ std::vector<GpuRuntimeInfo> gpu_info() {
   std::vector<GpuRuntimeInfo> out;
   for (detail::DeviceRuntime* runtime : detail::device_runtimes()) {
     const detail::DeviceProbe& probe = runtime->probe();
-    out.push_back({runtime->kind(), probe.devices, probe.reason, probe.names});
+    out.push_back({runtime->kind(), probe.devices, probe.reason, probe.names, probe.register_read_only});
   }
   return out;
 }

@@ -40,6 +40,9 @@ DeviceProbe probe_once() {
   for (int d = 0; d < count; ++d) {
     cudaDeviceProp prop{};
     probe.names.push_back(cudaGetDeviceProperties(&prop, d) == cudaSuccess ? prop.name : "?");
+    int read_only = 0;
+    probe.register_read_only.push_back(
+        cudaDeviceGetAttribute(&read_only, cudaDevAttrHostRegisterReadOnlySupported, d) == cudaSuccess && read_only);
   }
   return probe;
 }
@@ -153,6 +156,12 @@ class CudaRuntime final : public DeviceRuntime {
   }
 
   void* register_host(int device, const void* ptr, std::size_t bytes) noexcept override try {
+    if (!probe().register_read_only[static_cast<std::size_t>(device)]) {
+      spdlog::info("CUDA: device {} cannot page-lock read-only memory (cudaDevAttrHostRegisterReadOnlySupported is "
+                   "0): direct copies from shared memory are staged by the driver",
+                   device);
+      return nullptr;
+    }
     DeviceScope scope(device);
     void* address = const_cast<void*>(ptr);
     if (const cudaError_t rc = cudaHostRegister(address, bytes, cudaHostRegisterReadOnly | cudaHostRegisterPortable); rc != cudaSuccess) {

@@ -22,6 +22,16 @@ namespace {
                                               static_cast<int>(rc), hipGetErrorString(rc), file, line));
 }
 
+/// hipHostRegister's flag for memory mapped read-only (a store's shared memory), or 0 where
+/// this ROCm lacks it: there a PROT_READ mapping cannot be registered (ROCm pins for writing).
+constexpr unsigned read_only_flag() {
+#ifdef hipHostRegisterReadOnly
+  return hipHostRegisterReadOnly;
+#else
+  return 0;
+#endif
+}
+
 DeviceProbe probe_once() {
   DeviceProbe probe;
   int count = 0;
@@ -40,6 +50,7 @@ DeviceProbe probe_once() {
   for (int d = 0; d < count; ++d) {
     hipDeviceProp_t prop{};
     probe.names.push_back(hipGetDeviceProperties(&prop, d) == hipSuccess ? prop.name : "?");
+    probe.register_read_only.push_back(read_only_flag() != 0);
   }
   return probe;
 }
@@ -123,7 +134,7 @@ class HipRuntime final : public DeviceRuntime {
   void* register_host(int device, const void* ptr, std::size_t bytes) noexcept override try {
     DeviceScope scope(device);
     void* address = const_cast<void*>(ptr);
-    if (const hipError_t rc = hipHostRegister(address, bytes, hipHostRegisterPortable); rc != hipSuccess) {
+    if (const hipError_t rc = hipHostRegister(address, bytes, read_only_flag() | hipHostRegisterPortable); rc != hipSuccess) {
       spdlog::info("HIP: hipHostRegister of {} bytes of shared memory failed ({}): direct copies from it are "
                    "staged by the driver",
                    bytes, hipGetErrorString(rc));
