@@ -78,12 +78,13 @@ def world_dir():
     shutil.rmtree(d)
 
 
-def skip_if_sanitized(tool):
-    """ASan/UBSan builds reserve terabytes of address space: an RLIMIT_AS test cannot run."""
+def skip_if_sanitized(tool, why="address-space limits do not work under sanitizers"):
+    """ASan/UBSan builds reserve terabytes of address space and replace the allocator: an
+    RLIMIT_AS test, or one that needs a huge allocation to throw bad_alloc, cannot run."""
     exe = shutil.which(tool.path) or tool.path
     data = Path(exe).read_bytes()
     if b"__asan_init" in data or b"__ubsan_handle" in data:
-        pytest.skip("address-space limits do not work under sanitizers")
+        pytest.skip(why)
 
 
 def require_setpriv():
