@@ -277,7 +277,9 @@ def test_killed_rank_fails_reads_quickly_and_stop_cleans_up(ddstage, serve, data
     proc = ddstage.run("read", "--store", store.dir, "--dataset", "f", "--ids", str(first_of_rank2))
     assert time.monotonic() - t0 < 20
     assert proc.returncode == 1 or proc.returncode == 2, proc.stderr
-    assert "rank 2" in proc.stderr or "not running" in proc.stderr, proc.stderr
+    # MPI takes the other ranks down too; a read that lands while they remove their segments
+    # (slow builds get there) finds a segment gone.
+    assert any(w in proc.stderr for w in ("rank 2", "not running", "cannot open shared memory")), proc.stderr
     # Status names the dead rank while the others still run. When MPI has taken them down and
     # rank 0 removed its descriptor on the way out (slow builds get there first), there is no
     # store left to report on, which status says instead.
