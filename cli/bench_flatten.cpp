@@ -11,6 +11,7 @@
 #include "ddstage/index.hpp"
 #include "flatten_cmd.hpp"
 #include "json_writer.hpp"
+#include "output_file.hpp"
 #include "page_cache.hpp"
 #include "progress_line.hpp"
 

@@ -11,6 +11,7 @@
 #include "ddstage/store_control.hpp"
 #include "ddstage/store_descriptor.hpp"
 #include "json_writer.hpp"
+#include "output_file.hpp"
 #include "page_cache.hpp"
 
 namespace ddstage::cli {

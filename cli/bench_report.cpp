@@ -15,12 +15,37 @@
 #include <fmt/format.h>
 
 #include "ddstage/error.hpp"
+#include "ddstage/file_descriptor.hpp"
 #include "json_writer.hpp"
+#include "output_file.hpp"
 
 namespace ddstage::cli {
 namespace {
 
 namespace fs = std::filesystem;
+
+/// A private temporary file (mkstemps in $TMPDIR), removed on destruction.
+class ScratchFile {
+ public:
+  explicit ScratchFile(const std::string& suffix) {
+    std::error_code ec;
+    auto dir = fs::temp_directory_path(ec);
+    if (ec) dir = "/tmp";
+    m_path = (dir / ("ddstage-scratch-XXXXXX" + suffix)).string();
+    const int fd = ::mkstemps(m_path.data(), static_cast<int>(suffix.size()));
+    if (fd < 0) throw IoError("cannot create a scratch file in " + dir.string(), errno);
+    m_fd = FileDescriptor(fd, m_path);
+  }
+  ScratchFile(const ScratchFile&) = delete;
+  ScratchFile& operator=(const ScratchFile&) = delete;
+  ~ScratchFile() { ::unlink(m_path.c_str()); }
+  const std::string& path() const noexcept { return m_path; }
+  const FileDescriptor& fd() const noexcept { return m_fd; }
+
+ private:
+  std::string m_path;
+  FileDescriptor m_fd;
+};
 
 std::string dim_text(const BenchDim& d) {
   return std::visit([](const auto& v) { return fmt::format("{}", v); }, d);
@@ -280,19 +305,22 @@ void BenchReport::write(const BenchOutputs& out) const {
 }
 
 void BenchReport::plot(const std::string& path) const {
-  const auto tmp = path + ".tmp";
-  const auto script = plot_script(path, tmp);
+  // gnuplot writes its output by name, so it draws into a private scratch file whose bytes then
+  // go to path as every output does (through a device or FIFO, atomically over a regular file).
+  const ScratchFile drawn(fs::path(path).extension().string());
+  const auto script = plot_script(path, drawn.path());
   FILE* gp = ::popen("gnuplot", "w");
   if (!gp) throw IoError("popen gnuplot", errno, {.file = path});
   const bool written = std::fwrite(script.data(), 1, script.size(), gp) == script.size();
   const int status = ::pclose(gp);
-  std::error_code ec;
   if (!written || status != 0) {
-    fs::remove(tmp, ec);
     throw Error(ErrorKind::runtime, fmt::format("gnuplot could not draw {} (exit status {})", path, status));
   }
-  fs::rename(tmp, path, ec);
-  if (ec) throw IoError("cannot write " + path, ec.value(), {.file = path});
+  std::vector<std::byte> image(drawn.fd().size());
+  drawn.fd().pread_exact(image, 0);
+  OutputFile out(path);
+  out.write(image);
+  out.commit();
 }
 
 // Series are the cells that differ only in the x coordinate; with no numeric x coordinate every

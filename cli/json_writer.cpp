@@ -1,15 +1,10 @@
 #include "json_writer.hpp"
 
-#include <fcntl.h>
-
 #include <cmath>
-#include <filesystem>
 #include <stdexcept>
 
 #include <fmt/format.h>
 
-#include "ddstage/error.hpp"
-#include "ddstage/file_descriptor.hpp"
 
 namespace ddstage::cli {
 
@@ -126,17 +121,6 @@ JsonWriter& JsonWriter::null() {
 const std::string& JsonWriter::str() const {
   if (!m_stack.empty()) throw std::logic_error("JsonWriter: document not closed");
   return m_out;
-}
-
-void write_text_file(const std::string& path, std::string_view text) {
-  auto tmp = path + ".tmp";
-  {
-    auto fd = FileDescriptor::open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    fd.write_all(std::as_bytes(std::span(text.data(), text.size())));
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) throw IoError("cannot write " + path, ec.value(), {.file = path});
 }
 
 }  // namespace ddstage::cli

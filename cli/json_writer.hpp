@@ -44,7 +44,4 @@ class JsonWriter {
   bool m_after_key = false;
 };
 
-/// Writes text to path atomically (temp file + rename); IoError on failure.
-void write_text_file(const std::string& path, std::string_view text);
-
 }  // namespace ddstage::cli

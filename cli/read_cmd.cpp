@@ -1,19 +1,14 @@
 #include "read_cmd.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cstdio>
-#include <filesystem>
 #include <optional>
 
 #include "ddstage/client.hpp"
 #include "ddstage/device_allocation.hpp"
 #include "ddstage/error.hpp"
-#include "ddstage/file_descriptor.hpp"
 #include "ddstage/id_spec.hpp"
 #include "ddstage/index.hpp"
 #include "ddstage/origin_reader.hpp"
+#include "output_file.hpp"
 
 namespace ddstage::cli {
 namespace {
@@ -33,46 +28,10 @@ struct ReadOptions {
   int gpu = -1;  // device number; -1: host memory
 };
 
-/// Output file written beside its final name and renamed on success, so a failed read never
-/// leaves a truncated file that looks complete. "-" or empty is stdout.
-class Output {
- public:
-  explicit Output(const std::string& path) : m_path(path) {
-    std::error_code ec;
-    if (std::filesystem::is_directory(path, ec)) throw UsageError("output " + path + " is a directory");
-    if (path.empty() || path == "-") {
-      m_fd = FileDescriptor(::dup(STDOUT_FILENO), "stdout");
-    } else {
-      m_tmp = path + ".partial";
-      m_fd = FileDescriptor::open(m_tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    }
-  }
-  ~Output() {
-    if (!m_tmp.empty() && !m_done) {
-      std::error_code ec;
-      std::filesystem::remove(m_tmp, ec);
-    }
-  }
-  void write(std::span<const std::byte> bytes) { m_fd.write_all(bytes); }
-  void finish() {
-    m_fd = FileDescriptor();
-    if (!m_tmp.empty() && ::rename(m_tmp.c_str(), m_path.c_str()) != 0) {
-      throw IoError("cannot write " + m_path, errno, {.file = m_path});
-    }
-    m_done = true;
-  }
-
- private:
-  std::string m_path;
-  std::string m_tmp;
-  FileDescriptor m_fd;
-  bool m_done = false;
-};
-
 /// Reads ids in batches of at most batch_bytes_limit (always at least one id) and writes each
 /// to out: bounded memory for any --ids list. row_bytes(id) sizes a row; read(ids, dest) fills.
 template <typename RowBytes, typename ReadBatch>
-void copy_batches(const std::vector<uint64_t>& ids, Output& out, RowBytes&& row_bytes, ReadBatch&& read) {
+void copy_batches(const std::vector<uint64_t>& ids, OutputFile& out, RowBytes&& row_bytes, ReadBatch&& read) {
   std::vector<std::byte> buffer;
   for (std::size_t begin = 0; begin < ids.size();) {
     std::size_t end = begin;
@@ -121,11 +80,11 @@ void read_origin(const ReadOptions& opts, const Settings& settings) {
   const auto ids = parse_ids(opts.ids, index.samples());
   OriginReader reader(index, {.verify = opts.verify,
                               .allow_stale = opts.allow_stale || settings.get_bool("origin.allow_stale")});
-  Output out(opts.output);
+  OutputFile out(opts.output);
   copy_batches(
       ids, out, [&](uint64_t id) { return index.entry(id, field).length; },
       [&](std::span<const uint64_t> batch, std::span<std::byte> dest) { reader.read(field, batch, dest); });
-  out.finish();
+  out.commit();
 }
 
 /// `read --store DIR --dataset NAME`: from a running store.
@@ -141,14 +100,14 @@ void read_store(const ReadOptions& opts, const Settings& settings) {
   auto reader = dataset.reader();
   std::optional<DeviceRoundTrip> device;
   if (opts.gpu >= 0) device.emplace(opts.gpu);
-  Output out(opts.output);
+  OutputFile out(opts.output);
   copy_batches(
       ids, out, [&](uint64_t id) { return index.entry(id, field).length; },
       [&](std::span<const uint64_t> batch, std::span<std::byte> dest) {
         if (device) return device->read(reader, field_name, batch, dest, opts.verify);
         reader.get_batch(field_name, batch, dest, opts.verify);
       });
-  out.finish();
+  out.commit();
 }
 
 void run_read(const ReadOptions& opts, const CliContext& ctx) {

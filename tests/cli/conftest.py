@@ -150,8 +150,14 @@ def read_bytes_to_file(ddstage, ddx, ids, out, field=None, **kw):
     args = ["read", ddx, "--ids", ids, "-o", out] + (["--field", field] if field else [])
     proc = ddstage.ok(*args, binary=True, **kw)
     assert proc.stdout == b"", "read -o must not write samples to stdout"
-    assert not Path(str(out) + ".partial").exists()
+    assert partials_beside(out) == []
     return Path(out).read_bytes()
+
+
+def partials_beside(out):
+    """Temporary files ('NAME.partial-PID[-N]') that an output left next to out."""
+    out = Path(out)
+    return sorted(p.name for p in out.parent.glob(f"{out.name}.partial*"))
 
 
 def info_json(ddstage, ddx, *extra, **kw):

@@ -6,7 +6,7 @@ import signal
 import numpy as np
 import pytest
 
-from conftest import (assert_runtime_error, assert_usage_error, expand_ids, flatten, read_bytes,
+from conftest import (assert_runtime_error, assert_usage_error, expand_ids, flatten, partials_beside, read_bytes,
                       read_bytes_to_file, rows_bytes)
 
 N = 50
@@ -96,7 +96,7 @@ def test_failed_write_leaves_no_partial_output(ddstage, npy_dataset, tmp_path):
                        preexec_fn=limit_file_size(1000))
     assert_runtime_error(proc)
     assert out.read_bytes() == b"precious"
-    assert not (tmp_path / "out.bin.partial").exists()
+    assert partials_beside(out) == []
 
 
 @pytest.mark.parametrize("spec,words", [
@@ -121,7 +121,7 @@ def test_bad_ids_are_usage_errors(ddstage, npy_dataset, tmp_path, spec, words):
     out = tmp_path / "out.bin"
     proc = ddstage.run("read", ddx, "--ids", spec, "--field", "y", "-o", out)
     assert_usage_error(proc, *words)
-    assert not out.exists() and not (tmp_path / "out.bin.partial").exists()
+    assert not out.exists() and partials_beside(out) == []
     proc = ddstage.run("read", ddx, "--ids", spec, "--field", "y", binary=True)
     assert proc.returncode == 2 and proc.stdout == b""
 
@@ -198,4 +198,4 @@ def test_output_is_a_directory(ddstage, npy_dataset, tmp_path):
     assert_usage_error(ddstage.run("read", ddx, "--ids", "0", "--field", "y", "-o", d), "outdir")
     assert "internal error" not in ddstage.run("read", ddx, "--ids", "0", "--field", "y", "-o", d).stderr
     assert [p.name for p in d.iterdir()] == ["keep"]
-    assert not (tmp_path / "outdir.partial").exists()
+    assert partials_beside(d) == []
