@@ -359,7 +359,9 @@ Message ServerRank::status_reply() {
 }
 
 std::optional<Message> ServerRank::answer_while_busy(const Message& request) {
-  if (!request["op"].IsScalar() || request["op"].Scalar() != "status") return std::nullopt;
+  // Unchecked YAML from the peer: a missing key must not throw on the front desk's thread.
+  const auto op = request["op"];
+  if (!op || !op.IsScalar() || op.Scalar() != "status") return std::nullopt;
   Message reply = status_reply();
   std::lock_guard lock(m_record_mutex);
   // A status must not wait for a load to end; what it reports is as of the command before.

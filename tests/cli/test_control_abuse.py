@@ -6,8 +6,10 @@ flat, and its log must not grow with the flood. Every thread, socket and process
 starts, it ends."""
 import json
 import os
+import signal
 import socket
 import struct
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -192,3 +194,32 @@ def test_segment_names_carry_no_token_bits(ddstage, serve, datasets):
         # No 8 digits of it (the old names had its first 8); by chance: ~1e-7.
         assert not any(token[i:i + 8] in name for i in range(len(token) - 7)), (name, token)
     ddstage.ok("stop", "--store", store.dir)
+
+
+def test_status_is_answered_while_a_load_runs(ddstage, serve, datasets):
+    """A load holds rank 0 until every rank is done; a status meanwhile is answered at once
+    (from what rank 0 recorded before the load) instead of waiting for it. Rank 1 is held
+    with SIGSTOP so that the load cannot finish before the status comes."""
+    store = serve(2)
+    rank1 = store.descriptor["ranks"][1]["pid"]
+    os.kill(rank1, signal.SIGSTOP)
+    load = None
+    try:
+        load = subprocess.Popen([ddstage.path, "load", "--store", str(store.dir), str(datasets["files"]),
+                                 "--name", "f"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(1)  # the load has reached rank 0, which now waits for rank 1
+        st = json.loads(timed(ddstage, "status", "--store", store.dir, "--json").stdout)
+        assert all(r["state"] == "up" for r in st["ranks"]) and st["datasets"] == []
+        assert load.poll() is None, "the load ended while rank 1 was stopped: the test proves nothing"
+    except BaseException:
+        if load is not None:
+            load.kill()
+            load.wait(timeout=30)
+        raise
+    finally:
+        os.kill(rank1, signal.SIGCONT)
+    out, err = load.communicate(timeout=60)
+    assert load.returncode == 0, err
+    st = json.loads(timed(ddstage, "status", "--store", store.dir, "--json").stdout)
+    assert [d["name"] for d in st["datasets"]] == ["f"] and all(r["memory_used"] > 0 for r in st["ranks"])
+    timed(ddstage, "stop", "--store", store.dir)

@@ -29,12 +29,15 @@ const std::string other_token = "0123456789abcdef0123456789abcdee";
 
 /// A control server on loopback with the test token; while busy it answers {busy: true}.
 ControlServer make_server(ControlServerLimits limits = {}) {
-  return ControlServer("127.0.0.1:0", token, [](const Message&) -> std::optional<Message> {
-    Message reply;
-    reply["ok"] = true;
-    reply["busy"] = true;
-    return reply;
-  }, limits);
+  return ControlServer(
+      "127.0.0.1:0", token,
+      [](const Message&) -> std::optional<Message> {
+        Message reply;
+        reply["ok"] = true;
+        reply["busy"] = true;
+        return reply;
+      },
+      limits);
 }
 
 /// Answers `requests` requests on a thread, each with {ok: true, echo: REQUEST}, and records
@@ -185,7 +188,8 @@ TEST_CASE("one server serves clients one after another", "[control]") {
   for (int i = 0; i < 2; ++i) {
     Message request = status_request();
     request["n"] = i;
-    REQUIRE(detail::control_request(server.address(), token, request, 2s)["echo"]["n"].as<int>() == i);
+    REQUIRE(detail::control_request(server.address(), token, request, 2s)["echo"]["n"].as<int>() ==
+            i);
   }
   REQUIRE(echo.finish().empty());
 }
@@ -249,12 +253,14 @@ TEST_CASE("a peer without the token is refused after the header, nothing of it q
     const Message reply = reply_in(receive_all(raw));
     REQUIRE_FALSE(reply["ok"].as<bool>());
     REQUIRE(reply["kind"].as<std::string>() == "usage");
-    REQUIRE_THAT(reply["error"].as<std::string>(), Catch::Contains("refused: wrong or missing store token"));
+    REQUIRE_THAT(reply["error"].as<std::string>(),
+                 Catch::Contains("refused: wrong or missing store token"));
   }
   SECTION("no token at all") {
     auto raw = raw_connect(server);
     send_raw(raw, status_frame(""));
-    REQUIRE_THAT(reply_in(receive_all(raw))["error"].as<std::string>(), Catch::Contains("wrong or missing"));
+    REQUIRE_THAT(reply_in(receive_all(raw))["error"].as<std::string>(),
+                 Catch::Contains("wrong or missing"));
   }
   SECTION("the version 1 format: a length and YAML carrying the token") {
     auto raw = raw_connect(server);
@@ -280,17 +286,20 @@ TEST_CASE("bad frames from a token holder are refused with a reason, and the ser
   SECTION("a length over the limit") {
     auto raw = raw_connect(server);
     send_raw(raw, header_only(token, detail::max_message_bytes + 1));
-    REQUIRE_THAT(reply_in(receive_all(raw))["error"].as<std::string>(), Catch::Contains("over the limit"));
+    REQUIRE_THAT(reply_in(receive_all(raw))["error"].as<std::string>(),
+                 Catch::Contains("over the limit"));
   }
   SECTION("garbage YAML") {
     auto raw = raw_connect(server);
     send_raw(raw, with_body("{ op: [unclosed, \"x"));
-    REQUIRE_THAT(reply_in(receive_all(raw))["error"].as<std::string>(), Catch::Contains("unparsable"));
+    REQUIRE_THAT(reply_in(receive_all(raw))["error"].as<std::string>(),
+                 Catch::Contains("unparsable"));
   }
   SECTION("YAML that is not a map") {
     auto raw = raw_connect(server);
     send_raw(raw, with_body("- load\n- stop\n"));
-    REQUIRE_THAT(reply_in(receive_all(raw))["error"].as<std::string>(), Catch::Contains("not a YAML map"));
+    REQUIRE_THAT(reply_in(receive_all(raw))["error"].as<std::string>(),
+                 Catch::Contains("not a YAML map"));
   }
   SECTION("a peer that closes in the middle of a frame") {
     auto raw = raw_connect(server);

@@ -309,11 +309,10 @@ std::optional<ControlConnection> ControlListener::accept() {
     }
     if (errno == EINTR) continue;
     // The client may have given up between poll and accept (accept(2) lists the network errors
-    // to treat like EAGAIN); EMFILE/ENFILE: a flood used up the descriptors, and the pending
-    // connections that hold them time out soon.
+    // to treat like EAGAIN). Anything else (out of descriptors, say) is an error: the caller
+    // must back off rather than poll a listener that stays readable.
     if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ECONNABORTED && errno != EPROTO &&
-        errno != ENETDOWN && errno != ENETUNREACH && errno != EHOSTUNREACH && errno != EMFILE &&
-        errno != ENFILE && errno != ENOBUFS && errno != ENOMEM) {
+        errno != ENETDOWN && errno != ENETUNREACH && errno != EHOSTUNREACH) {
       throw IoError("accept on " + m_address, errno);
     }
     return std::nullopt;

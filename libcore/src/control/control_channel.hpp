@@ -45,7 +45,8 @@ class ControlListener {
   const std::string& address() const noexcept { return m_address; }
   /// For poll(): readable when a connection waits.
   int fd() const noexcept { return m_fd.get(); }
-  /// A waiting connection, or nullopt when none waits (or the process is out of descriptors).
+  /// A waiting connection, or nullopt when none waits. IoError when accept fails otherwise
+  /// (e.g. out of descriptors).
   std::optional<ControlConnection> accept();
 
  private:
@@ -56,15 +57,15 @@ class ControlListener {
 /// Connects to address, sends request with the store's token, returns the reply; bounded by
 /// timeout overall (except name resolution, which the resolver bounds). Error naming the
 /// address when nothing listens there or the reply does not come in time.
-Message control_request(const std::string& address, std::string_view token,
-                        const Message& request, std::chrono::milliseconds timeout);
+Message control_request(const std::string& address, std::string_view token, const Message& request,
+                        std::chrono::milliseconds timeout);
 
 /// As control_request, for requests the server answers with interim messages first (those
 /// carrying "progress", e.g. a load's): each goes to on_interim, and the reply is the first
 /// message without "progress". The timeout bounds the wait for each message, not the whole
 /// exchange, so a long operation that keeps reporting does not time out.
-Message control_request(const std::string& address, std::string_view token,
-                        const Message& request, std::chrono::milliseconds timeout,
+Message control_request(const std::string& address, std::string_view token, const Message& request,
+                        std::chrono::milliseconds timeout,
                         const std::function<void(const Message&)>& on_interim);
 
 }  // namespace ddstage::detail

@@ -54,8 +54,9 @@ FrameHeader decode_header(std::span<const std::byte, frame_header_bytes> bytes,
                           const std::string& peer) {
   if (std::memcmp(bytes.data(), magic.data(), magic.size()) != 0) {
     throw Error(ErrorKind::runtime,
-                peer + " did not send a ddstage control frame (another program, or a ddstage "
-                       "from before control protocol 2)");
+                peer +
+                    " did not send a ddstage control frame (another program, or a ddstage "
+                    "from before control protocol 2)");
   }
   if (const uint32_t version = get_u32(bytes, version_at); version != control_protocol_version) {
     throw Error(ErrorKind::runtime, peer + " speaks control protocol version " +

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <climits>
 #include <cstring>
 #include <vector>
 
@@ -146,7 +145,8 @@ class FrontDesk {
     } catch (const Error& e) {
       m_log.note(p.connection.peer(), e);
       if (p.speaks_protocol) {
-        p.connection.send_now(error_reply(std::string("refused: ") + e.what(), e.kind() == ErrorKind::usage));
+        p.connection.send_now(
+            error_reply(std::string("refused: ") + e.what(), e.kind() == ErrorKind::usage));
       }
     }
     return false;
@@ -178,7 +178,8 @@ class FrontDesk {
     auto wait = idle_poll;
     const auto now = Clock::now();
     for (const auto& p : m_pending) {
-      wait = std::min(wait, std::chrono::ceil<milliseconds>(std::max(p.deadline - now, Clock::duration(0))));
+      wait = std::min(
+          wait, std::chrono::ceil<milliseconds>(std::max(p.deadline - now, Clock::duration(0))));
     }
     return static_cast<int>(wait.count());
   }
@@ -222,8 +223,15 @@ void ControlServer::hand_over(ControlRequest request) {
     std::lock_guard lock(m_mutex);
     busy = m_busy;
   }
+  std::optional<Message> reply;
   if (busy && m_while_busy) {
-    if (auto reply = m_while_busy(request.message)) {
+    try {
+      reply = m_while_busy(request.message);
+    } catch (const std::exception& e) {
+      // It has its turn later, where a bad request gets its error reply.
+      spdlog::warn("could not answer {} at once: {}", request.connection.peer(), e.what());
+    }
+    if (reply) {
       // A small reply on a fresh connection: the socket buffer takes it at once.
       if (!request.connection.send_now(*reply)) {
         spdlog::warn("could not answer {} at once", request.connection.peer());
@@ -239,11 +247,12 @@ void ControlServer::hand_over(ControlRequest request) {
 }
 
 void ControlServer::run(const std::stop_token& stop) {
-  FrontDesk desk(m_listener, m_token, m_limits, [this](ControlRequest r) { hand_over(std::move(r)); });
+  FrontDesk desk(m_listener, m_token, m_limits,
+                 [this](ControlRequest r) { hand_over(std::move(r)); });
   while (!stop.stop_requested()) {
     try {
       desk.turn();
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {
       // Out of memory or descriptors, say: rank 0 goes on serving what it has, and retries.
       spdlog::error("control socket: {}", e.what());
       std::this_thread::sleep_for(idle_poll);
