@@ -208,6 +208,11 @@ def test_status_is_answered_while_a_load_runs(ddstage, serve, datasets):
         load = subprocess.Popen([ddstage.path, "load", "--store", str(store.dir), str(datasets["files"]),
                                  "--name", "f"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(1)  # the load has reached rank 0, which now waits for rank 1
+        # With the token but without an op: offered to the busy answer first, which must not
+        # take rank 0 down; it gets its error once the load is done.
+        host, port = store.descriptor["control"].rsplit(":", 1)
+        odd = socket.create_connection((host, int(port)), timeout=60)
+        odd.sendall(v2_header(store.descriptor["token"].encode(), 7) + b"foo: 1\n")
         st = json.loads(timed(ddstage, "status", "--store", store.dir, "--json").stdout)
         assert all(r["state"] == "up" for r in st["ranks"]) and st["datasets"] == []
         assert load.poll() is None, "the load ended while rank 1 was stopped: the test proves nothing"
@@ -220,6 +225,9 @@ def test_status_is_answered_while_a_load_runs(ddstage, serve, datasets):
         os.kill(rank1, signal.SIGCONT)
     out, err = load.communicate(timeout=60)
     assert load.returncode == 0, err
+    with odd:
+        reply = b"".join(iter(lambda: odd.recv(4096), b""))  # rank 0 closes after its reply
+    assert reply.startswith(b"DDSC") and b"control request without an op" in reply, reply
     st = json.loads(timed(ddstage, "status", "--store", store.dir, "--json").stdout)
     assert [d["name"] for d in st["datasets"]] == ["f"] and all(r["memory_used"] > 0 for r in st["ranks"])
     timed(ddstage, "stop", "--store", store.dir)
