@@ -195,11 +195,11 @@ class ServerRank {
   uint64_t m_generation = 0;
   std::string m_store_id;  ///< in segment names (StoreDescriptor::id)
   // Rank 0 only.
-  std::optional<detail::ControlServer> m_control;
-  detail::ControlConnection* m_client = nullptr;  ///< whose request execute() is running
   std::mutex m_record_mutex;  ///< guards the two below: the front desk reads them
   std::vector<uint64_t> m_memory_used;
   std::string m_running;  ///< op of the command running, empty between commands
+  std::optional<detail::ControlServer> m_control;  // after what its thread reads: stops first
+  detail::ControlConnection* m_client = nullptr;   ///< whose request execute() is running
   StoreDescriptor m_descriptor;
   bool m_stopping = false;
 };
