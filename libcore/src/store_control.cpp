@@ -21,11 +21,9 @@ using detail::Message;
 
 /// Sends one request and returns the reply, turning a refusal into the server's error (with
 /// the kind the server gave it, so exit codes survive the round trip).
-Message send(const StoreDescriptor& d, Message request, std::chrono::milliseconds timeout,
+Message send(const StoreDescriptor& d, const Message& request, std::chrono::milliseconds timeout,
              const std::function<void(const Message&)>& on_interim = {}) {
-  request["token"] = d.token;
-  Message reply = on_interim ? detail::control_request(d.control, request, timeout, on_interim)
-                             : detail::control_request(d.control, request, timeout);
+  Message reply = detail::control_request(d.control, d.token, request, timeout, on_interim);
   if (!reply["ok"] || !reply["ok"].as<bool>()) {
     const auto message = reply["error"] ? reply["error"].as<std::string>() : "the store refused the request";
     const bool usage = reply["kind"] && reply["kind"].as<std::string>() == "usage";
@@ -115,6 +113,7 @@ StoreStatus StoreControl::status() {
     status.ranks.push_back(rs);
   }
   for (const auto& d : m_descriptor.datasets) status.datasets.push_back(dataset_status(d));
+  if (lost.empty() && reply["busy"]) status.busy = reply["busy"].as<std::string>();
   status.error = lost;
   return status;
 }

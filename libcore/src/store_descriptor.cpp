@@ -79,6 +79,8 @@ std::string emit(const StoreDescriptor& d) {
   out << YAML::BeginMap;
   out << YAML::Key << "format_version" << YAML::Value << d.format_version;
   out << YAML::Key << "token" << YAML::Value << d.token;
+  // Quoted: 12 hex digits can look like a number to YAML readers (scripts, tests).
+  out << YAML::Key << "id" << YAML::Value << YAML::DoubleQuoted << d.id;
   out << YAML::Key << "control" << YAML::Value << d.control;
   out << YAML::Key << "started" << YAML::Value << d.started;
   out << YAML::Key << "ranks" << YAML::Value << YAML::BeginSeq;
@@ -142,6 +144,7 @@ StoreDescriptor parse(const YAML::Node& root, const fs::path& file) {
   }
   d.token = require<std::string>(root, "token", file);
   if (!is_token(d.token)) throw IndexError(file.string() + ": key 'token' is not 32 hex digits");
+  d.id = root["id"] ? require<std::string>(root, "id", file) : "";
   d.control = require<std::string>(root, "control", file);
   d.started = root["started"] ? require<std::string>(root, "started", file) : "";
   const auto ranks = require_list(root, "ranks", file);

@@ -17,7 +17,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "control/control_channel.hpp"
+#include "control/control_server.hpp"
 #include "ddstage/error.hpp"
 #include "ddstage/index.hpp"
 #include "ddstage/shard_layout.hpp"
@@ -42,7 +42,6 @@ std::atomic<int> g_signal{0};
 extern "C" void on_signal(int sig) { g_signal = sig; }
 
 constexpr auto accept_poll = std::chrono::milliseconds(200);
-constexpr auto request_timeout = std::chrono::seconds(10);
 
 /// Characters safe in a shared-memory name; the dataset name itself is kept as given.
 std::string segment_safe(const std::string& name) {
@@ -165,8 +164,14 @@ class ServerRank {
   Message execute(const Message& command);
   Message load(const Message& args);
   Message unload(const Message& args);
-  Message status();
   Message stop();
+  /// Collective, after every command: each rank's bytes held, for status replies.
+  void record_memory();
+  /// {ok, memory_used} as of the last command that finished.
+  Message status_reply();
+  /// Rank 0's front desk, for a request that comes while a command runs: a status is answered
+  /// at once, from the last record; the rest wait their turn.
+  std::optional<Message> answer_while_busy(const Message& request);
   /// True when `failure` is empty on every rank; otherwise rank 0's reply gets the first failing
   /// rank's message (see encode_failure).
   bool agree(const std::string& failure, Message& reply);
@@ -188,20 +193,19 @@ class ServerRank {
 #endif
   std::map<std::string, LoadedShard> m_loaded;
   uint64_t m_generation = 0;
-  std::string m_token;
+  std::string m_store_id;  ///< in segment names (StoreDescriptor::id)
   // Rank 0 only.
-  std::optional<detail::ControlListener> m_listener;
-  detail::ControlConnection* m_client = nullptr;  ///< whose request execute() is running
+  std::mutex m_record_mutex;  ///< guards the two below: the front desk reads them
+  std::vector<uint64_t> m_memory_used;
+  std::string m_running;  ///< op of the command running, empty between commands
+  std::optional<detail::ControlServer> m_control;  // after what its thread reads: stops first
+  detail::ControlConnection* m_client = nullptr;   ///< whose request execute() is running
   StoreDescriptor m_descriptor;
   bool m_stopping = false;
 };
 
 Message error_reply(const std::string& message, ErrorKind kind) {
-  Message reply;
-  reply["ok"] = false;
-  reply["error"] = message;
-  reply["kind"] = kind == ErrorKind::usage ? "usage" : "runtime";
-  return reply;
+  return detail::error_reply(message, kind == ErrorKind::usage);
 }
 
 /// A rank's failure as one string for gathering: kind letter, then the message.
@@ -258,7 +262,7 @@ Message ServerRank::load(const Message& args) {
 
   // Phase 2: every rank loads; if one fails, all drop what they loaded (the old dataset stays).
   const auto t0 = std::chrono::steady_clock::now();
-  const std::string segment = fmt::format("/ddstage-{}-{}-g{}-r{}", m_token.substr(0, 8), segment_safe(name),
+  const std::string segment = fmt::format("/ddstage-{}-{}-g{}-r{}", m_store_id, segment_safe(name),
                                           ++m_generation, m_mpi.rank());
   std::optional<LoadReporter> reporter;
   if (is_root()) {
@@ -336,14 +340,32 @@ Message ServerRank::unload(const Message& args) {
   return reply;
 }
 
-Message ServerRank::status() {
+void ServerRank::record_memory() {
   uint64_t used = 0;
   for (const auto& [n, shard] : m_loaded) used += shard.segment.bytes().size();
   auto used_by_rank = detail::gather_strings(std::to_string(used), MPI_COMM_WORLD);
+  if (!is_root()) return;
+  std::lock_guard lock(m_record_mutex);
+  m_memory_used.clear();
+  for (const auto& u : used_by_rank) m_memory_used.push_back(std::stoull(u));
+}
+
+Message ServerRank::status_reply() {
   Message reply;
-  if (!is_root()) return reply;
   reply["ok"] = true;
-  for (std::size_t r = 0; r < used_by_rank.size(); ++r) reply["memory_used"].push_back(std::stoull(used_by_rank[r]));
+  std::lock_guard lock(m_record_mutex);
+  for (auto u : m_memory_used) reply["memory_used"].push_back(u);
+  return reply;
+}
+
+std::optional<Message> ServerRank::answer_while_busy(const Message& request) {
+  // Unchecked YAML from the peer: a missing key must not throw on the front desk's thread.
+  const auto op = request["op"];
+  if (!op || !op.IsScalar() || op.Scalar() != "status") return std::nullopt;
+  Message reply = status_reply();
+  std::lock_guard lock(m_record_mutex);
+  // A status must not wait for a load to end; what it reports is as of the command before.
+  if (!m_running.empty()) reply["busy"] = m_running;
   return reply;
 }
 
@@ -364,11 +386,18 @@ Message ServerRank::stop() {
 
 Message ServerRank::execute(const Message& command) {
   const auto op = command["op"].as<std::string>();
-  if (op == "load") return load(command);
-  if (op == "unload") return unload(command);
-  if (op == "status") return status();
-  if (op == "stop") return stop();
-  return error_reply("unknown control operation '" + op + "'", ErrorKind::usage);
+  Message reply;
+  if (op == "load") {
+    reply = load(command);
+  } else if (op == "unload") {
+    reply = unload(command);
+  } else if (op == "stop") {
+    reply = stop();
+  } else if (op != "status") {
+    reply = error_reply("unknown control operation '" + op + "'", ErrorKind::usage);
+  }
+  record_memory();
+  return op == "status" && is_root() ? status_reply() : reply;
 }
 
 void ServerRank::publish() { m_descriptor.write(m_options.dir); }
@@ -382,9 +411,8 @@ std::string ServerRank::start_rank0() {
     try {
       old = StoreDescriptor::read(m_options.dir);
       Message ping;
-      ping["token"] = old.token;
       ping["op"] = "status";
-      detail::control_request(old.control, ping, std::chrono::seconds(2));
+      detail::control_request(old.control, old.token, ping, std::chrono::seconds(2));
       throw UsageError(fmt::format("a store is already running at {} (control {}); stop it first with "
                                    "`ddstage stop --store {}`", m_options.dir.string(), old.control,
                                    m_options.dir.string()));
@@ -400,8 +428,10 @@ std::string ServerRank::start_rank0() {
       if (!old.token.empty()) clean_up_dead_store(m_options.dir, old);
     }
   }
-  m_listener.emplace(m_options.listen);
-  return random_token();
+  m_descriptor.token = random_token();
+  m_control.emplace(m_options.listen, m_descriptor.token,
+                    [this](const Message& request) { return answer_while_busy(request); });
+  return random_token().substr(0, 12);
 }
 
 /// Normalises a request into a command every rank can execute without further checks: an
@@ -441,18 +471,18 @@ void ServerRank::serve_rank0() {
       execute(command);
       break;
     }
-    auto connection = m_listener->accept(accept_poll);
-    if (!connection) continue;
+    // The front desk checked the token; what comes here is from a holder of it.
+    auto request = m_control->next(accept_poll);
+    if (!request) continue;
     Message reply;
     try {
-      const Message request = connection->receive(request_timeout);
-      if (!request["token"] || request["token"].as<std::string>() != m_token) {
-        spdlog::warn("refused a control request from {}: wrong or missing token", connection->peer());
-        throw UsageError("refused: wrong or missing store token");
+      const Message command = make_command(request->message);
+      {
+        std::lock_guard lock(m_record_mutex);
+        m_running = command["op"].as<std::string>();
       }
-      const Message command = make_command(request);
       detail::bcast_string(YAML::Dump(command), MPI_COMM_WORLD);
-      m_client = &*connection;
+      m_client = &request->connection;
       reply = execute(command);
     } catch (const Error& e) {
       reply = error_reply(e.what(), e.kind());
@@ -460,10 +490,15 @@ void ServerRank::serve_rank0() {
       reply = error_reply("malformed control request: " + e.msg, ErrorKind::usage);
     }
     m_client = nullptr;
+    {
+      std::lock_guard lock(m_record_mutex);
+      m_running.clear();
+    }
+    m_control->done();
     try {
-      connection->send(reply);
+      request->connection.send(reply);
     } catch (const Error& e) {
-      spdlog::warn("could not answer {}: {}", connection->peer(), e.what());
+      spdlog::warn("could not answer {}: {}", request->connection.peer(), e.what());
     }
   }
 }
@@ -507,15 +542,16 @@ std::string ServerRank::start_fabric(const std::string& hosts) {
 }
 
 void ServerRank::run() {
-  // Rank 0 decides whether to serve; every rank learns the outcome and the token.
+  // Rank 0 decides whether to serve; every rank learns the outcome and the store id (the token
+  // stays with rank 0: the other ranks take no requests).
   Message startup;
   if (is_root()) {
     try {
-      m_token = start_rank0();
+      m_store_id = start_rank0();
     } catch (const Error& e) {
       startup["failure"] = encode_failure(e);
     }
-    startup["token"] = m_token;
+    startup["id"] = m_store_id;
   }
   startup = YAML::Load(detail::bcast_string(is_root() ? YAML::Dump(startup) : "", MPI_COMM_WORLD));
   if (startup["failure"]) {
@@ -523,7 +559,7 @@ void ServerRank::run() {
     if (f[0] == 'U') throw UsageError(f.substr(1));
     throw Error(ErrorKind::runtime, f.substr(1));
   }
-  m_token = startup["token"].as<std::string>();
+  m_store_id = startup["id"].as<std::string>();
 
   // Memory: an explicit limit, or 80% of what is available now, shared by this node's ranks.
   const auto hosts = detail::bcast_string(join_lines(detail::gather_strings(m_host, MPI_COMM_WORLD)), MPI_COMM_WORLD);
@@ -532,9 +568,10 @@ void ServerRank::run() {
   const auto fabric = start_fabric(hosts);
   auto infos =
       detail::gather_strings(fmt::format("{} {} {} {}", m_host, ::getpid(), m_mem_limit, fabric), MPI_COMM_WORLD);
+  record_memory();  // what a status answered during the first command reports
   if (is_root()) {
-    m_descriptor.token = m_token;
-    m_descriptor.control = m_listener->address();
+    m_descriptor.id = m_store_id;
+    m_descriptor.control = m_control->address();
     m_descriptor.started = detail::utc_now();
     for (std::size_t r = 0; r < infos.size(); ++r) {
       std::istringstream in(infos[r]);

@@ -41,7 +41,7 @@ class Store:
             assert time.monotonic() < deadline, "serve did not write store.yaml in time:\n" + self.output()
             time.sleep(0.05)
         self.descriptor = yaml.safe_load((self.dir / "store.yaml").read_text())
-        self.prefix = "ddstage-" + self.descriptor["token"][:8]
+        self.prefix = "ddstage-" + self.descriptor["id"]
 
     def output(self):
         self.log.flush()

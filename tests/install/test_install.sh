@@ -18,7 +18,7 @@ work=$build/tests/install-test         # everything this test writes, inside the
 prefix=$work/prefix
 store=$work/store
 serve_pid=
-token=
+store_id=
 
 # A plain `ddstage serve` is one MPI singleton rank; as root OpenMPI wants these.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -38,8 +38,8 @@ alive() {  # running and not a zombie
 }
 
 segments() {
-  [[ -n $token ]] || return 0
-  compgen -G "/dev/shm/ddstage-${token:0:8}-*" || true
+  [[ -n $store_id ]] || return 0
+  compgen -G "/dev/shm/ddstage-${store_id}-*" || true
 }
 
 cleanup() {
@@ -123,13 +123,13 @@ for _ in $(seq 600); do
   sleep 0.1
 done
 [[ -f $store/store.yaml ]] || fail "serve did not write store.yaml within 60 s"
-token=$(sed -n 's/^token: *//p' "$store/store.yaml" | tr -d "\"' ")
-[[ ${#token} -ge 8 ]] || fail "no token in store.yaml"
+store_id=$(sed -n 's/^id: *//p' "$store/store.yaml" | tr -d "\"' ")
+[[ ${#store_id} -ge 8 ]] || fail "no store id in store.yaml"
 
 step "load"
 timeout 120 "$prefix/bin/ddstage" load --store "$store" "$work/rows.ddx" --name rows --verify
 timeout 120 "$prefix/bin/ddstage" load --store "$store" "$work/files.ddx" --name files
-[[ -n $(segments) ]] || fail "no /dev/shm/ddstage-${token:0:8}-* segment after load: the leak check would see nothing"
+[[ -n $(segments) ]] || fail "no /dev/shm/ddstage-${store_id}-* segment after load: the leak check would see nothing"
 
 step "read through the installed-against app"
 timeout 120 "$app" --store "$store" --dataset rows --field x --batch 64 --batches 5 | tee "$work/app-rows.out"

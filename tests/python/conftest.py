@@ -85,7 +85,7 @@ class ServedStore:
             time.sleep(0.05)
         descriptor = yaml.safe_load((directory / "store.yaml").read_text())
         self.pids = [r["pid"] for r in descriptor["ranks"]]
-        self.segment_prefix = "ddstage-" + descriptor["token"][:8]
+        self.segment_prefix = "ddstage-" + descriptor["id"]
         for name, ddx in data.ddx.items():
             run(BIN, "load", "--store", directory, ddx, "--name", name)
 

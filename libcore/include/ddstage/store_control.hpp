@@ -43,6 +43,9 @@ struct StoreStatus {
   std::string control;
   std::string started;
   std::string error;  ///< why the ranks are reported lost (rank 0 did not answer); empty when healthy
+  /// The command the store was running when it answered ("load"): memory_used is then as of
+  /// the command before. Empty when it was idle.
+  std::string busy;
   std::vector<RankStatus> ranks;
   std::vector<DatasetStatus> datasets;
 };

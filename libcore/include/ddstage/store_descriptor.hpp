@@ -41,6 +41,10 @@ struct StoreDataset {
 struct StoreDescriptor {
   uint32_t format_version = store_format_version;
   std::string token;    ///< 32 hex digits (128 random bits)
+  /// Names this store's shared-memory segments (/dev/shm/ddstage-ID-...), which every user can
+  /// list: random like the token, but no part of it, and not secret. Empty in descriptors
+  /// from before it existed.
+  std::string id;
   std::string control;  ///< "HOST:PORT" of rank 0's control socket
   std::string started;  ///< UTC time
   std::vector<RankInfo> ranks;

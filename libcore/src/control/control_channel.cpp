@@ -93,48 +93,16 @@ void write_all(int fd, std::span<const std::byte> src, const Deadline& deadline,
   }
 }
 
-/// The wire form: 4-byte little-endian length, then the YAML text.
-std::string encode(const Message& message) {
-  YAML::Emitter out;
-  out << message;
-  if (!out.good()) {
-    throw Error(ErrorKind::runtime, "cannot encode a control message: " + out.GetLastError());
-  }
-  const std::size_t size = out.size();
-  if (size > max_message_bytes) {
-    throw Error(ErrorKind::runtime, "control message of " + std::to_string(size) +
-                                        " bytes is over the limit of " +
-                                        std::to_string(max_message_bytes));
-  }
-  std::string frame(4, '\0');
-  for (int i = 0; i < 4; ++i) frame[i] = static_cast<char>((size >> (8 * i)) & 0xff);
-  frame.append(out.c_str(), size);
-  return frame;
-}
-
-Message read_message(int fd, const Deadline& deadline, const std::string& peer) {
-  std::array<std::byte, 4> prefix{};
-  read_exact(fd, prefix, deadline, peer);
-  uint32_t size = 0;
-  for (int i = 0; i < 4; ++i) size |= std::to_integer<uint32_t>(prefix[i]) << (8 * i);
-  // Checked before allocating: the prefix is whatever a stranger on the network sent.
-  if (size > max_message_bytes) {
-    throw Error(ErrorKind::runtime, "control message from " + peer + " says it is " +
-                                        std::to_string(size) + " bytes, over the limit of " +
-                                        std::to_string(max_message_bytes));
-  }
-  std::string text(size, '\0');
+/// Reads one reply frame. Replies carry no token (see encode_frame), so only the magic, the
+/// version and the length are checked.
+Message read_reply(int fd, const Deadline& deadline, const std::string& peer) {
+  FrameHeaderBytes header{};
+  read_exact(fd, header, deadline, peer);
+  const uint32_t length = decode_header(header, peer).length;
+  check_length(length, peer);
+  std::string text(length, '\0');
   read_exact(fd, std::as_writable_bytes(std::span(text)), deadline, peer);
-  Message message;
-  try {
-    message = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    throw Error(ErrorKind::runtime, "unparsable control message from " + peer + ": " + e.msg);
-  }
-  if (!message.IsMap()) {
-    throw Error(ErrorKind::runtime, "control message from " + peer + " is not a YAML map");
-  }
-  return message;
+  return decode_body(text, peer);
 }
 
 struct HostPort {
@@ -306,13 +274,19 @@ FileDescriptor connect_to(const std::string& address, const Deadline& deadline) 
 
 }  // namespace
 
-Message ControlConnection::receive(milliseconds timeout) {
-  return read_message(m_fd.get(), Deadline(timeout), m_peer);
+void ControlConnection::send(const Message& message, milliseconds timeout) {
+  const std::string frame = encode_frame(message, {});
+  write_all(m_fd.get(), std::as_bytes(std::span(frame)), Deadline(timeout), m_peer);
 }
 
-void ControlConnection::send(const Message& message, milliseconds timeout) {
-  const std::string frame = encode(message);
-  write_all(m_fd.get(), std::as_bytes(std::span(frame)), Deadline(timeout), m_peer);
+bool ControlConnection::send_now(const Message& message) noexcept {
+  try {
+    const std::string frame = encode_frame(message, {});
+    const ssize_t n = ::send(m_fd.get(), frame.data(), frame.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    return n == static_cast<ssize_t>(frame.size());
+  } catch (const Error&) {
+    return false;
+  }
 }
 
 ControlListener::ControlListener(const std::string& listen) {
@@ -322,10 +296,8 @@ ControlListener::ControlListener(const std::string& listen) {
   m_address = advertised_address(m_fd.get());
 }
 
-std::optional<ControlConnection> ControlListener::accept(milliseconds timeout) {
-  const Deadline deadline(timeout);
+std::optional<ControlConnection> ControlListener::accept() {
   for (;;) {
-    if (!wait_ready(m_fd.get(), POLLIN, deadline)) return std::nullopt;
     sockaddr_storage addr{};
     socklen_t length = sizeof addr;
     int raw = ::accept4(m_fd.get(), reinterpret_cast<sockaddr*>(&addr), &length,
@@ -335,32 +307,34 @@ std::optional<ControlConnection> ControlListener::accept(milliseconds timeout) {
       return ControlConnection(std::move(fd),
                                numeric_address(reinterpret_cast<sockaddr*>(&addr), length));
     }
+    if (errno == EINTR) continue;
     // The client may have given up between poll and accept (accept(2) lists the network errors
-    // to treat like EAGAIN): wait for the next one.
-    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED &&
-        errno != EPROTO && errno != ENETDOWN && errno != ENETUNREACH && errno != EHOSTUNREACH) {
+    // to treat like EAGAIN). Anything else (out of descriptors, say) is an error: the caller
+    // must back off rather than poll a listener that stays readable.
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != ECONNABORTED && errno != EPROTO &&
+        errno != ENETDOWN && errno != ENETUNREACH && errno != EHOSTUNREACH) {
       throw IoError("accept on " + m_address, errno);
     }
+    return std::nullopt;
   }
 }
 
-Message control_request(const std::string& address, const Message& request, milliseconds timeout) {
-  const Deadline deadline(timeout);
-  const auto fd = connect_to(address, deadline);
-  const std::string frame = encode(request);
-  write_all(fd.get(), std::as_bytes(std::span(frame)), deadline, address);
-  return read_message(fd.get(), deadline, address);
+Message control_request(const std::string& address, std::string_view token, const Message& request,
+                        milliseconds timeout) {
+  return control_request(address, token, request, timeout, {});
 }
 
-Message control_request(const std::string& address, const Message& request, milliseconds timeout,
+Message control_request(const std::string& address, std::string_view token, const Message& request,
+                        milliseconds timeout,
                         const std::function<void(const Message&)>& on_interim) {
   const Deadline sending(timeout);
   const auto fd = connect_to(address, sending);
-  const std::string frame = encode(request);
+  const std::string frame = encode_frame(request, token);
   write_all(fd.get(), std::as_bytes(std::span(frame)), sending, address);
+  // Without on_interim the whole exchange has one deadline; with it, each message has its own.
   for (;;) {
-    Message message = read_message(fd.get(), Deadline(timeout), address);
-    if (!message["progress"]) return message;
+    Message message = read_reply(fd.get(), on_interim ? Deadline(timeout) : sending, address);
+    if (!on_interim || !message["progress"]) return message;
     on_interim(message);
   }
 }

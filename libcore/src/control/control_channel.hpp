@@ -1,44 +1,38 @@
-// Rank 0's control socket: length-prefixed YAML messages over TCP.
+// Rank 0's control socket: TCP streams carrying control frames (control_frame.hpp), with a
+// deadline on every wait.
 #pragma once
 
 #include <chrono>
-#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 
-#include <yaml-cpp/yaml.h>
-
+#include "control_frame.hpp"
 #include "ddstage/file_descriptor.hpp"
 
 namespace ddstage::detail {
 
-/// A control message: a YAML map, framed on the wire as a 4-byte little-endian length and the
-/// YAML text. Requests carry "token" and "op"; replies carry "ok" and, when false, "error".
-using Message = YAML::Node;
-
-/// Largest frame accepted; a bigger length prefix is an error, not an allocation.
-inline constexpr uint32_t max_message_bytes = 16u << 20;
-
-/// One accepted or connected TCP stream (non-blocking underneath; every call has a deadline).
+/// One accepted TCP stream, non-blocking underneath: the server's side of a request.
 class ControlConnection {
  public:
   explicit ControlConnection(FileDescriptor fd, std::string peer)
       : m_fd(std::move(fd)), m_peer(std::move(peer)) {}
-  /// Reads one message; Error on timeout, a closed peer, an oversized or unparsable frame, or a
-  /// frame that is not a YAML map. After an error the stream is out of step: drop the connection.
-  Message receive(std::chrono::milliseconds timeout);
-  /// Writes one message; Error when the peer is gone or does not take it within timeout (a
+  /// Writes one reply; Error when the peer is gone or does not take it within timeout (a
   /// client that stops reading must not stall rank 0).
   void send(const Message& message, std::chrono::milliseconds timeout = std::chrono::seconds(10));
+  /// Writes one reply if the socket takes all of it at once, without waiting: for answers to
+  /// peers that are not trusted to read. False when it did not go.
+  bool send_now(const Message& message) noexcept;
   const std::string& peer() const noexcept { return m_peer; }
+  int fd() const noexcept { return m_fd.get(); }
 
  private:
   FileDescriptor m_fd;
   std::string m_peer;
 };
 
-/// A listening TCP socket.
+/// A listening TCP socket (non-blocking).
 class ControlListener {
  public:
   /// Binds "HOST[:PORT]" or "[IPV6][:PORT]" (port 0 or none: any free port; empty HOST: this
@@ -49,25 +43,29 @@ class ControlListener {
   /// "HOST:PORT" actually bound, as clients should connect to it: the numeric address (IPv6 in
   /// brackets), or this host's name when bound to the wildcard address.
   const std::string& address() const noexcept { return m_address; }
-  /// Waits up to timeout for a connection; nullopt when none came.
-  std::optional<ControlConnection> accept(std::chrono::milliseconds timeout);
+  /// For poll(): readable when a connection waits.
+  int fd() const noexcept { return m_fd.get(); }
+  /// A waiting connection, or nullopt when none waits. IoError when accept fails otherwise
+  /// (e.g. out of descriptors).
+  std::optional<ControlConnection> accept();
 
  private:
   FileDescriptor m_fd;
   std::string m_address;
 };
 
-/// Connects to address, sends request, returns the reply; bounded by timeout overall (except
-/// name resolution, which the resolver bounds). Error naming the address when nothing listens
-/// there or the reply does not come in time.
-Message control_request(const std::string& address, const Message& request,
+/// Connects to address, sends request with the store's token, returns the reply; bounded by
+/// timeout overall (except name resolution, which the resolver bounds). Error naming the
+/// address when nothing listens there or the reply does not come in time.
+Message control_request(const std::string& address, std::string_view token, const Message& request,
                         std::chrono::milliseconds timeout);
 
 /// As control_request, for requests the server answers with interim messages first (those
 /// carrying "progress", e.g. a load's): each goes to on_interim, and the reply is the first
 /// message without "progress". The timeout bounds the wait for each message, not the whole
 /// exchange, so a long operation that keeps reporting does not time out.
-Message control_request(const std::string& address, const Message& request, std::chrono::milliseconds timeout,
+Message control_request(const std::string& address, std::string_view token, const Message& request,
+                        std::chrono::milliseconds timeout,
                         const std::function<void(const Message&)>& on_interim);
 
 }  // namespace ddstage::detail
