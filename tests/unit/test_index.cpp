@@ -13,6 +13,8 @@
 #include "ddstage/index.hpp"
 #include "ddstage/index_writer.hpp"
 #include "ddstage/origin_reader.hpp"
+#include "ddstage/shard_layout.hpp"
+#include "ddstage/shard_loader.hpp"
 #include "index_layout.hpp"
 #include "test_support.hpp"
 
@@ -486,4 +488,28 @@ TEST_CASE("a writer refuses a field whose row_bytes disagrees with its shape", "
   IndexWriter w({.out = dir / "w.ddx"});
   CHECK_THROWS_WITH(w.define({{"x", DType::float32, {4}, false, 12, "/x"}}, 1),
                     Catch::Contains("row_bytes 12, but its shape [4] of float32 makes 16"));
+}
+
+TEST_CASE("a fixed field of zero-byte rows is laid out and loaded through an offsets table", "[index][corrupt]") {
+  test::TempDir dir;
+  test::write_file(dir / "src.bin", test::pattern_bytes(12, 3));
+  {
+    IndexWriter w({.out = dir / "z.ddx"});
+    w.define({{"empty", DType::uint8, {0}, false, 0, "/empty"}, {"x", DType::int32, {}, false, 4, "/x"}}, 3);
+    auto file = w.add_source(dir / "src.bin");
+    auto bytes = test::pattern_bytes(12, 3);
+    for (uint64_t s = 0; s < 3; ++s) {
+      w.put_in_place(s, 0, file, 0, {});
+      w.put_in_place(s, 1, file, s * 4, std::span(bytes).subspan(s * 4, 4));
+    }
+    w.commit();
+  }
+  const auto index = Index::open(dir / "z.ddx");
+  const ShardLayout layout(index, {1, 3});
+  std::vector<std::byte> region(layout.total_bytes());
+  fill_shard(index, layout, region, {.verify = true, .streams = 1});
+  const ShardView view(region, 2, {1, 3});
+  CHECK(view.row(2, 0).empty());
+  const auto bytes = test::pattern_bytes(12, 3);
+  CHECK(std::equal(view.row(2, 1).begin(), view.row(2, 1).end(), bytes.begin() + 8, bytes.end()));
 }
