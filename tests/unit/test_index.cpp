@@ -298,7 +298,9 @@ struct CraftedIndex {
     std::memcpy(&e, bytes.data() + detail::entries_offset + i * sizeof e, sizeof e);
     return e;
   }
-  void set_entry(uint64_t i, const Entry& e) { std::memcpy(bytes.data() + detail::entries_offset + i * sizeof e, &e, sizeof e); }
+  void set_entry(uint64_t i, const Entry& e) {
+    std::memcpy(bytes.data() + detail::entries_offset + i * sizeof e, &e, sizeof e);
+  }
   /// Writes the bytes back with the body checksum and then the header checksum recomputed.
   void seal(uint32_t header_bytes = sizeof(detail::IndexHeader)) {
     header.header_bytes = header_bytes;
@@ -443,12 +445,14 @@ TEST_CASE("a format 1 index still opens, and its entries still bind the manifest
   SECTION("shape and row_bytes edited together disagree with the entries") {
     edit_manifest(path, "shape: [4]", "shape: [2]");
     edit_manifest(path, "row_bytes: 16", "row_bytes: 8");
-    CHECK_THROWS_WITH(Index::open(path), Catch::Contains("index.bin is corrupt") &&
-                                             Catch::Contains("holds 16 bytes, but manifest.yaml gives the field row_bytes 8"));
+    CHECK_THROWS_WITH(Index::open(path),
+                      Catch::Contains("index.bin is corrupt") &&
+                          Catch::Contains("holds 16 bytes, but manifest.yaml gives the field row_bytes 8"));
   }
 }
 
-TEST_CASE("a variable row that is not whole elements, or an entry into a copied source, is refused", "[index][corrupt]") {
+TEST_CASE("a variable row of partial elements, or an entry into a copied source, is refused",
+          "[index][corrupt]") {
   test::TempDir dir;
   test::write_file(dir / "src.bin", test::pattern_bytes(64, 1));
   test::write_file(dir / "unused.bin", test::pattern_bytes(8, 2));
