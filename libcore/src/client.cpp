@@ -289,11 +289,18 @@ void Reader::State::plan_reads(uint32_t field, std::span<const uint64_t> ids, st
     const auto row = peer->view.row(id, field);
     const auto region = peer->segment.bytes();
     const auto offset = static_cast<uint64_t>(row.data() - region.data());
-    // The offsets tables live in the server's memory: never copy from outside the mapping.
+    // The offsets tables live in the server's memory: never copy from outside the mapping, nor
+    // more than the index's row, which is what dest was sized by.
     if (row.size() > region.size() || offset > region.size() - row.size()) {
       throw IndexError(
           "the shard region of rank " + std::to_string(rank) + " is damaged: a row lies outside it",
           {.sample = id, .field = data->index.fields()[field].name, .rank = rank});
+    }
+    if (const uint64_t want = data->index.entry(id, field).length; row.size() != want) {
+      throw IndexError(fmt::format("the shard region of rank {} holds a {}-byte row where the index has {} "
+                                   "bytes; reload the dataset",
+                                   rank, row.size(), want),
+                       {.sample = id, .field = data->index.fields()[field].name, .rank = rank});
     }
     if (row.empty()) continue;
     detail::append_read(reads, {offset, row.size(), dest, rank});

@@ -25,9 +25,14 @@ struct IndexHeader {
   uint64_t names_offset;       ///< UTF-8 path bytes the file records point into
   uint64_t file_bytes;         ///< total size of index.bin
   uint64_t body_checksum;      ///< xxh3-64 of [entries_offset, file_bytes)
-  uint64_t header_checksum;    ///< xxh3-64 of this header with this field zero
+  uint64_t header_checksum;    ///< xxh3-64 of the header's header_bytes with this field zero
+  /// Format 2 on: xxh3-64 of manifest.yaml's field table (fields_checksum()), so an edited
+  /// field (shape, dtype, row_bytes, order, name) is refused rather than trusted.
+  uint64_t fields_checksum;
 };
-static_assert(sizeof(IndexHeader) == 80);
+static_assert(sizeof(IndexHeader) == 88);
+/// header_bytes of format 1, which ends at header_checksum and has no fields_checksum.
+inline constexpr uint32_t header_bytes_v1 = 80;
 
 struct FileRecord {
   uint64_t name_offset;  ///< from names_offset

@@ -141,6 +141,8 @@ void IndexWriter::define(std::vector<FieldInfo> fields, uint64_t samples) {
   if (m->entries) throw std::logic_error("IndexWriter::define called twice");
   if (fields.empty()) throw UsageError("the source has no fields");
   if (samples == 0) throw UsageError("the source has no samples");
+  // A format that described a field inconsistently would publish an index no reader opens.
+  for (const auto& f : fields) detail::check_field(f, m->options.out / "manifest.yaml");
   m->fields = std::move(fields);
   m->samples = samples;
   const uint64_t n = samples * m->fields.size();
@@ -303,6 +305,7 @@ void IndexWriter::State::write_tables() {
   h.file_table_offset = h.entries_offset + samples * fields.size() * sizeof(Entry);
   h.names_offset = h.file_table_offset + records.size() * sizeof(detail::FileRecord);
   h.file_bytes = h.names_offset + names.size();
+  h.fields_checksum = detail::fields_checksum(fields);
 
   auto table = std::as_bytes(std::span(records));
   auto name_bytes = std::as_bytes(std::span(names));

@@ -1,7 +1,10 @@
 #include "manifest.hpp"
 
 #include <fstream>
+#include <set>
 
+#include <fmt/format.h>
+#include <xxhash.h>
 #include <yaml-cpp/yaml.h>
 
 #include "ddstage/error.hpp"
@@ -56,6 +59,67 @@ FieldInfo parse_field(const YAML::Node& node, const std::filesystem::path& path)
   return f;
 }
 
+std::string shape_text(const FieldInfo& f) {
+  return fmt::format("[{}] of {}", fmt::join(f.shape, ", "), dtype_name(f.dtype));
+}
+
+}  // namespace
+
+// Sizes every reader derives from a field (Python arrays from the shape, copies from
+// row_bytes) must agree before anything is sized by either.
+void check_field(const FieldInfo& f, const std::filesystem::path& path) {
+  const auto bad = [&](const std::string& what) {
+    return IndexError(fmt::format("{}: field '{}' {}", path.string(), f.name, what), {.file = path.string()});
+  };
+  if (f.name.empty()) throw IndexError(path.string() + ": a field has an empty name", {.file = path.string()});
+  if (f.shape.size() > max_shape_dims) {
+    throw bad(fmt::format("has {} dimensions (at most {})", f.shape.size(), max_shape_dims));
+  }
+  const auto bytes = shape_bytes(f);
+  if (!bytes) throw bad("has a shape " + shape_text(f) + " too large to address");
+  if (f.variable && f.row_bytes != 0) {
+    throw bad(fmt::format("is variable but has row_bytes {} (must be 0)", f.row_bytes));
+  }
+  if (!f.variable && f.row_bytes != *bytes) {
+    throw bad(fmt::format("has row_bytes {}, but its shape {} makes {}", f.row_bytes, shape_text(f), *bytes));
+  }
+}
+
+namespace {
+
+Manifest parse_manifest(const YAML::Node& root, const std::filesystem::path& path) {
+  if (!root.IsMap()) throw IndexError(path.string() + " is not a ddstage manifest");
+  Manifest m;
+  m.format_version = require<uint32_t>(root, "format_version", path);
+  if (m.format_version > manifest_format_version) {
+    throw IndexError(path.string() + " was written by a newer ddstage (index format " +
+                     std::to_string(m.format_version) + "; this build reads up to " +
+                     std::to_string(manifest_format_version) + ")");
+  }
+  m.info.name = require<std::string>(root, "name", path);
+  m.info.tool_version = require<std::string>(root, "tool_version", path);
+  m.info.created = root["created"] ? root["created"].as<std::string>() : "";
+  m.samples = require<uint64_t>(root, "samples", path);
+  m.info.total_bytes = require<uint64_t>(root, "total_bytes", path);
+  std::set<std::string> names;
+  for (const auto& f : root["fields"]) {
+    m.fields.push_back(parse_field(f, path));
+    check_field(m.fields.back(), path);
+    if (!names.insert(m.fields.back().name).second) {
+      throw IndexError(path.string() + ": field '" + m.fields.back().name + "' is listed twice");
+    }
+  }
+  if (m.fields.empty()) throw IndexError(path.string() + ": no fields");
+  auto source = root["source"];
+  if (!source || !source.IsMap()) throw IndexError(path.string() + ": missing key 'source'");
+  m.info.format = require<std::string>(source, "format", path);
+  m.info.root = require<std::string>(source, "root", path);
+  if (source["attributes"] && source["attributes"].IsMap()) {
+    m.info.attributes = source["attributes"].as<std::map<std::string, std::string>>();
+  }
+  return m;
+}
+
 }  // namespace
 
 void write_manifest(const std::filesystem::path& path, const Manifest& m,
@@ -99,29 +163,35 @@ Manifest read_manifest(const std::filesystem::path& path) {
   } catch (const YAML::Exception& e) {
     throw IndexError(path.string() + " is not valid YAML: " + e.msg);
   }
-  if (!root.IsMap()) throw IndexError(path.string() + " is not a ddstage manifest");
-  Manifest m;
-  m.format_version = require<uint32_t>(root, "format_version", path);
-  if (m.format_version > index_format_version) {
-    throw IndexError(path.string() + " was written by a newer ddstage (index format " +
-                     std::to_string(m.format_version) + "; this build reads up to " +
-                     std::to_string(index_format_version) + ")");
+  // A key of the wrong YAML kind (a map where a string belongs) is damage too, not a crash.
+  try {
+    return parse_manifest(root, path);
+  } catch (const YAML::Exception& e) {
+    throw IndexError(path.string() + " is not a ddstage manifest: " + e.msg, {.file = path.string()});
   }
-  m.info.name = require<std::string>(root, "name", path);
-  m.info.tool_version = require<std::string>(root, "tool_version", path);
-  m.info.created = root["created"] ? root["created"].as<std::string>() : "";
-  m.samples = require<uint64_t>(root, "samples", path);
-  m.info.total_bytes = require<uint64_t>(root, "total_bytes", path);
-  for (const auto& f : root["fields"]) m.fields.push_back(parse_field(f, path));
-  if (m.fields.empty()) throw IndexError(path.string() + ": no fields");
-  auto source = root["source"];
-  if (!source || !source.IsMap()) throw IndexError(path.string() + ": missing key 'source'");
-  m.info.format = require<std::string>(source, "format", path);
-  m.info.root = require<std::string>(source, "root", path);
-  if (source["attributes"] && source["attributes"].IsMap()) {
-    m.info.attributes = source["attributes"].as<std::map<std::string, std::string>>();
+}
+
+std::optional<uint64_t> shape_bytes(const FieldInfo& field) {
+  uint64_t bytes = dtype_size(field.dtype);
+  for (uint64_t d : field.shape) {
+    if (__builtin_mul_overflow(bytes, d, &bytes)) return std::nullopt;
   }
-  return m;
+  return bytes;
+}
+
+uint64_t fields_checksum(std::span<const FieldInfo> fields) {
+  std::string encoded;
+  const auto put = [&encoded](uint64_t v) { encoded.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  for (const auto& f : fields) {
+    put(f.name.size());
+    encoded += f.name;
+    put(static_cast<uint64_t>(f.dtype));
+    put(f.variable);
+    put(f.shape.size());
+    for (uint64_t d : f.shape) put(d);
+    put(f.row_bytes);
+  }
+  return XXH3_64bits(encoded.data(), encoded.size());
 }
 
 }  // namespace ddstage::detail

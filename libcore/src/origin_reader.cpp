@@ -153,7 +153,13 @@ void OriginReader::read_run(std::size_t begin, std::size_t end) {
 }
 
 bool OriginReader::read_and_check(uint64_t sample, uint32_t field, std::span<std::byte> dest) {
+  check_ids({&sample, 1});
+  if (field >= m_index->fields().size()) throw std::logic_error("OriginReader: field out of range");
   const Entry& e = m_index->entry(sample, field);
+  if (dest.size() < e.length) {
+    throw UsageError("destination holds " + std::to_string(dest.size()) + " bytes; sample " + std::to_string(sample) +
+                     " needs " + std::to_string(e.length));
+  }
   fd_for(e.file).pread_exact(dest.first(e.length), e.offset);
   return checksum(dest.first(e.length)) == e.checksum;
 }

@@ -20,7 +20,17 @@ struct ShardHeader {
   uint64_t total_bytes;
 };
 
-uint64_t align_up(uint64_t v) { return (v + alignment - 1) / alignment * alignment; }
+/// An index whose rows add up past 2^64 is refused before any rank sizes a region by a
+/// wrapped number.
+[[noreturn]] void too_large() { throw IndexError("the shard's rows add up to more bytes than can be addressed"); }
+
+uint64_t checked_add(uint64_t a, uint64_t b) {
+  uint64_t sum = 0;
+  if (__builtin_add_overflow(a, b, &sum)) too_large();
+  return sum;
+}
+
+uint64_t align_up(uint64_t v) { return checked_add(v, alignment - 1) / alignment * alignment; }
 
 }  // namespace
 
@@ -33,22 +43,24 @@ ShardLayout::ShardLayout(const Index& index, ShardRange range) : m_range(range) 
     const auto& info = index.fields()[f];
     auto& layout = m_fields[f];
     uint64_t data_bytes = 0;
-    if (info.variable) {
+    // row_bytes 0 is what marks an offsets table in the region, so fixed rows of no bytes (a
+    // shape with a 0 dimension) take the table too rather than arithmetic on a zero size.
+    if (info.row_bytes == 0) {
       auto& offsets = m_row_offsets[f];
       offsets.reserve(range.count() + 1);
       for (uint64_t s = range.first; s < range.last; ++s) {
         offsets.push_back(data_bytes);
-        data_bytes += index.entry(s, f).length;
+        data_bytes = checked_add(data_bytes, index.entry(s, f).length);
       }
       offsets.push_back(data_bytes);
       layout.offsets_offset = at;
-      at = align_up(at + offsets.size() * sizeof(uint64_t));
+      at = align_up(checked_add(at, offsets.size() * sizeof(uint64_t)));
     } else {
       layout.row_bytes = info.row_bytes;
-      data_bytes = info.row_bytes * range.count();
+      if (__builtin_mul_overflow(info.row_bytes, range.count(), &data_bytes)) too_large();
     }
     layout.data_offset = at;
-    at = align_up(at + data_bytes);
+    at = align_up(checked_add(at, data_bytes));
   }
   m_total = at;
 }

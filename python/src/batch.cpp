@@ -54,7 +54,15 @@ py::array destination(const py::object& out, uint64_t bytes, const FieldInfo& fi
   if (out.is_none()) {
     std::vector<py::ssize_t> shape{static_cast<py::ssize_t>(rows)};
     for (uint64_t d : field.shape) shape.push_back(static_cast<py::ssize_t>(d));
-    return py::array(numpy_dtype(field.dtype), shape);
+    py::array array(numpy_dtype(field.dtype), shape);
+    // The array comes from the shape, the copy from the index's row sizes: Index::open made
+    // them agree, and a disagreement is damage, never a write past the array.
+    if (static_cast<uint64_t>(array.nbytes()) != bytes) {
+      throw IndexError(fmt::format("field '{}' has rows of shape {} but this batch is {} bytes; the index is damaged",
+                                   field.name, py::str(py::tuple(py::cast(field.shape))).cast<std::string>(), bytes),
+                       {.field = field.name});
+    }
+    return array;
   }
   if (!py::isinstance<py::array>(out)) {
     throw UsageError(fmt::format("out must be a numpy array, not {}",

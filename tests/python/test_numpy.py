@@ -1,13 +1,15 @@
 """ddstage from Python against a served store (2 ranks): numpy batches equal the origin
 values for fixed and variable fields, unsorted ids with repeats; out=; readers per thread;
 errors are Python exceptions carrying libcore's message."""
+import shutil
 import threading
 
 import numpy as np
 import pytest
+import yaml
 
 import ddstage
-from conftest import FILES, GRAPHS, ROWS, random_ids
+from conftest import BIN, FILES, GRAPHS, ROWS, random_ids, run
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +51,37 @@ def test_out_receives_the_rows(client, data):
     for arr, words in bad:
         with pytest.raises(ddstage.UsageError, match=words):
             rows.get_batch("x", ids, out=arr)
+
+
+def test_out_too_small_is_refused_before_a_byte_is_written(client):
+    """A destination one row short, inside a larger buffer: UsageError, and not one byte of
+    the buffer past it (or in it) changed."""
+    rows = client.open("rows")
+    backing = np.full(4 * 768, 7.0, np.float32)
+    with pytest.raises(ddstage.UsageError, match="out holds 6144 bytes"):
+        rows.get_batch("x", [3, 9, 1], out=backing[:2 * 768])
+    assert (backing == 7.0).all()
+
+
+@pytest.mark.parametrize("name,edit", [("shape6", {"shape": [6]}), ("rowbytes16", {"row_bytes": 16}),
+                                       ("both", {"shape": [4], "row_bytes": 16}), ("reshaped", {"shape": [2, 4]}),
+                                       ("float64", {"dtype": "float64"})])
+def test_manifest_edited_after_load_is_refused(store, data, tmp_path, name, edit):
+    """Issue 13's heap overflow: a loaded dataset's manifest.yaml edited (shape [8] -> [6],
+    row_bytes 32 -> 16, ...) so that an array sized by the shape would be filled by the
+    store's rows. Opening it is a ddstage.Error naming manifest.yaml; nothing is read."""
+    copy = tmp_path / "seq.ddx"
+    shutil.copytree(data.ddx["seq"], copy)
+    run(BIN, "load", "--store", store.dir, copy, "--name", name)
+    client = ddstage.Client(store.dir)
+    np.testing.assert_array_equal(client.open(name).get_batch("v", [3])[0], 3 + np.arange(8, dtype=np.float32) / 10)
+    manifest = yaml.safe_load((copy / "manifest.yaml").read_text())
+    v = next(f for f in manifest["fields"] if f["name"] == "v")
+    v.update(edit)
+    (copy / "manifest.yaml").write_text(yaml.safe_dump(manifest))
+    with pytest.raises(ddstage.Error, match="manifest.yaml") as e:
+        client.open(name)
+    assert not isinstance(e.value, ddstage.UsageError)
 
 
 def test_variable_rows_equal_origin(client, data):

@@ -13,6 +13,8 @@
 #include "ddstage/index.hpp"
 #include "ddstage/index_writer.hpp"
 #include "ddstage/origin_reader.hpp"
+#include "ddstage/shard_layout.hpp"
+#include "ddstage/shard_loader.hpp"
 #include "index_layout.hpp"
 #include "test_support.hpp"
 
@@ -277,4 +279,241 @@ TEST_CASE("adjacent entries are coalesced without mixing up their destinations",
   CHECK(std::equal(src.begin() + 80, src.begin() + 96, sample.begin()));
   const auto packed = test::pattern_bytes(6, 105);
   CHECK(std::equal(sample.begin() + 16, sample.end(), packed.begin(), packed.end()));
+}
+
+// ---- crafted index.bin and manifest.yaml: refused at open, never trusted -----------------
+
+namespace {
+
+/// index.bin's bytes with its header and entries editable, resealed with valid checksums: what
+/// a crafted (not merely damaged) index looks like, so the checks behind the checksums run.
+struct CraftedIndex {
+  explicit CraftedIndex(const fs::path& ddx) : path(ddx / "index.bin") {
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+    std::memcpy(&header, bytes.data(), sizeof header);
+  }
+  Entry entry(uint64_t i) const {
+    Entry e{};
+    std::memcpy(&e, bytes.data() + detail::entries_offset + i * sizeof e, sizeof e);
+    return e;
+  }
+  void set_entry(uint64_t i, const Entry& e) {
+    std::memcpy(bytes.data() + detail::entries_offset + i * sizeof e, &e, sizeof e);
+  }
+  /// Writes the bytes back with the body checksum and then the header checksum recomputed.
+  void seal(uint32_t header_bytes = sizeof(detail::IndexHeader)) {
+    header.header_bytes = header_bytes;
+    const auto body_at = std::min<uint64_t>(header.entries_offset, bytes.size());
+    header.body_checksum = checksum(std::as_bytes(std::span(bytes).subspan(body_at)));
+    header.header_checksum = 0;
+    header.header_checksum = checksum(std::as_bytes(std::span(&header, 1)).first(header_bytes));
+    std::memcpy(bytes.data(), &header, sizeof header);
+    std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  /// Rewrites the header as format 1 wrote it: 80 bytes, no fields checksum.
+  void seal_as_format_1() {
+    header.version = 1;
+    header.fields_checksum = 0;
+    seal(detail::header_bytes_v1);
+  }
+
+  fs::path path;
+  std::string bytes;
+  detail::IndexHeader header{};
+};
+
+void edit_manifest(const fs::path& ddx, const std::string& old_text, const std::string& new_text) {
+  std::string text;
+  {
+    std::ifstream in(ddx / "manifest.yaml");
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  const auto pos = text.find(old_text);
+  REQUIRE(pos != std::string::npos);
+  std::ofstream(ddx / "manifest.yaml") << text.replace(pos, old_text.size(), new_text);
+}
+
+}  // namespace
+
+TEST_CASE("crafted entries are refused at open, naming index.bin and the entry", "[index][corrupt]") {
+  test::TempDir dir;
+  auto path = write_small_index(dir);
+  // Entry 2 * 3 is sample 3's fixed field x (16 bytes at 48 of src.bin); 2 * 3 + 1 its variable y.
+  struct Case {
+    const char* what;
+    uint64_t entry;
+    Entry (*edit)(Entry);
+    const char* words;
+  };
+  const Case cases[] = {
+      {"file id out of range", 6, [](Entry e) { e.file = 7; return e; }, "names file 7 of 2"},
+      {"row 999 of 100", 6, [](Entry e) { e.offset = 999 * 16; return e; }, "past the end of src.bin"},
+      {"offset + length wraps", 6, [](Entry e) { e.offset = ~uint64_t{0} - 8; return e; }, "past the end"},
+      {"length wraps", 7, [](Entry e) { e.length = ~uint64_t{0}; return e; }, "past the end"},
+      {"fixed row shorter than row_bytes", 6, [](Entry e) { e.length = 8; return e; }, "row_bytes 16"},
+  };
+  for (const auto& c : cases) {
+    SECTION(c.what) {
+      CraftedIndex crafted(path);
+      crafted.set_entry(c.entry, c.edit(crafted.entry(c.entry)));
+      crafted.seal();
+      CHECK_THROWS_WITH(Index::open(path), Catch::Contains((path / "index.bin").string()) &&
+                                               Catch::Contains("sample 3, field") && Catch::Contains(c.words));
+    }
+  }
+}
+
+TEST_CASE("crafted header counts and section offsets are refused, never read past", "[index][corrupt]") {
+  test::TempDir dir;
+  auto path = write_small_index(dir);
+  struct Case {
+    const char* what;
+    void (*edit)(detail::IndexHeader&);
+  };
+  const Case cases[] = {
+      {"samples * fields * 32 wraps", [](detail::IndexHeader& h) { h.samples = (uint64_t{1} << 59) + 10; }},
+      {"more fields than the file holds", [](detail::IndexHeader& h) { h.fields = ~uint32_t{0}; }},
+      {"no samples", [](detail::IndexHeader& h) { h.samples = 0; }},
+      {"entries overlap the header", [](detail::IndexHeader& h) { h.entries_offset = 40; }},
+      {"entries misaligned", [](detail::IndexHeader& h) { h.entries_offset += 4; }},
+      {"file table wraps", [](detail::IndexHeader& h) { h.file_table_offset = ~uint64_t{0} - 15; }},
+      {"file count past the names", [](detail::IndexHeader& h) { h.files = 1000; }},
+      {"names past the end", [](detail::IndexHeader& h) { h.names_offset = h.file_bytes + 8; }},
+      {"header size of another format", [](detail::IndexHeader& h) { h.version = 1; }},
+      {"format 0", [](detail::IndexHeader& h) { h.version = 0; }},
+  };
+  for (const auto& c : cases) {
+    SECTION(c.what) {
+      CraftedIndex crafted(path);
+      c.edit(crafted.header);
+      crafted.seal();
+      CHECK_THROWS_WITH(Index::open(path), Catch::Contains("index.bin") && Catch::Contains("corrupt"));
+    }
+  }
+  SECTION("a file-table name that wraps") {
+    CraftedIndex crafted(path);
+    detail::FileRecord r{};
+    std::memcpy(&r, crafted.bytes.data() + crafted.header.file_table_offset, sizeof r);
+    r.name_offset = ~uint64_t{0} - 2;
+    std::memcpy(crafted.bytes.data() + crafted.header.file_table_offset, &r, sizeof r);
+    crafted.seal();
+    CHECK_THROWS_WITH(Index::open(path), Catch::Contains("file table row 0"));
+  }
+}
+
+TEST_CASE("a manifest field that disagrees with itself or with index.bin is refused", "[index][corrupt]") {
+  test::TempDir dir;
+  auto path = write_small_index(dir);
+  struct Case {
+    const char* old_text;
+    const char* new_text;
+    const char* words;
+  };
+  const Case cases[] = {
+      {"shape: [4]", "shape: [3]", "row_bytes 16, but its shape [3] of float32 makes 12"},
+      {"row_bytes: 16", "row_bytes: 0", "row_bytes 0, but its shape"},
+      {"row_bytes: 16", "row_bytes: 15", "row_bytes 15"},
+      {"shape: [4]", "shape: [4611686018427387904, 4]", "too large"},
+      {"variable: false", "variable: true", "is variable but has row_bytes 16"},
+      {"name: y", "name: x", "listed twice"},
+      {"total_bytes: 215", "total_bytes: 216", "total_bytes is 216, the entries hold 215"},
+      // Consistent with itself, so only the field table's checksum in index.bin can tell.
+      {"shape: [4]", "shape: [2, 2]", "field table"},
+      {"dtype: float32", "dtype: int32", "field table"},
+      {"name: y", "name: z", "field table"},
+      {"source: /x", "source: {a: [1]}", "is not a ddstage manifest"},
+  };
+  for (const auto& c : cases) {
+    SECTION(std::string(c.old_text) + " -> " + c.new_text) {
+      edit_manifest(path, c.old_text, c.new_text);
+      CHECK_THROWS_WITH(Index::open(path), Catch::Contains("manifest.yaml") && Catch::Contains(c.words));
+      CHECK_THROWS_AS(Index::open(path), IndexError);
+    }
+  }
+}
+
+TEST_CASE("a format 1 index still opens, and its entries still bind the manifest's sizes", "[index][corrupt]") {
+  test::TempDir dir;
+  auto path = write_small_index(dir);
+  CraftedIndex(path).seal_as_format_1();
+  REQUIRE(Index::open(path).fields()[0].row_bytes == 16);
+  SECTION("a reshape with the same bytes is harmless") {
+    edit_manifest(path, "shape: [4]", "shape: [2, 2]");
+    CHECK(Index::open(path).fields()[0].shape == std::vector<uint64_t>{2, 2});
+  }
+  SECTION("shape and row_bytes edited together disagree with the entries") {
+    edit_manifest(path, "shape: [4]", "shape: [2]");
+    edit_manifest(path, "row_bytes: 16", "row_bytes: 8");
+    CHECK_THROWS_WITH(Index::open(path),
+                      Catch::Contains("index.bin is corrupt") &&
+                          Catch::Contains("holds 16 bytes, but manifest.yaml gives the field row_bytes 8"));
+  }
+}
+
+TEST_CASE("a variable row of partial elements, or an entry into a copied source, is refused",
+          "[index][corrupt]") {
+  test::TempDir dir;
+  test::write_file(dir / "src.bin", test::pattern_bytes(64, 1));
+  test::write_file(dir / "unused.bin", test::pattern_bytes(8, 2));
+  {
+    IndexWriter w({.out = dir / "v.ddx"});
+    w.define({{"v", DType::int32, {}, true, 0, "/v"}}, 2);
+    auto file = w.add_source(dir / "src.bin");
+    w.add_source(dir / "unused.bin");
+    auto bytes = test::pattern_bytes(64, 1);
+    w.put_in_place(0, 0, file, 0, std::span(bytes).first(8));
+    w.put_in_place(1, 0, file, 8, std::span(bytes).subspan(8, 12));
+    w.commit();
+  }
+  const auto path = dir / "v.ddx";
+  REQUIRE(Index::open(path).files()[1].kind == FileKind::copied);
+  SECTION("3 bytes of int32") {
+    CraftedIndex crafted(path);
+    auto e = crafted.entry(1);
+    e.length = 3;
+    crafted.set_entry(1, e);
+    crafted.seal();
+    CHECK_THROWS_WITH(Index::open(path), Catch::Contains("not a whole number of 4-byte elements"));
+  }
+  SECTION("a copied source") {
+    CraftedIndex crafted(path);
+    auto e = crafted.entry(0);
+    e.file = 1;
+    e.offset = 0;
+    crafted.set_entry(0, e);
+    crafted.seal();
+    CHECK_THROWS_WITH(Index::open(path), Catch::Contains("copied into packs"));
+  }
+}
+
+TEST_CASE("a writer refuses a field whose row_bytes disagrees with its shape", "[index][corrupt]") {
+  test::TempDir dir;
+  IndexWriter w({.out = dir / "w.ddx"});
+  CHECK_THROWS_WITH(w.define({{"x", DType::float32, {4}, false, 12, "/x"}}, 1),
+                    Catch::Contains("row_bytes 12, but its shape [4] of float32 makes 16"));
+}
+
+TEST_CASE("a fixed field of zero-byte rows is laid out and loaded through an offsets table", "[index][corrupt]") {
+  test::TempDir dir;
+  test::write_file(dir / "src.bin", test::pattern_bytes(12, 3));
+  {
+    IndexWriter w({.out = dir / "z.ddx"});
+    w.define({{"empty", DType::uint8, {0}, false, 0, "/empty"}, {"x", DType::int32, {}, false, 4, "/x"}}, 3);
+    auto file = w.add_source(dir / "src.bin");
+    auto bytes = test::pattern_bytes(12, 3);
+    for (uint64_t s = 0; s < 3; ++s) {
+      w.put_in_place(s, 0, file, 0, {});
+      w.put_in_place(s, 1, file, s * 4, std::span(bytes).subspan(s * 4, 4));
+    }
+    w.commit();
+  }
+  const auto index = Index::open(dir / "z.ddx");
+  const ShardLayout layout(index, {1, 3});
+  std::vector<std::byte> region(layout.total_bytes());
+  fill_shard(index, layout, region, {.verify = true, .streams = 1});
+  const ShardView view(region, 2, {1, 3});
+  CHECK(view.row(2, 0).empty());
+  const auto bytes = test::pattern_bytes(12, 3);
+  CHECK(std::equal(view.row(2, 1).begin(), view.row(2, 1).end(), bytes.begin() + 8, bytes.end()));
 }

@@ -14,8 +14,9 @@
 
 namespace ddstage {
 
-/// Version of the on-disk index this build writes; it reads this one and older.
-inline constexpr uint32_t index_format_version = 1;
+/// Version of the index.bin this build writes; it reads this one and older. Version 2 added
+/// the checksum of manifest.yaml's field table to the header.
+inline constexpr uint32_t index_format_version = 2;
 
 /// Where one (sample, field) lives. Exactly the 32-byte on-disk record (man ddstage-index(5)).
 struct Entry {
@@ -70,7 +71,11 @@ struct ManifestInfo {
 class Index {
  public:
   /// Opens and validates manifest.yaml and index.bin (magic, version, header and body checksums,
-  /// counts). Throws IndexError for damage, UsageError when dir is not an index.
+  /// section offsets, the manifest's field table against its checksum and against itself), then
+  /// every entry (file id, offset + length within the file's recorded size, fixed rows exactly
+  /// row_bytes): no size a reader or loader takes from the result can exceed what the
+  /// checksummed entries say. Throws IndexError naming the file and the damage, UsageError
+  /// when dir is not an index.
   static Index open(const std::filesystem::path& dir);
 
   const std::filesystem::path& dir() const noexcept { return m_dir; }
