@@ -6,6 +6,7 @@
 
 #include "ddstage/error.hpp"
 #include "yaml_keys.hpp"
+#include "yaml_limits.hpp"
 
 namespace ddstage::detail {
 namespace {
@@ -93,12 +94,7 @@ void write_manifest(const std::filesystem::path& path, const Manifest& m,
 }
 
 Manifest read_manifest(const std::filesystem::path& path) {
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(path.string());
-  } catch (const YAML::Exception& e) {
-    throw IndexError(path.string() + " is not valid YAML: " + e.msg);
-  }
+  const YAML::Node root = load_yaml_file(path, path.string(), manifest_yaml_limits);
   if (!root.IsMap()) throw IndexError(path.string() + " is not a ddstage manifest");
   Manifest m;
   m.format_version = require<uint32_t>(root, "format_version", path);
