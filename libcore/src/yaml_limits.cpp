@@ -96,6 +96,7 @@ YAML::Node load_yaml(const FileDescriptor& fd, const std::string& name, const Ya
     text.resize(std::min(limits.max_bytes + 1, std::max<std::size_t>(2 * done, 64 << 10)));
     const ssize_t n = ::read(fd.get(), text.data() + done, text.size() - done);
     if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EISDIR) fail(limits, name + " is a directory, not a YAML file");
     if (n < 0) throw IoError("read " + fd.path().string(), errno, {.file = fd.path().string()});
     if (n == 0) break;
     done += static_cast<std::size_t>(n);

@@ -131,4 +131,7 @@ TEST_CASE("config files are parsed within limits: no aliases, bounded depth, siz
 TEST_CASE("a config file that never ends is read only up to the limit", "[settings][yaml]") {
   CHECK_THROWS_WITH(Settings::resolve({}, {}, "/dev/zero", true),
                     Catch::Contains("config file /dev/zero") && Catch::Contains("larger than the 1 MiB allowed"));
+  test::TempDir dir;
+  CHECK_THROWS_MATCHES(Settings::resolve({}, {}, dir.path(), true), UsageError,
+                       Catch::Message("config file " + dir.path().string() + " is a directory, not a YAML file"));
 }
