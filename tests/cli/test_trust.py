@@ -254,24 +254,24 @@ def test_open_waits_for_a_replace_to_publish(ddstage, serve, datasets):
 
 
 def test_reads_during_repeated_replace_fail_only_with_a_clear_runtime_error(ddstage, serve, datasets):
-    """A reader loop over the CLI while `load --replace` runs 6 times: every read returns the
+    """Reader loops over the CLI while `load --replace` runs 15 times: every read returns the
     right bytes, or exits 1 saying the dataset is being (or was) replaced; none is a usage error."""
     store = serve(2)
     ddstage.ok("load", "--store", store.dir, datasets["files"], "--name", "f")
-    expected = read_bytes(ddstage, datasets["files"], "0-299")
+    expected = read_bytes(ddstage, datasets["files"], "0-9")
     done = threading.Event()
     outcomes = []
 
     def read_loop():
         while not done.is_set():
-            proc = ddstage.run("read", "--store", store.dir, "--dataset", "f", "--ids", "0-299", binary=True)
+            proc = ddstage.run("read", "--store", store.dir, "--dataset", "f", "--ids", "0-9", binary=True)
             outcomes.append((proc.returncode, proc.stdout == expected, proc.stderr.decode(errors="replace")))
 
-    readers = [threading.Thread(target=read_loop) for _ in range(2)]
+    readers = [threading.Thread(target=read_loop) for _ in range(3)]
     for t in readers:
         t.start()
     try:
-        for _ in range(6):
+        for _ in range(15):
             ddstage.ok("load", "--store", store.dir, datasets["files"], "--name", "f", "--replace")
     finally:
         done.set()
