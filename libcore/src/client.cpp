@@ -63,7 +63,8 @@ struct OpenDataset {
   std::vector<Peer> peers;  // by rank
   Settings settings;        // fabric.*, read_timeout: what each reader's transport is opened with
   std::vector<uint64_t> fabric_keys, fabric_bases;  // per rank, when the ranks serve over libfabric
-  std::vector<std::string> segments;  // per rank, as store.yaml named them at open: a replace renames them
+  // Per rank, as store.yaml named them at open: a replace publishes new names.
+  std::vector<std::string> segments;
 };
 
 namespace {
@@ -103,7 +104,8 @@ bool reads_via_fabric(const RankInfo& rank, const StoreDataset& info, const std:
 /// reads of its samples fail naming it while the other ranks' samples still read. nullopt when
 /// the live rank's segment is gone or going: the dataset is being replaced (or unloaded).
 std::optional<Peer> attach_peer(const RankInfo& rank, const StoreDataset& info, const Index& index,
-                                ShardRange range, const std::string& here, const std::string& transport) {
+                                ShardRange range, const std::string& here,
+                                const std::string& transport) {
   const int r = rank.rank;
   Peer peer{.info = rank, .range = range, .on_this_host = rank.host == here};
   peer.via_fabric = reads_via_fabric(rank, info, transport, peer.on_this_host);
@@ -138,26 +140,32 @@ std::string why_withdrawn(const OpenDataset& data) {
   try {
     now = StoreDescriptor::read(data.store);
   } catch (const Error&) {
-    return fmt::format("dataset '{}' is gone: the store at {} has stopped", data.name, data.store.string());
+    return fmt::format("dataset '{}' is gone: the store at {} has stopped", data.name,
+                       data.store.string());
   }
   for (const auto& d : now.datasets) {
     if (d.name != data.name) continue;
     if (d.segments == data.segments) return {};
-    return fmt::format("dataset '{}' was replaced in the store at {} (`ddstage load --replace`) after this "
-                       "reader opened it; reopen it", data.name, data.store.string());
+    return fmt::format(
+        "dataset '{}' was replaced in the store at {} (`ddstage load --replace`) after this "
+        "reader opened it; reopen it",
+        data.name, data.store.string());
   }
-  return fmt::format("dataset '{}' was unloaded from the store at {}", data.name, data.store.string());
+  return fmt::format("dataset '{}' was unloaded from the store at {}", data.name,
+                     data.store.string());
 }
 
 /// Attaches every rank of the dataset to state; the rank whose segment is gone or going, if any.
-std::optional<int> attach_peers(OpenDataset& state, const StoreDescriptor& store, const StoreDataset& info,
-                                const std::string& transport) {
+std::optional<int> attach_peers(OpenDataset& state, const StoreDescriptor& store,
+                                const StoreDataset& info, const std::string& transport) {
   if (transport == "fabric" && !DDSTAGE_HAVE_FABRIC) {
     throw UsageError("transport fabric: this ddstage was built without libfabric");
   }
   if (transport == "fabric" && info.fabric_keys.empty()) {
-    throw UsageError(fmt::format("transport fabric: the store at {} does not serve over libfabric "
-                                 "(start it with `ddstage serve --transport fabric`)", state.store.string()));
+    throw UsageError(
+        fmt::format("transport fabric: the store at {} does not serve over libfabric "
+                    "(start it with `ddstage serve --transport fabric`)",
+                    state.store.string()));
   }
   const std::string here = host_name();
   state.peers.reserve(store.ranks.size());
@@ -331,8 +339,10 @@ void Reader::State::throw_gone(int r) const {
 void Reader::State::throw_withdrawn(int r) const {
   auto why = detail::why_withdrawn(*data);
   if (why.empty()) {
-    why = fmt::format("dataset '{}' is no longer served: rank {}'s shared memory {} was removed (is the store "
-                      "at {} stopping?)", data->name, r, data->peers[r].segment.name(), data->store.string());
+    why = fmt::format(
+        "dataset '{}' is no longer served: rank {}'s shared memory {} was removed (is the store "
+        "at {} stopping?)",
+        data->name, r, data->peers[r].segment.name(), data->store.string());
   }
   throw Error(ErrorKind::runtime, why);
 }
@@ -414,7 +424,8 @@ void Reader::State::transfer(uint32_t f, std::span<const uint64_t> ids, std::spa
     // A replace deregisters the old regions: libfabric reports only a broken connection or a
     // refused key, so store.yaml says what happened.
     if (!fabric_reads.empty()) {
-      if (auto why = detail::why_withdrawn(*data); !why.empty()) throw Error(ErrorKind::runtime, why);
+      if (auto why = detail::why_withdrawn(*data); !why.empty())
+        throw Error(ErrorKind::runtime, why);
     }
     throw;
   }
@@ -532,20 +543,25 @@ Dataset Client::open(const std::string& name) const {
     state->fabric_keys = info.fabric_keys;
     state->fabric_bases = info.fabric_bases;
     state->segments = info.segments;
-    const auto missing = detail::attach_peers(*state, store, info, m_settings.get_string("transport"));
+    const auto missing =
+        detail::attach_peers(*state, store, info, m_settings.get_string("transport"));
     if (!missing) return Dataset(std::move(state));
     if (std::chrono::steady_clock::now() >= deadline) {
-      throw Error(ErrorKind::runtime,
-                  fmt::format("dataset '{}' is being replaced (or unloaded) in the store at {}: rank {}'s shared "
-                              "memory {} is gone and store.yaml named no new one within {} ms (read_timeout); "
-                              "open it again",
-                              name, m_dir.string(), *missing, info.segments[*missing],
-                              m_settings.get_duration("read_timeout").count()));
+      throw Error(
+          ErrorKind::runtime,
+          fmt::format(
+              "dataset '{}' is being replaced (or unloaded) in the store at {}: rank {}'s shared "
+              "memory {} is gone and store.yaml named no new one within {} ms (read_timeout); "
+              "open it again",
+              name, m_dir.string(), *missing, info.segments[*missing],
+              m_settings.get_duration("read_timeout").count()));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     if (!std::filesystem::exists(StoreDescriptor::path_in(m_dir))) {
-      throw Error(ErrorKind::runtime, fmt::format("the store at {} is not running any more: it stopped while "
-                                                  "dataset '{}' was being opened", m_dir.string(), name));
+      throw Error(ErrorKind::runtime,
+                  fmt::format("the store at {} is not running any more: it stopped while "
+                              "dataset '{}' was being opened",
+                              m_dir.string(), name));
     }
     store = StoreDescriptor::read(m_dir);
   }

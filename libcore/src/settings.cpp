@@ -87,7 +87,8 @@ void flatten_yaml(const YAML::Node& node, const std::string& prefix, const std::
                   std::map<std::string, std::string>& out) {
   for (const auto& kv : node) {
     if (!kv.first.IsScalar()) {
-      throw UsageError(file + ": a key " + (prefix.empty() ? "" : "under " + prefix + " ") + "is not a plain name");
+      throw UsageError(file + ": a key " + (prefix.empty() ? "" : "under " + prefix + " ") +
+                       "is not a plain name");
     }
     std::string key = prefix + kv.first.Scalar();
     if (kv.second.IsMap()) {

@@ -157,8 +157,9 @@ StoreDescriptor parse(const YAML::Node& root, const fs::path& file) {
 }
 
 UsageError no_store(const fs::path& dir) {
-  return UsageError("no store at " + dir.string() + " (no store.yaml; start one with `ddstage serve --store " +
-                    dir.string() + "`)");
+  return UsageError("no store at " + dir.string() +
+                    " (no store.yaml; start one with `ddstage serve --store " + dir.string() +
+                    "`)");
 }
 
 /// Whoever can write the store directory or store.yaml decides which segments, hosts and
@@ -166,16 +167,19 @@ UsageError no_store(const fs::path& dir) {
 void check_trusted(const struct stat& st, const fs::path& path) {
   const uid_t me = ::geteuid();
   if (st.st_uid != me) {
-    throw UsageError(fmt::format("{} is owned by uid {}, not you (uid {}): a store is trusted only in a "
-                                 "directory and store.yaml of your own (see ddstage-serve(1))",
-                                 path.string(), st.st_uid, me));
+    throw UsageError(
+        fmt::format("{} is owned by uid {}, not you (uid {}): a store is trusted only in a "
+                    "directory and store.yaml of your own (see ddstage-serve(1))",
+                    path.string(), st.st_uid, me));
   }
   if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
-    const char* who = (st.st_mode & S_IWOTH) == 0 ? "its group" : (st.st_mode & S_IWGRP) ? "its group and other users"
-                                                                                        : "other users";
-    throw UsageError(fmt::format("{} is writable by {} (mode {:04o}): a store is trusted only in a directory "
-                                 "and store.yaml only you can write; run `chmod go-w {}`",
-                                 path.string(), who, st.st_mode & 07777, path.string()));
+    const char* who = (st.st_mode & S_IWOTH) == 0 ? "its group"
+                      : (st.st_mode & S_IWGRP)    ? "its group and other users"
+                                                  : "other users";
+    throw UsageError(
+        fmt::format("{} is writable by {} (mode {:04o}): a store is trusted only in a directory "
+                    "and store.yaml only you can write; run `chmod go-w {}`",
+                    path.string(), who, st.st_mode & 07777, path.string()));
   }
 }
 
@@ -200,10 +204,13 @@ FileDescriptor open_store_dir(const fs::path& dir) {
 /// on the opened file itself: no window between the check and the read.
 FileDescriptor open_descriptor(const fs::path& dir, const fs::path& file) {
   const auto dir_fd = open_store_dir(dir);
-  const int raw = ::openat(dir_fd.get(), file.filename().c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  const int raw = ::openat(dir_fd.get(), file.filename().c_str(),
+                           O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (raw < 0 && errno == ENOENT) throw no_store(dir);
   if (raw < 0 && errno == ELOOP) {
-    throw UsageError(file.string() + " is a symbolic link: refused (a store's descriptor must be a file of its own)");
+    throw UsageError(
+        file.string() +
+        " is a symbolic link: refused (a store's descriptor must be a file of its own)");
   }
   if (raw < 0) throw IoError("open " + file.string(), errno, {.file = file.string()});
   FileDescriptor fd(raw, file);
@@ -219,7 +226,8 @@ void make_private_directory(const fs::path& dir) {
   if (::mkdir(dir.c_str(), 0700) != 0) {
     if (errno == EEXIST) return;
     const fs::path parent = dir.parent_path();
-    if (errno != ENOENT || parent.empty() || parent == dir) throw IoError("mkdir " + dir.string(), errno);
+    if (errno != ENOENT || parent.empty() || parent == dir)
+      throw IoError("mkdir " + dir.string(), errno);
     make_private_directory(parent);
     if (::mkdir(dir.c_str(), 0700) != 0) {
       if (errno == EEXIST) return;

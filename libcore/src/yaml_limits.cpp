@@ -37,7 +37,8 @@ class LimitScan : public YAML::EventHandler {
   void OnAlias(const YAML::Mark& mark, YAML::anchor_t) override {
     fail(m_limits, m_name + ": YAML aliases are not allowed" + at_line(mark));
   }
-  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t, const std::string&) override {
+  void OnScalar(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                const std::string&) override {
     count(mark);
   }
   void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
@@ -45,7 +46,8 @@ class LimitScan : public YAML::EventHandler {
     enter(mark);
   }
   void OnSequenceEnd() override { --m_depth; }
-  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {
+  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {
     enter(mark);
   }
   void OnMapEnd() override { --m_depth; }
@@ -53,14 +55,15 @@ class LimitScan : public YAML::EventHandler {
  private:
   void count(const YAML::Mark& mark) {
     if (++m_nodes > m_limits.max_nodes) {
-      fail(m_limits, m_name + ": more than " + std::to_string(m_limits.max_nodes) + " YAML values" + at_line(mark));
+      fail(m_limits, m_name + ": more than " + std::to_string(m_limits.max_nodes) + " YAML values" +
+                         at_line(mark));
     }
   }
   void enter(const YAML::Mark& mark) {
     count(mark);
     if (++m_depth > m_limits.max_depth) {
-      fail(m_limits, m_name + ": YAML nested deeper than " + std::to_string(m_limits.max_depth) + " levels" +
-                         at_line(mark));
+      fail(m_limits, m_name + ": YAML nested deeper than " + std::to_string(m_limits.max_depth) +
+                         " levels" + at_line(mark));
     }
   }
 
@@ -106,7 +109,8 @@ YAML::Node load_yaml(const FileDescriptor& fd, const std::string& name, const Ya
   return load_yaml(text, name, limits);
 }
 
-YAML::Node load_yaml_file(const std::filesystem::path& path, const std::string& name, const YamlLimits& limits) {
+YAML::Node load_yaml_file(const std::filesystem::path& path, const std::string& name,
+                          const YamlLimits& limits) {
   return load_yaml(FileDescriptor::open(path, O_RDONLY | O_CLOEXEC), name, limits);
 }
 

@@ -28,10 +28,12 @@ struct YamlLimits {
 /// Settings files hold a few dozen keys, two levels deep.
 inline constexpr YamlLimits config_yaml_limits{std::size_t{1} << 20, 16, 10'000, ErrorKind::usage};
 /// manifest.yaml lists at most 1,000 source files (index.bin holds the rest).
-inline constexpr YamlLimits manifest_yaml_limits{std::size_t{16} << 20, 32, 250'000, ErrorKind::runtime};
+inline constexpr YamlLimits manifest_yaml_limits{std::size_t{16} << 20, 32, 250'000,
+                                                 ErrorKind::runtime};
 /// store.yaml has a handful of entries per rank and per (dataset, rank): 10,000 ranks with
 /// several datasets fit.
-inline constexpr YamlLimits descriptor_yaml_limits{std::size_t{16} << 20, 32, 2'000'000, ErrorKind::runtime};
+inline constexpr YamlLimits descriptor_yaml_limits{std::size_t{16} << 20, 32, 2'000'000,
+                                                   ErrorKind::runtime};
 
 /// The first YAML document of text, parsed only after an event scan found it within limits.
 /// Aliases are refused outright (ddstage never writes them, and they are how a small text
@@ -44,6 +46,7 @@ YAML::Node load_yaml(std::string_view text, const std::string& name, const YamlL
 YAML::Node load_yaml(const FileDescriptor& fd, const std::string& name, const YamlLimits& limits);
 
 /// Opens path read-only and loads it as above; IoError when it cannot be opened.
-YAML::Node load_yaml_file(const std::filesystem::path& path, const std::string& name, const YamlLimits& limits);
+YAML::Node load_yaml_file(const std::filesystem::path& path, const std::string& name,
+                          const YamlLimits& limits);
 
 }  // namespace ddstage::detail

@@ -100,16 +100,19 @@ TEST_CASE("config files are parsed within limits: no aliases, bounded depth, siz
           "[settings][yaml]") {
   test::TempDir dir;
   // A self-referencing alias made yaml-cpp recurse until the stack overflowed.
-  CHECK_THAT(config_error(dir, "a: &a\n  b: *a\n"), Catch::Contains("aliases are not allowed") &&
-                                                        Catch::Contains("line 2"));
+  CHECK_THAT(config_error(dir, "a: &a\n  b: *a\n"),
+             Catch::Contains("aliases are not allowed") && Catch::Contains("line 2"));
   CHECK_THAT(config_error(dir, "a: &a [*a]\n"), Catch::Contains("aliases are not allowed"));
-  CHECK_THAT(config_error(dir, "base: &b {threads: 2}\nother: *b\n"), Catch::Contains("aliases are not allowed"));
+  CHECK_THAT(config_error(dir, "base: &b {threads: 2}\nother: *b\n"),
+             Catch::Contains("aliases are not allowed"));
   // A billion-laughs expansion is refused at its first alias, long before it expands.
   std::string laughs = "a: &a [x, x, x, x, x, x, x, x, x, x]\n";
   for (char c = 'b'; c <= 'j'; ++c) {
-    laughs += std::string(1, c) + ": &" + c + " [*" + static_cast<char>(c - 1) + ", *" + static_cast<char>(c - 1) + "]\n";
+    laughs += std::string(1, c) + ": &" + c + " [*" + static_cast<char>(c - 1) + ", *" +
+              static_cast<char>(c - 1) + "]\n";
   }
-  CHECK_THAT(config_error(dir, laughs), Catch::Contains("aliases are not allowed") && Catch::Contains("line 2"));
+  CHECK_THAT(config_error(dir, laughs),
+             Catch::Contains("aliases are not allowed") && Catch::Contains("line 2"));
   CHECK_THAT(config_error(dir, std::string(100'000, '[') + std::string(100'000, ']')),
              Catch::Contains("nested deeper than 16 levels"));
   std::string deep;
@@ -121,7 +124,8 @@ TEST_CASE("config files are parsed within limits: no aliases, bounded depth, siz
   CHECK_THAT(config_error(dir, "# " + std::string(std::size_t{1} << 20, 'x') + "\n"),
              Catch::Contains("larger than the 1 MiB allowed"));
   CHECK_THAT(config_error(dir, "{threads: 2}: 3\n"), Catch::Contains("is not a plain name"));
-  CHECK_THAT(config_error(dir, "flatten: [1, 2]\n"), Catch::Contains("setting flatten must be a single value"));
+  CHECK_THAT(config_error(dir, "flatten: [1, 2]\n"),
+             Catch::Contains("setting flatten must be a single value"));
   CHECK_THAT(config_error(dir, "threads: [1\n"), Catch::Contains("is not valid YAML"));
   // Anchors alone are harmless, and a config at the limits still loads.
   std::ofstream(dir / "ok.yaml") << "threads: &t 3\nflatten:\n  pack_size: 1G\n";
@@ -129,9 +133,11 @@ TEST_CASE("config files are parsed within limits: no aliases, bounded depth, siz
 }
 
 TEST_CASE("a config file that never ends is read only up to the limit", "[settings][yaml]") {
-  CHECK_THROWS_WITH(Settings::resolve({}, {}, "/dev/zero", true),
-                    Catch::Contains("config file /dev/zero") && Catch::Contains("larger than the 1 MiB allowed"));
+  CHECK_THROWS_WITH(
+      Settings::resolve({}, {}, "/dev/zero", true),
+      Catch::Contains("config file /dev/zero") && Catch::Contains("larger than the 1 MiB allowed"));
   test::TempDir dir;
-  CHECK_THROWS_MATCHES(Settings::resolve({}, {}, dir.path(), true), UsageError,
-                       Catch::Message("config file " + dir.path().string() + " is a directory, not a YAML file"));
+  CHECK_THROWS_MATCHES(
+      Settings::resolve({}, {}, dir.path(), true), UsageError,
+      Catch::Message("config file " + dir.path().string() + " is a directory, not a YAML file"));
 }

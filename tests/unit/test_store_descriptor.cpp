@@ -258,11 +258,13 @@ TEST_CASE("a store directory or descriptor owned by another user is refused, als
   sample_descriptor().write(dir.path());
   const auto file = StoreDescriptor::path_in(dir.path());
   REQUIRE(::chown(file.c_str(), nobody, nobody) == 0);
-  require_refused(dir.path(), file, "is owned by uid 65534, not you (uid " + std::to_string(::geteuid()) + ")");
+  require_refused(dir.path(), file,
+                  "is owned by uid 65534, not you (uid " + std::to_string(::geteuid()) + ")");
   REQUIRE(::chown(file.c_str(), ::geteuid(), ::getegid()) == 0);
   REQUIRE(::chown(dir.path().c_str(), nobody, nobody) == 0);
   require_refused(dir.path(), dir.path(), "is owned by uid 65534");
-  REQUIRE_THROWS_WITH(StoreDescriptor::prepare_directory(dir.path()), Catch::Contains("is owned by uid 65534"));
+  REQUIRE_THROWS_WITH(StoreDescriptor::prepare_directory(dir.path()),
+                      Catch::Contains("is owned by uid 65534"));
 }
 
 TEST_CASE("store.yaml must be a regular file, not a link or a FIFO", "[descriptor][trust]") {
@@ -283,7 +285,8 @@ TEST_CASE("store.yaml must be a regular file, not a link or a FIFO", "[descripto
   CHECK(StoreDescriptor::read(dir / "link").token == StoreDescriptor::read(elsewhere).token);
 }
 
-TEST_CASE("serve's directory is created 0700 whatever the umask, parents too", "[descriptor][trust]") {
+TEST_CASE("serve's directory is created 0700 whatever the umask, parents too",
+          "[descriptor][trust]") {
   test::TempDir dir;
   const auto owner_only = fs::perms::owner_all;
   for (mode_t mask : {mode_t{0}, mode_t{022}, mode_t{0277}}) {
@@ -315,7 +318,8 @@ TEST_CASE("store.yaml is parsed within limits", "[descriptor][yaml]") {
                            Catch::Predicate<std::exception>(
                                [&](const std::exception& e) {
                                  const std::string w = e.what();
-                                 return w.find(file) != std::string::npos && w.find(what) != std::string::npos;
+                                 return w.find(file) != std::string::npos &&
+                                        w.find(what) != std::string::npos;
                                },
                                "names " + file + " and " + what));
   };
