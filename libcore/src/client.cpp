@@ -5,7 +5,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <optional>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -61,6 +63,8 @@ struct OpenDataset {
   std::vector<Peer> peers;  // by rank
   Settings settings;        // fabric.*, read_timeout: what each reader's transport is opened with
   std::vector<uint64_t> fabric_keys, fabric_bases;  // per rank, when the ranks serve over libfabric
+  // Per rank, as store.yaml named them at open: a replace publishes new names.
+  std::vector<std::string> segments;
 };
 
 namespace {
@@ -97,9 +101,11 @@ bool reads_via_fabric(const RankInfo& rank, const StoreDataset& info, const std:
 }
 
 /// Maps rank r's segment when it is read through shm and alive. A dead rank stays unmapped, so
-/// reads of its samples fail naming it while the other ranks' samples still read.
-Peer attach_peer(const RankInfo& rank, const StoreDataset& info, const Index& index,
-                 ShardRange range, const std::string& here, const std::string& transport) {
+/// reads of its samples fail naming it while the other ranks' samples still read. nullopt when
+/// the live rank's segment is gone or going: the dataset is being replaced (or unloaded).
+std::optional<Peer> attach_peer(const RankInfo& rank, const StoreDataset& info, const Index& index,
+                                ShardRange range, const std::string& here,
+                                const std::string& transport) {
   const int r = rank.rank;
   Peer peer{.info = rank, .range = range, .on_this_host = rank.host == here};
   peer.via_fabric = reads_via_fabric(rank, info, transport, peer.on_this_host);
@@ -113,7 +119,9 @@ Peer attach_peer(const RankInfo& rank, const StoreDataset& info, const Index& in
     peer.process = FileDescriptor(static_cast<int>(fd), "pidfd of rank " + std::to_string(r));
   }
   if (peer.via_fabric) return peer;
-  peer.segment = ShmSegment::open_read_only(info.segments[r]);
+  auto segment = ShmSegment::try_open_read_only(info.segments[r]);
+  if (!segment || segment->unlinked()) return std::nullopt;
+  peer.segment = std::move(*segment);
   if (peer.segment.bytes().size() < info.region_bytes[r]) {
     throw IndexError(
         fmt::format("shared memory {} of dataset '{}' holds {} bytes; store.yaml says {}",
@@ -122,6 +130,51 @@ Peer attach_peer(const RankInfo& rank, const StoreDataset& info, const Index& in
   }
   peer.view = ShardView(peer.segment.bytes(), static_cast<uint32_t>(index.fields().size()), range);
   return peer;
+}
+
+/// Why the dataset this reader opened is no longer served as it was, from a fresh look at
+/// store.yaml (only on a failure path: the store directory may sit on a slow shared file
+/// system); empty when the store still lists the segments the reader mapped.
+std::string why_withdrawn(const OpenDataset& data) {
+  StoreDescriptor now;
+  try {
+    now = StoreDescriptor::read(data.store);
+  } catch (const Error&) {
+    return fmt::format("dataset '{}' is gone: the store at {} has stopped", data.name,
+                       data.store.string());
+  }
+  for (const auto& d : now.datasets) {
+    if (d.name != data.name) continue;
+    if (d.segments == data.segments) return {};
+    return fmt::format(
+        "dataset '{}' was replaced in the store at {} (`ddstage load --replace`) after this "
+        "reader opened it; reopen it",
+        data.name, data.store.string());
+  }
+  return fmt::format("dataset '{}' was unloaded from the store at {}", data.name,
+                     data.store.string());
+}
+
+/// Attaches every rank of the dataset to state; the rank whose segment is gone or going, if any.
+std::optional<int> attach_peers(OpenDataset& state, const StoreDescriptor& store,
+                                const StoreDataset& info, const std::string& transport) {
+  if (transport == "fabric" && !DDSTAGE_HAVE_FABRIC) {
+    throw UsageError("transport fabric: this ddstage was built without libfabric");
+  }
+  if (transport == "fabric" && info.fabric_keys.empty()) {
+    throw UsageError(
+        fmt::format("transport fabric: the store at {} does not serve over libfabric "
+                    "(start it with `ddstage serve --transport fabric`)",
+                    state.store.string()));
+  }
+  const std::string here = host_name();
+  state.peers.reserve(store.ranks.size());
+  for (const RankInfo& rank : store.ranks) {
+    auto peer = attach_peer(rank, info, state.index, state.plan.range(rank.rank), here, transport);
+    if (!peer) return rank.rank;
+    state.peers.push_back(std::move(*peer));
+  }
+  return std::nullopt;
 }
 
 std::vector<std::span<const std::byte>> mapped_regions(const OpenDataset& dataset) {
@@ -180,7 +233,11 @@ struct Reader::State {
   /// Once per batch for the ranks it touches: reachable from here, and their processes still
   /// there (one poll() on their pidfds).
   void check_owners();
+  /// One poll() on the watched pidfds: throw_gone for the first rank whose process has exited.
+  void poll_processes();
   [[noreturn]] void throw_gone(int rank) const;
+  /// Rank r's segment was unlinked: says whether the dataset was replaced, unloaded or stopped.
+  [[noreturn]] void throw_withdrawn(int rank) const;
   /// Turns ids into reads at the caller's positions; a run of ids that are consecutive
   /// samples of one rank is one read (rows of a field lie back to back in a region).
   void plan_reads(uint32_t field, std::span<const uint64_t> ids, std::byte* dest);
@@ -248,6 +305,17 @@ void Reader::State::check_owners() {
       watched_ranks.push_back(r);
     }
   }
+  poll_processes();
+  // After the processes: a stopping store's ranks unlink their segments before they exit. A
+  // mapping outlives its name, so without this a reader would go on returning a replaced
+  // dataset's old rows.
+  for (int r : owners) {
+    const detail::Peer& peer = data->peers[r];
+    if (peer.mapped() && peer.segment.unlinked()) throw_withdrawn(r);
+  }
+}
+
+void Reader::State::poll_processes() {
   if (watched.empty()) return;
   int ready = 0;
   do {
@@ -266,6 +334,17 @@ void Reader::State::throw_gone(int r) const {
                           "store at {}",
                           r, info.pid, info.host, data->store.string()),
               {.rank = r});
+}
+
+void Reader::State::throw_withdrawn(int r) const {
+  auto why = detail::why_withdrawn(*data);
+  if (why.empty()) {
+    why = fmt::format(
+        "dataset '{}' is no longer served: rank {}'s shared memory {} was removed (is the store "
+        "at {} stopping?)",
+        data->name, r, data->peers[r].segment.name(), data->store.string());
+  }
+  throw Error(ErrorKind::runtime, why);
 }
 
 void Reader::State::plan_reads(uint32_t field, std::span<const uint64_t> ids, std::byte* dest) {
@@ -329,24 +408,34 @@ void Reader::State::transfer(uint32_t f, std::span<const uint64_t> ids, std::spa
                              bool verify, detail::BatchTimer& timer) {
   plan_reads(f, ids, dest.data());
   timer.mark(ProfileStage::other);
+  try {
 #if DDSTAGE_HAVE_FABRIC
-  // Remote reads first: shm copies run while they are in flight.
-  if (!fabric_reads.empty()) {
-    timer.path("fabric");
-    fabric->post(fabric_reads);
-    timer.mark(ProfileStage::post);
-  }
+    // Remote reads first: shm copies run while they are in flight.
+    if (!fabric_reads.empty()) {
+      timer.path("fabric");
+      fabric->post(fabric_reads);
+      timer.mark(ProfileStage::post);
+    }
 #endif
-  if (!reads.empty()) timer.path("shm");
-  shm.post(reads);
-  shm.wait();
-  timer.mark(ProfileStage::copy);
+    if (!reads.empty()) timer.path("shm");
+    shm.post(reads);
+    shm.wait();
+    timer.mark(ProfileStage::copy);
 #if DDSTAGE_HAVE_FABRIC
-  if (!fabric_reads.empty()) {
-    fabric->wait();
-    timer.mark(ProfileStage::completion_wait);
-  }
+    if (!fabric_reads.empty()) {
+      fabric->wait();
+      timer.mark(ProfileStage::completion_wait);
+    }
 #endif
+  } catch (const Error&) {
+    // A replace deregisters the old regions: libfabric reports only a broken connection or a
+    // refused key, so store.yaml says what happened.
+    if (!fabric_reads.empty()) {
+      if (auto why = detail::why_withdrawn(*data); !why.empty())
+        throw Error(ErrorKind::runtime, why);
+    }
+    throw;
+  }
   if (verify) {
     detail::verify_rows(data->index, data->plan, f, ids, dest.data());
     timer.mark(ProfileStage::other);  // not the GPU copy that may follow
@@ -446,29 +535,43 @@ Client::Client(const std::filesystem::path& dir, Settings settings)
 }
 
 Dataset Client::open(const std::string& name) const {
-  const StoreDataset& info = m_descriptor.dataset(name);
-  auto index = Index::open(info.index);
-  auto plan = ShardPlan::from_boundaries(info.boundaries);
-  detail::check_plan(m_descriptor, info, index, plan);
-  auto state = std::make_shared<Dataset::State>(name, m_dir, std::move(index), std::move(plan));
-  state->settings = m_settings;
-  state->fabric_keys = info.fabric_keys;
-  state->fabric_bases = info.fabric_bases;
-  const std::string here = detail::host_name();
-  const auto& transport = m_settings.get_string("transport");
-  if (transport == "fabric" && !DDSTAGE_HAVE_FABRIC) {
-    throw UsageError("transport fabric: this ddstage was built without libfabric");
+  // Read afresh: a load or replace since this client was made changed names and keys. A replace
+  // unlinks each rank's old segment before rank 0 publishes the new names: a segment that is
+  // gone or going means another look at store.yaml, until read_timeout has passed.
+  const auto deadline = std::chrono::steady_clock::now() + m_settings.get_duration("read_timeout");
+  StoreDescriptor store = StoreDescriptor::read(m_dir);
+  for (;;) {
+    const StoreDataset& info = store.dataset(name);
+    auto index = Index::open(info.index);
+    auto plan = ShardPlan::from_boundaries(info.boundaries);
+    detail::check_plan(store, info, index, plan);
+    auto state = std::make_shared<Dataset::State>(name, m_dir, std::move(index), std::move(plan));
+    state->settings = m_settings;
+    state->fabric_keys = info.fabric_keys;
+    state->fabric_bases = info.fabric_bases;
+    state->segments = info.segments;
+    const auto missing =
+        detail::attach_peers(*state, store, info, m_settings.get_string("transport"));
+    if (!missing) return Dataset(std::move(state));
+    if (std::chrono::steady_clock::now() >= deadline) {
+      throw Error(
+          ErrorKind::runtime,
+          fmt::format(
+              "dataset '{}' is being replaced (or unloaded) in the store at {}: rank {}'s shared "
+              "memory {} is gone and store.yaml named no new one within {} ms (read_timeout); "
+              "open it again",
+              name, m_dir.string(), *missing, info.segments[*missing],
+              m_settings.get_duration("read_timeout").count()));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    if (!std::filesystem::exists(StoreDescriptor::path_in(m_dir))) {
+      throw Error(ErrorKind::runtime,
+                  fmt::format("the store at {} is not running any more: it stopped while "
+                              "dataset '{}' was being opened",
+                              m_dir.string(), name));
+    }
+    store = StoreDescriptor::read(m_dir);
   }
-  if (transport == "fabric" && info.fabric_keys.empty()) {
-    throw UsageError(fmt::format("transport fabric: the store at {} does not serve over libfabric "
-                                 "(start it with `ddstage serve --transport fabric`)", m_dir.string()));
-  }
-  state->peers.reserve(m_descriptor.ranks.size());
-  for (const RankInfo& rank : m_descriptor.ranks) {
-    state->peers.push_back(
-        detail::attach_peer(rank, info, state->index, state->plan.range(rank.rank), here, transport));
-  }
-  return Dataset(std::move(state));
 }
 
 }  // namespace ddstage

@@ -9,6 +9,7 @@
 
 #include "ddstage/error.hpp"
 #include "yaml_keys.hpp"
+#include "yaml_limits.hpp"
 
 namespace ddstage::detail {
 namespace {
@@ -157,12 +158,7 @@ void write_manifest(const std::filesystem::path& path, const Manifest& m,
 }
 
 Manifest read_manifest(const std::filesystem::path& path) {
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(path.string());
-  } catch (const YAML::Exception& e) {
-    throw IndexError(path.string() + " is not valid YAML: " + e.msg);
-  }
+  const YAML::Node root = load_yaml_file(path, path.string(), manifest_yaml_limits);
   // A key of the wrong YAML kind (a map where a string belongs) is damage too, not a crash.
   try {
     return parse_manifest(root, path);

@@ -7,6 +7,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "ddstage/error.hpp"
+#include "yaml_limits.hpp"
 
 extern char** environ;
 
@@ -81,31 +82,33 @@ void check_type(const SettingDef& d, const std::string& value, std::string_view 
 }
 
 /// Flattens nested YAML maps into dotted keys ("flatten: {pack_size: 1G}" -> "flatten.pack_size").
-void flatten_yaml(const YAML::Node& node, const std::string& prefix, std::map<std::string, std::string>& out) {
+/// The depth is bounded by config_yaml_limits.
+void flatten_yaml(const YAML::Node& node, const std::string& prefix, const std::string& file,
+                  std::map<std::string, std::string>& out) {
   for (const auto& kv : node) {
-    std::string key = prefix + kv.first.as<std::string>();
+    if (!kv.first.IsScalar()) {
+      throw UsageError(file + ": a key " + (prefix.empty() ? "" : "under " + prefix + " ") +
+                       "is not a plain name");
+    }
+    std::string key = prefix + kv.first.Scalar();
     if (kv.second.IsMap()) {
-      flatten_yaml(kv.second, key + ".", out);
+      flatten_yaml(kv.second, key + ".", file, out);
     } else if (kv.second.IsScalar()) {
-      out[key] = kv.second.as<std::string>();
+      out[key] = kv.second.Scalar();
     } else {
-      throw UsageError("setting " + key + " must be a single value");
+      throw UsageError(file + ": setting " + key + " must be a single value");
     }
   }
 }
 
 std::map<std::string, std::string> read_config(const std::filesystem::path& path) {
-  YAML::Node root;
-  try {
-    root = YAML::LoadFile(path.string());
-  } catch (const YAML::Exception& e) {
-    throw UsageError("config file " + path.string() + ": " + e.msg);
-  }
+  const std::string name = "config file " + path.string();
+  const YAML::Node root = detail::load_yaml_file(path, name, detail::config_yaml_limits);
   std::map<std::string, std::string> out;
   if (root.IsMap()) {
-    flatten_yaml(root, "", out);
+    flatten_yaml(root, "", name, out);
   } else if (!root.IsNull()) {
-    throw UsageError("config file " + path.string() + " is not a YAML map");
+    throw UsageError(name + " is not a YAML map");
   }
   return out;
 }

@@ -43,18 +43,32 @@ ShmSegment ShmSegment::create(const std::string& name, std::size_t bytes) {
 }
 
 ShmSegment ShmSegment::open_read_only(const std::string& name) {
+  auto seg = try_open_read_only(name);
+  if (!seg) throw IoError("cannot open shared memory " + name, ENOENT);
+  return std::move(*seg);
+}
+
+std::optional<ShmSegment> ShmSegment::try_open_read_only(const std::string& name) {
   int raw = ::shm_open(name.c_str(), O_RDONLY | O_CLOEXEC, 0);
+  if (raw < 0 && errno == ENOENT) return std::nullopt;
   if (raw < 0) throw IoError("cannot open shared memory " + name, errno);
-  FileDescriptor fd(raw, "/dev/shm" + name);
   ShmSegment seg;
+  seg.m_fd = FileDescriptor(raw, "/dev/shm" + name);
   seg.m_name = name;
-  seg.m_size = fd.size();
-  seg.m_data = map(fd.get(), seg.m_size, PROT_READ, name);
+  seg.m_size = seg.m_fd.size();
+  seg.m_data = map(seg.m_fd.get(), seg.m_size, PROT_READ, name);
   return seg;
+}
+
+bool ShmSegment::unlinked() const {
+  struct stat st {};
+  if (::fstat(m_fd.get(), &st) != 0) throw IoError("fstat shared memory " + m_name, errno);
+  return st.st_nlink == 0;
 }
 
 ShmSegment::ShmSegment(ShmSegment&& other) noexcept
     : m_name(std::move(other.m_name)),
+      m_fd(std::move(other.m_fd)),
       m_data(std::exchange(other.m_data, nullptr)),
       m_size(std::exchange(other.m_size, 0)),
       m_owner(std::exchange(other.m_owner, false)) {}
@@ -63,6 +77,7 @@ ShmSegment& ShmSegment::operator=(ShmSegment&& other) noexcept {
   if (this != &other) {
     reset();
     m_name = std::move(other.m_name);
+    m_fd = std::move(other.m_fd);
     m_data = std::exchange(other.m_data, nullptr);
     m_size = std::exchange(other.m_size, 0);
     m_owner = std::exchange(other.m_owner, false);
@@ -83,6 +98,7 @@ void ShmSegment::reset() noexcept {
   if (m_data && ::munmap(m_data, m_size) != 0) spdlog::warn("munmap({}) failed: errno {}", m_name, errno);
   m_data = nullptr;
   m_size = 0;
+  m_fd = FileDescriptor();
   unlink();
 }
 

@@ -10,12 +10,14 @@
 #include <cstddef>
 #include <span>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <yaml-cpp/yaml.h>
 
 #include "ddstage/error.hpp"
 #include "ddstage/file_descriptor.hpp"
 #include "yaml_keys.hpp"
+#include "yaml_limits.hpp"
 
 namespace ddstage {
 namespace {
@@ -157,19 +159,85 @@ StoreDescriptor parse(const YAML::Node& root, const fs::path& file) {
   return d;
 }
 
-std::string read_text(const fs::path& dir, const fs::path& file) {
-  FileDescriptor fd;
-  try {
-    fd = FileDescriptor::open(file, O_RDONLY);
-  } catch (const IoError& e) {
-    if (e.native_code() != ENOENT && e.native_code() != ENOTDIR) throw;
-    throw UsageError("no store at " + dir.string() +
-                     " (no store.yaml; start one with `ddstage serve --store " + dir.string() +
-                     "`)");
+UsageError no_store(const fs::path& dir) {
+  return UsageError("no store at " + dir.string() +
+                    " (no store.yaml; start one with `ddstage serve --store " + dir.string() +
+                    "`)");
+}
+
+/// Whoever can write the store directory or store.yaml decides which segments, hosts and
+/// processes this user's commands read, signal or stop: both must be the user's own.
+void check_trusted(const struct stat& st, const fs::path& path) {
+  const uid_t me = ::geteuid();
+  if (st.st_uid != me) {
+    throw UsageError(
+        fmt::format("{} is owned by uid {}, not you (uid {}): a store is trusted only in a "
+                    "directory and store.yaml of your own (see ddstage-serve(1))",
+                    path.string(), st.st_uid, me));
   }
-  std::string text(fd.size(), '\0');
-  fd.pread_exact(std::as_writable_bytes(std::span(text)), 0);
-  return text;
+  if ((st.st_mode & (S_IWGRP | S_IWOTH)) != 0) {
+    const char* who = (st.st_mode & S_IWOTH) == 0 ? "its group"
+                      : (st.st_mode & S_IWGRP)    ? "its group and other users"
+                                                  : "other users";
+    throw UsageError(
+        fmt::format("{} is writable by {} (mode {:04o}): a store is trusted only in a directory "
+                    "and store.yaml only you can write; run `chmod go-w {}`",
+                    path.string(), who, st.st_mode & 07777, path.string()));
+  }
+}
+
+struct stat stat_of(const FileDescriptor& fd) {
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0) throw IoError("fstat " + fd.path().string(), errno);
+  return st;
+}
+
+/// The store directory, opened and checked: store.yaml is then opened relative to this very
+/// directory, so swapping the path afterwards changes nothing.
+FileDescriptor open_store_dir(const fs::path& dir) {
+  const int raw = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (raw < 0 && (errno == ENOENT || errno == ENOTDIR)) throw no_store(dir);
+  if (raw < 0) throw IoError("open store directory " + dir.string(), errno, {.file = dir.string()});
+  FileDescriptor fd(raw, dir);
+  check_trusted(stat_of(fd), dir);
+  return fd;
+}
+
+/// store.yaml, opened without following a link (O_NOFOLLOW) or blocking on a FIFO, and checked
+/// on the opened file itself: no window between the check and the read.
+FileDescriptor open_descriptor(const fs::path& dir, const fs::path& file) {
+  const auto dir_fd = open_store_dir(dir);
+  const int raw = ::openat(dir_fd.get(), file.filename().c_str(),
+                           O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (raw < 0 && errno == ENOENT) throw no_store(dir);
+  if (raw < 0 && errno == ELOOP) {
+    throw UsageError(
+        file.string() +
+        " is a symbolic link: refused (a store's descriptor must be a file of its own)");
+  }
+  if (raw < 0) throw IoError("open " + file.string(), errno, {.file = file.string()});
+  FileDescriptor fd(raw, file);
+  const auto st = stat_of(fd);
+  if (!S_ISREG(st.st_mode)) throw UsageError(file.string() + " is not a regular file: refused");
+  check_trusted(st, file);
+  return fd;
+}
+
+/// mkdir with mode 0700, then chmod: mkdir's mode is masked by the umask, which may also take
+/// the owner's own bits. Missing parents are made the same way.
+void make_private_directory(const fs::path& dir) {
+  if (::mkdir(dir.c_str(), 0700) != 0) {
+    if (errno == EEXIST) return;
+    const fs::path parent = dir.parent_path();
+    if (errno != ENOENT || parent.empty() || parent == dir)
+      throw IoError("mkdir " + dir.string(), errno);
+    make_private_directory(parent);
+    if (::mkdir(dir.c_str(), 0700) != 0) {
+      if (errno == EEXIST) return;
+      throw IoError("mkdir " + dir.string(), errno);
+    }
+  }
+  if (::chmod(dir.c_str(), 0700) != 0) throw IoError("chmod " + dir.string(), errno);
 }
 
 /// Removes the temporary file unless it was renamed into place.
@@ -195,14 +263,13 @@ class TempFile {
 
 StoreDescriptor StoreDescriptor::read(const fs::path& dir) {
   const fs::path file = path_in(dir);
-  const std::string text = read_text(dir, file);
-  YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    throw IndexError(file.string() + " is not valid YAML: " + e.msg);
-  }
-  return parse(root, file);
+  const auto fd = open_descriptor(dir, file);
+  return parse(detail::load_yaml(fd, file.string(), detail::descriptor_yaml_limits), file);
+}
+
+void StoreDescriptor::prepare_directory(const fs::path& dir) {
+  make_private_directory(dir);
+  open_store_dir(dir);
 }
 
 void StoreDescriptor::write(const fs::path& dir) const {

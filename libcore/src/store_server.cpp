@@ -404,7 +404,7 @@ void ServerRank::publish() { m_descriptor.write(m_options.dir); }
 
 /// Rank 0's checks before serving: no live store in DIR, the control socket binds.
 std::string ServerRank::start_rank0() {
-  fs::create_directories(m_options.dir);
+  StoreDescriptor::prepare_directory(m_options.dir);
   const auto descriptor_path = StoreDescriptor::path_in(m_options.dir);
   if (fs::exists(descriptor_path)) {
     StoreDescriptor old;

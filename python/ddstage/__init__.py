@@ -14,6 +14,11 @@ Errors are ddstage.Error (a RuntimeError); errors in the caller's input (unknown
 field, bad ids, a wrong out=) are ddstage.UsageError, also a ValueError; a checksum mismatch
 with verify=True is ddstage.ChecksumError. The message is libcore's.
 
+Without verify=True no byte is checked: bit rot, or an origin file edited in place keeping
+its size and mtime, is returned silently. A dataset replaced by `ddstage load --replace`
+after it was opened makes every get_batch raise ddstage.Error ("dataset 'X' was replaced
+...; reopen it"): Client.open() it again.
+
 Readers are per thread: a Dataset keeps one reader per thread that uses it, and a thread
 that wants its own explicitly takes dataset.reader(). An MPI job can hold the data itself:
 ddstage.Store(comm) (when ddstage was built with MPI; mpi4py provides comm).
@@ -81,7 +86,12 @@ class Dataset:
 
     def get_batch(self, field, ids, out=None, verify=False):
         """Rows of field for ids (any order, repeats allowed), in the order asked: an array for
-        fixed-size rows, (data, offsets) for variable ones. verify checks every row's checksum."""
+        fixed-size rows, (data, offsets) for variable ones.
+
+        verify=True checks every row's checksum against the index (ChecksumError naming the
+        sample). Without it rows are not checked: bit rot, or a source edited in place keeping
+        its size and mtime, comes back silently. ddstage.Error "dataset 'X' was replaced ...;
+        reopen it" when `ddstage load --replace` replaced the dataset after it was opened."""
         return self._reader().get_batch(field, ids, out=out, verify=verify)
 
     def row_sizes(self, field, ids):
@@ -96,7 +106,8 @@ class Dataset:
 class Client:
     """A client of a store started by `ddstage serve --store DIR`: same-node ranks are read
     through shared memory, other nodes' over libfabric; no MPI needed. UsageError when DIR
-    holds no running store.
+    holds no running store, or when DIR or DIR/store.yaml is not the caller's own (owned by
+    another uid, writable by group or others, or a symbolic link): see ddstage-serve(1).
 
     settings: setting key -> value (ddstage-settings(7)), e.g. {"transport": "fabric",
     "read_timeout": "5s"}, over the DDSTAGE_* environment and the user's config file."""
@@ -105,7 +116,9 @@ class Client:
         self._client = _ddstage.Client(os.fspath(store), {k: str(v) for k, v in (settings or {}).items()})
 
     def open(self, name):
-        """A loaded dataset by name (UsageError listing the loaded ones when there is none)."""
+        """A loaded dataset by name (UsageError listing the loaded ones when there is none).
+        During `ddstage load --replace` it waits for the new shards up to read_timeout, then
+        raises ddstage.Error "dataset 'X' is being replaced"."""
         ds = self._client.open(name)
         return Dataset(ds.name, ds.samples, ds.fields, ds.reader)
 

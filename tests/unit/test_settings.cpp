@@ -76,3 +76,68 @@ TEST_CASE("fabric settings have their defaults and env names", "[settings]") {
   CHECK(e.get_string("fabric.provider") == "shm");
   CHECK(e.get_string("fabric.domain") == "lo");
 }
+
+namespace {
+
+/// The one-line UsageError Settings::resolve gives for config text: it must name the file.
+std::string config_error(const test::TempDir& dir, const std::string& text) {
+  std::ofstream(dir / "c.yaml") << text;
+  try {
+    Settings::resolve({}, {}, dir / "c.yaml", true);
+  } catch (const UsageError& e) {
+    const std::string what = e.what();
+    CHECK(what.find("config file " + (dir / "c.yaml").string()) != std::string::npos);
+    CHECK(what.find('\n') == std::string::npos);
+    return what;
+  }
+  FAIL("config accepted: " << text.substr(0, 80));
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("config files are parsed within limits: no aliases, bounded depth, size and values",
+          "[settings][yaml]") {
+  test::TempDir dir;
+  // A self-referencing alias made yaml-cpp recurse until the stack overflowed.
+  CHECK_THAT(config_error(dir, "a: &a\n  b: *a\n"),
+             Catch::Contains("aliases are not allowed") && Catch::Contains("line 2"));
+  CHECK_THAT(config_error(dir, "a: &a [*a]\n"), Catch::Contains("aliases are not allowed"));
+  CHECK_THAT(config_error(dir, "base: &b {threads: 2}\nother: *b\n"),
+             Catch::Contains("aliases are not allowed"));
+  // A billion-laughs expansion is refused at its first alias, long before it expands.
+  std::string laughs = "a: &a [x, x, x, x, x, x, x, x, x, x]\n";
+  for (char c = 'b'; c <= 'j'; ++c) {
+    laughs += std::string(1, c) + ": &" + c + " [*" + static_cast<char>(c - 1) + ", *" +
+              static_cast<char>(c - 1) + "]\n";
+  }
+  CHECK_THAT(config_error(dir, laughs),
+             Catch::Contains("aliases are not allowed") && Catch::Contains("line 2"));
+  CHECK_THAT(config_error(dir, std::string(100'000, '[') + std::string(100'000, ']')),
+             Catch::Contains("nested deeper than 16 levels"));
+  std::string deep;
+  for (int i = 0; i < 40; ++i) deep += std::string(2 * i, ' ') + "k:\n";
+  CHECK_THAT(config_error(dir, deep), Catch::Contains("nested deeper than 16 levels"));
+  std::string wide = "threads: [0";
+  for (int i = 0; i < 10'000; ++i) wide += ",0";
+  CHECK_THAT(config_error(dir, wide + "]\n"), Catch::Contains("more than 10000 YAML values"));
+  CHECK_THAT(config_error(dir, "# " + std::string(std::size_t{1} << 20, 'x') + "\n"),
+             Catch::Contains("larger than the 1 MiB allowed"));
+  CHECK_THAT(config_error(dir, "{threads: 2}: 3\n"), Catch::Contains("is not a plain name"));
+  CHECK_THAT(config_error(dir, "flatten: [1, 2]\n"),
+             Catch::Contains("setting flatten must be a single value"));
+  CHECK_THAT(config_error(dir, "threads: [1\n"), Catch::Contains("is not valid YAML"));
+  // Anchors alone are harmless, and a config at the limits still loads.
+  std::ofstream(dir / "ok.yaml") << "threads: &t 3\nflatten:\n  pack_size: 1G\n";
+  CHECK(Settings::resolve({}, {}, dir / "ok.yaml", true).get_int("threads") == 3);
+}
+
+TEST_CASE("a config file that never ends is read only up to the limit", "[settings][yaml]") {
+  CHECK_THROWS_WITH(
+      Settings::resolve({}, {}, "/dev/zero", true),
+      Catch::Contains("config file /dev/zero") && Catch::Contains("larger than the 1 MiB allowed"));
+  test::TempDir dir;
+  CHECK_THROWS_MATCHES(
+      Settings::resolve({}, {}, dir.path(), true), UsageError,
+      Catch::Message("config file " + dir.path().string() + " is a directory, not a YAML file"));
+}

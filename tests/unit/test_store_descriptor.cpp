@@ -209,3 +209,121 @@ TEST_CASE("tokens are 32 hex digits and differ every time", "[descriptor]") {
   }
   REQUIRE(seen.size() == 16);
 }
+
+namespace {
+
+constexpr uid_t nobody = 65534;
+
+/// The UsageError reading DIR's descriptor gives, which must name `path` and `what`.
+void require_refused(const fs::path& dir, const fs::path& path, const std::string& what) {
+  try {
+    StoreDescriptor::read(dir);
+    FAIL("read an untrusted descriptor");
+  } catch (const UsageError& e) {
+    REQUIRE_THAT(e.what(), Catch::Contains(path.string()) && Catch::Contains(what));
+  }
+}
+
+/// Only root can give a file to another user: elsewhere the cases that need it are skipped,
+/// visibly.
+bool can_chown() {
+  if (::geteuid() == 0) return true;
+  WARN("not root: cases that chown to uid 65534 are skipped");
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("a store directory or descriptor others can write is refused", "[descriptor][trust]") {
+  test::TempDir dir;
+  sample_descriptor().write(dir.path());
+  const auto file = StoreDescriptor::path_in(dir.path());
+  fs::permissions(dir.path(), fs::perms::all);
+  require_refused(dir.path(), dir.path(), "writable by its group and other users (mode 0777)");
+  fs::permissions(dir.path(), fs::perms::owner_all | fs::perms::group_all);
+  require_refused(dir.path(), dir.path(), "writable by its group (mode 0770)");
+  fs::permissions(dir.path(), fs::perms::owner_all | fs::perms::group_read | fs::perms::group_exec);
+  for (auto extra : {fs::perms::group_write, fs::perms::others_write}) {
+    fs::permissions(file, fs::perms::owner_read | fs::perms::owner_write | extra);
+    require_refused(dir.path(), file, "chmod go-w");
+  }
+  fs::permissions(file, fs::perms::owner_read | fs::perms::owner_write | fs::perms::others_read);
+  CHECK_NOTHROW(StoreDescriptor::read(dir.path()));  // readable by others is the user's choice
+}
+
+TEST_CASE("a store directory or descriptor owned by another user is refused, also for root",
+          "[descriptor][trust]") {
+  if (!can_chown()) return;
+  test::TempDir dir;
+  sample_descriptor().write(dir.path());
+  const auto file = StoreDescriptor::path_in(dir.path());
+  REQUIRE(::chown(file.c_str(), nobody, nobody) == 0);
+  require_refused(dir.path(), file,
+                  "is owned by uid 65534, not you (uid " + std::to_string(::geteuid()) + ")");
+  REQUIRE(::chown(file.c_str(), ::geteuid(), ::getegid()) == 0);
+  REQUIRE(::chown(dir.path().c_str(), nobody, nobody) == 0);
+  require_refused(dir.path(), dir.path(), "is owned by uid 65534");
+  REQUIRE_THROWS_WITH(StoreDescriptor::prepare_directory(dir.path()),
+                      Catch::Contains("is owned by uid 65534"));
+}
+
+TEST_CASE("store.yaml must be a regular file, not a link or a FIFO", "[descriptor][trust]") {
+  test::TempDir dir;
+  const auto store = dir / "store";
+  const auto elsewhere = dir / "elsewhere";
+  fs::create_directories(store);
+  fs::create_directories(elsewhere);
+  sample_descriptor().write(elsewhere);
+  fs::create_symlink(StoreDescriptor::path_in(elsewhere), StoreDescriptor::path_in(store));
+  require_refused(store, StoreDescriptor::path_in(store), "is a symbolic link");
+  fs::remove(StoreDescriptor::path_in(store));
+  // A FIFO with no writer would block a plain open forever.
+  REQUIRE(::mkfifo(StoreDescriptor::path_in(store).c_str(), 0600) == 0);
+  require_refused(store, StoreDescriptor::path_in(store), "is not a regular file");
+  // A link to the store directory is the user's choice of path: what it leads to is checked.
+  fs::create_symlink(elsewhere, dir / "link");
+  CHECK(StoreDescriptor::read(dir / "link").token == StoreDescriptor::read(elsewhere).token);
+}
+
+TEST_CASE("serve's directory is created 0700 whatever the umask, parents too",
+          "[descriptor][trust]") {
+  test::TempDir dir;
+  const auto owner_only = fs::perms::owner_all;
+  for (mode_t mask : {mode_t{0}, mode_t{022}, mode_t{0277}}) {
+    INFO("umask " << std::oct << mask);
+    const auto store = dir / ("u" + std::to_string(mask)) / "jobs" / "store";
+    {
+      UmaskGuard guard(mask);
+      StoreDescriptor::prepare_directory(store);
+    }
+    CHECK(permissions(store) == owner_only);
+    CHECK(permissions(store.parent_path()) == owner_only);
+    CHECK(permissions(store.parent_path().parent_path()) == owner_only);
+    CHECK_NOTHROW(StoreDescriptor::prepare_directory(store));  // an existing, private one is fine
+  }
+  const auto shared = dir / "shared";
+  fs::create_directories(shared);
+  fs::permissions(shared, fs::perms::all);
+  REQUIRE_THROWS_AS(StoreDescriptor::prepare_directory(shared), UsageError);
+  CHECK(permissions(shared) == fs::perms::all);  // refused, not silently changed
+}
+
+TEST_CASE("store.yaml is parsed within limits", "[descriptor][yaml]") {
+  test::TempDir dir;
+  const std::string file = StoreDescriptor::path_in(dir.path()).string();
+  auto expect = [&](const std::string& text, const std::string& what) {
+    sample_descriptor().write(dir.path());
+    std::ofstream(file, std::ios::trunc) << text;
+    REQUIRE_THROWS_MATCHES(StoreDescriptor::read(dir.path()), IndexError,
+                           Catch::Predicate<std::exception>(
+                               [&](const std::exception& e) {
+                                 const std::string w = e.what();
+                                 return w.find(file) != std::string::npos &&
+                                        w.find(what) != std::string::npos;
+                               },
+                               "names " + file + " and " + what));
+  };
+  expect("format_version: 1\ntoken: &t [*t]\n", "aliases are not allowed (line 2)");
+  expect(std::string(5000, '[') + std::string(5000, ']'), "nested deeper than 32 levels");
+  expect("# " + std::string(std::size_t{16} << 20, 'x') + "\n", "larger than the 16 MiB allowed");
+}

@@ -2,8 +2,11 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <span>
 #include <string>
+
+#include "ddstage/file_descriptor.hpp"
 
 namespace ddstage {
 
@@ -17,6 +20,9 @@ class ShmSegment {
   static ShmSegment create(const std::string& name, std::size_t bytes);
   /// Maps an existing segment read-only; UsageError naming it if it is gone.
   static ShmSegment open_read_only(const std::string& name);
+  /// The same, but nullopt when no segment has that name (never created, or already unlinked:
+  /// its dataset was replaced or unloaded, or its store stopped). Other failures throw IoError.
+  static std::optional<ShmSegment> try_open_read_only(const std::string& name);
 
   ShmSegment(ShmSegment&& other) noexcept;
   ShmSegment& operator=(ShmSegment&& other) noexcept;
@@ -29,10 +35,14 @@ class ShmSegment {
   std::span<std::byte> writable() noexcept { return {m_data, m_size}; }
   /// Removes the name now (readers that mapped it keep their mapping).
   void unlink() noexcept;
+  /// For a segment opened read-only: true once its name has been unlinked (the mapping stays
+  /// readable, but nothing serves it any more). One fstat(2).
+  bool unlinked() const;
 
  private:
   void reset() noexcept;
   std::string m_name;
+  FileDescriptor m_fd;  ///< kept by openers, for unlinked()
   std::byte* m_data = nullptr;
   std::size_t m_size = 0;
   bool m_owner = false;

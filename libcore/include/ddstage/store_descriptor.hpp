@@ -52,9 +52,15 @@ struct StoreDescriptor {
 
   /// Path of the descriptor inside a store directory.
   static std::filesystem::path path_in(const std::filesystem::path& dir) { return dir / "store.yaml"; }
-  /// Reads DIR/store.yaml. UsageError when there is none ("no store at DIR"), IndexError when it
-  /// is damaged or from a newer ddstage.
+  /// Reads DIR/store.yaml. UsageError when there is none ("no store at DIR"), or when DIR or
+  /// store.yaml is not the user's own: owned by another uid (root included), writable by group
+  /// or others, or store.yaml a symbolic link or not a regular file. IndexError when it is
+  /// damaged, past the YAML limits (16 MiB, no aliases) or from a newer ddstage.
   static StoreDescriptor read(const std::filesystem::path& dir);
+  /// For serve: creates DIR, and missing parents, with mode 0700 whatever the umask, and checks
+  /// that DIR is the user's own and writable by no one else (UsageError otherwise, also for an
+  /// existing DIR).
+  static void prepare_directory(const std::filesystem::path& dir);
   /// Writes DIR/store.yaml atomically (temporary file, mode 0600, rename).
   void write(const std::filesystem::path& dir) const;
   /// The dataset by name; UsageError listing the loaded ones when there is none.
