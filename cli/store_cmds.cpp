@@ -85,6 +85,7 @@ void print_status_json(const StoreStatus& s) {
   JsonWriter j;
   j.begin_object().field("control", s.control).field("started", s.started).field("healthy", s.error.empty());
   if (!s.error.empty()) j.field("error", s.error);
+  if (!s.busy.empty()) j.field("busy", s.busy);
   j.key("ranks").begin_array();
   for (const auto& r : s.ranks) {
     j.begin_object().field("rank", r.info.rank).field("host", r.info.host).field("pid", r.info.pid);
@@ -107,8 +108,9 @@ void print_status_json(const StoreStatus& s) {
 }
 
 void print_status_text(const StoreStatus& s) {
-  fmt::print("store     control {} since {}{}\n", s.control, s.started,
-             s.error.empty() ? "" : "  (NOT ANSWERING: " + s.error + ")");
+  fmt::print("store     control {} since {}{}{}\n", s.control, s.started,
+             s.error.empty() ? "" : "  (NOT ANSWERING: " + s.error + ")",
+             s.busy.empty() ? "" : "  (busy: " + s.busy + "; memory as of before it)");
   fmt::print("ranks\n  {:<5} {:<20} {:<8} {:<13} {:<12} {:<12} {}\n", "rank", "host", "pid", "state", "memory used",
              "limit", "transports");
   for (const auto& r : s.ranks) {

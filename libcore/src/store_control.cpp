@@ -57,6 +57,9 @@ StoreControl::StoreControl(const std::filesystem::path& dir, std::chrono::millis
     : m_dir(dir), m_descriptor(StoreDescriptor::read(dir)), m_timeout(timeout) {}
 
 LoadResult StoreControl::load(const LoadRequest& request) {
+  // A damaged index is refused here, where the user asked, before any rank opens it or allocates
+  // for it. The ranks check it again when they open it: they may see other bytes.
+  Index::open(request.index);
   Message m;
   m["op"] = "load";
   m["index"] = std::filesystem::absolute(request.index).string();

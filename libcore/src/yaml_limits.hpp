@@ -35,6 +35,9 @@ inline constexpr YamlLimits manifest_yaml_limits{std::size_t{16} << 20, 32, 250'
 inline constexpr YamlLimits descriptor_yaml_limits{std::size_t{16} << 20, 32, 2'000'000,
                                                    ErrorKind::runtime};
 
+/// Control requests and replies are a few keys (a load's options, a status's per-rank table).
+inline constexpr YamlLimits control_yaml_limits{std::size_t{16} << 20, 16, 1'000'000, ErrorKind::runtime};
+
 /// The first YAML document of text, parsed only after an event scan found it within limits.
 /// Aliases are refused outright (ddstage never writes them, and they are how a small text
 /// expands or refers to itself). Errors are one line beginning with `name` (e.g. the file's

@@ -88,11 +88,19 @@ def variable(ddstage, gen, tmp_path):
     return ddx, "0-29", read_bytes(ddstage, ddx, "0-29")
 
 
+class NoAliases(yaml.SafeDumper):
+    """ddstage never writes YAML aliases and refuses them (test_trust covers that), so an edit
+    that repeats a value (a field twice) must reach the manifest's own checks without any."""
+
+    def ignore_aliases(self, data):
+        return True
+
+
 def edit_manifest(ddx, edit):
     path = ddx / "manifest.yaml"
     manifest = yaml.safe_load(path.read_text())
     edit(manifest)
-    path.write_text(yaml.safe_dump(manifest, sort_keys=False))
+    path.write_text(yaml.dump(manifest, Dumper=NoAliases, sort_keys=False))
 
 
 def error_lines(proc):

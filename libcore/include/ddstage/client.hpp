@@ -38,7 +38,10 @@ class Reader {
   /// is checked once per call, before anything is copied: a rank whose process is gone fails
   /// with a run-time Error naming rank, pid and host. Ranks read over libfabric that make no
   /// progress for read_timeout fail the batch naming them; a rank on another host that serves
-  /// no libfabric endpoint is a UsageError. The reader stays usable for the other ranks.
+  /// no libfabric endpoint is a UsageError. The reader stays usable for the other ranks. A
+  /// dataset replaced (`load --replace`) or unloaded since open() fails every later batch with
+  /// a run-time Error saying so ("was replaced ...; reopen it"): open it again. Without verify,
+  /// bytes that rotted on disk with an unchanged size and mtime come back as they are.
   void get_batch(const std::string& field, std::span<const uint64_t> ids, std::span<std::byte> dest,
                  bool verify = false);
   /// The same into device memory, by the `gpu.path` setting: staged (rows gathered in this
@@ -89,7 +92,9 @@ class Client {
   explicit Client(const std::filesystem::path& dir, Settings settings = {});
 
   const StoreDescriptor& descriptor() const noexcept { return m_descriptor; }
-  /// Opens a loaded dataset; UsageError listing the loaded ones when there is none of that name.
+  /// Opens a loaded dataset, from store.yaml as it is now; UsageError listing the loaded ones
+  /// when there is none of that name. While the dataset is being replaced, waits up to
+  /// read_timeout for the new one, then fails with a run-time Error saying it is being replaced.
   Dataset open(const std::string& name) const;
 
  private:

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "ddstage/error.hpp"
+#include "yaml_limits.hpp"
 
 namespace ddstage::detail {
 namespace {
@@ -77,12 +78,9 @@ void check_length(uint32_t length, const std::string& peer) {
 }
 
 Message decode_body(const std::string& text, const std::string& peer) {
-  Message message;
-  try {
-    message = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    throw Error(ErrorKind::runtime, "unparsable control message from " + peer + ": " + e.msg);
-  }
+  // Only a token holder gets this far, but its body is still bounded: yaml-cpp recurses once per
+  // nesting level and follows aliases, so an unchecked body could take rank 0's stack.
+  const Message message = load_yaml(text, "control message from " + peer, control_yaml_limits);
   if (!message.IsMap()) {
     throw Error(ErrorKind::runtime, "control message from " + peer + " is not a YAML map");
   }
