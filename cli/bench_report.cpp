@@ -244,7 +244,9 @@ std::string BenchReport::json() const {
   j.end_object().key("cells").begin_array();
   for (const auto& c : m_cells) {
     j.begin_object().key("dims").begin_object();
-    for (const auto& [k, v] : c.dims) std::visit([&j, &k](const auto& x) { j.field(k, x); }, v);
+    for (const auto& dim : c.dims) {
+      std::visit([&j, &dim](const auto& x) { j.field(dim.first, x); }, dim.second);
+    }
     j.end_object().field("rows", c.rows).field("bytes", c.bytes).field("seconds", c.seconds);
     j.field("gb_per_s", c.gb_per_s()).field("calls", c.ns_per_row.count());
     for (const auto& [k, v] : latency_figures(c)) j.field(k, v);

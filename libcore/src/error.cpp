@@ -17,12 +17,22 @@ std::string with_context(const std::string& message, const ErrorContext& c) {
   return out;
 }
 
+/// Messages quote outside bytes (a parser's error text, a token, a name from a file): their
+/// control characters become '?', so that what() stays the one line the CLI prints. Bytes of
+/// UTF-8 names are kept.
+std::string one_line(std::string text) {
+  for (char& c : text) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  }
+  return text;
+}
+
 }  // namespace
 
 Error::Error(ErrorKind kind, const std::string& message, ErrorContext context)
-    : std::runtime_error(with_context(message, context)),
+    : std::runtime_error(one_line(with_context(message, context))),
       m_kind(kind),
-      m_message(message),
+      m_message(one_line(message)),
       m_context(std::move(context)) {}
 
 IoError::IoError(const std::string& call, int err, ErrorContext context)

@@ -28,12 +28,13 @@ void merge(ProfileReport& into, const ProfileReport& from) {
   into.bytes += from.bytes;
   into.batch_ns.merge(from.batch_ns);
   for (std::size_t s = 0; s < profile_stage_count; ++s) into.stage_ns[s].merge(from.stage_ns[s]);
-  for (const auto& [name, count] : from.paths) {
-    auto it = std::find_if(into.paths.begin(), into.paths.end(), [&](const auto& p) { return p.first == name; });
+  for (const auto& path : from.paths) {
+    auto it = std::find_if(into.paths.begin(), into.paths.end(),
+                           [&](const auto& p) { return p.first == path.first; });
     if (it == into.paths.end()) {
-      into.paths.emplace_back(name, count);
+      into.paths.push_back(path);
     } else {
-      it->second += count;
+      it->second += path.second;
     }
   }
 }

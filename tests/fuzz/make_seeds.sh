@@ -1,0 +1,150 @@
+#!/usr/bin/env bash
+# Regenerates the seed corpus (corpus/<target>/) from real files: indexes flattened by the real
+# `ddstage flatten` from `ddstage-gen` data, npy files written by numpy, the store.yaml of a real
+# 2-rank store, control frames as `ddstage` sends them, the example config. Run by hand, from a
+# build, and commit what changed (keep the corpus under 1 MB):
+#   tests/fuzz/make_seeds.sh build-asan/cli/ddstage build-asan/tests/tools/ddstage-gen
+set -euo pipefail
+if [[ $# -ne 2 ]]; then
+  echo "usage: $0 DDSTAGE DDSTAGE_GEN" >&2
+  exit 2
+fi
+ddstage=$(realpath "$1") gen=$(realpath "$2")
+here=$(cd "$(dirname "$0")" && pwd)
+corpus=$here/corpus
+work=$(mktemp -d)
+serve_pid=
+cleanup() {
+  if [[ -n $serve_pid ]] && kill -0 "$serve_pid" 2>/dev/null; then
+    "$ddstage" stop --store "$work/store" >/dev/null 2>&1 || kill -KILL -- "-$serve_pid" 2>/dev/null || true
+  fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+export XDG_CONFIG_HOME=$work/xdg  # the user's own config stays out of it
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
+export OMPI_MCA_btl=self,vader OMPI_MCA_oob_tcp_if_include=lo
+
+for t in index_bin manifest npy_header store_yaml control_frame id_spec config settings; do
+  rm -rf "${corpus:?}/$t"
+  mkdir -p "$corpus/$t"
+done
+
+# index.bin and manifest.yaml from each source kind. npy3x4 has the shape fuzz_manifest's
+# index.bin has (3 samples of uint8[4]), so its manifest passes the whole open.
+"$gen" npy --samples 3 --shape 4 --dtype uint8 "$work/npy3x4.npy"
+"$gen" npy --samples 5 --shape 2,3 --dtype float32 "$work/npy5.npy"
+"$gen" files --samples 4 --min-bytes 8 --max-bytes 64 "$work/files"
+"$gen" hdf5-rows --samples 4 --shape 2 "$work/rows.h5"
+"$gen" hdf5-groups --samples 3 "$work/groups.h5"
+flatten() { "$ddstage" flatten "$@" >/dev/null; }
+flatten "$work/npy3x4.npy" -o "$work/npy3x4.ddx"
+flatten "$work/npy5.npy" -o "$work/npy5.ddx"
+flatten "$work/files" -o "$work/files.ddx" --pack
+flatten "$work/rows.h5" -o "$work/rows.ddx" --field x=/features --field y=/labels
+flatten "$work/groups.h5" -o "$work/groups.ddx" --groups '/samples/*'
+for name in npy3x4 npy5 files rows groups; do
+  cp "$work/$name.ddx/index.bin" "$corpus/index_bin/$name"
+  cp "$work/$name.ddx/manifest.yaml" "$corpus/manifest/$name"
+done
+
+# npy headers as numpy writes them (all three format versions), and as ddstage-gen does.
+head -c 256 "$work/npy5.npy" >"$corpus/npy_header/gen_float32"
+/usr/bin/python3 - "$corpus/npy_header" <<'PY'
+import io, sys
+import numpy as np
+out = sys.argv[1]
+arrays = {
+    "v1_uint8": (np.arange(12, dtype=np.uint8).reshape(3, 4), (1, 0)),
+    "v1_scalar": (np.array(7, dtype=np.int64), (1, 0)),
+    "v1_bool_fortran": (np.asfortranarray(np.zeros((2, 3), dtype=bool)), (1, 0)),
+    "v2_float64": (np.zeros((2, 2, 2)), (2, 0)),
+    "v3_int16": (np.zeros(5, dtype="<i2"), (3, 0)),
+    "v1_bigendian": (np.zeros(2, dtype=">u4"), (1, 0)),
+}
+for name, (a, version) in arrays.items():
+    buf = io.BytesIO()
+    np.lib.format.write_array(buf, a, version=version, allow_pickle=False)
+    open(f"{out}/{name}", "wb").write(buf.getvalue()[:256])
+PY
+
+# store.yaml of a real 2-rank store with a dataset loaded.
+mkdir -m 0700 "$work/store"
+setsid mpiexec -n 2 "$ddstage" serve --store "$work/store" --listen 127.0.0.1:0 >"$work/serve.log" 2>&1 &
+serve_pid=$!
+for _ in $(seq 600); do
+  [[ -e $work/store/store.yaml ]] && break
+  kill -0 "$serve_pid" 2>/dev/null || { cat "$work/serve.log" >&2; exit 1; }
+  sleep 0.1
+done
+cp "$work/store/store.yaml" "$corpus/store_yaml/empty"
+"$ddstage" load --store "$work/store" "$work/npy5.ddx" >/dev/null
+cp "$work/store/store.yaml" "$corpus/store_yaml/loaded"
+token=$(sed -n 's/^token: *//p' "$work/store/store.yaml")
+"$ddstage" stop --store "$work/store" >/dev/null
+wait "$serve_pid" || true
+serve_pid=
+
+# Control frames: 4-byte little-endian length, then the YAML map ddstage's client sends.
+/usr/bin/python3 - "$corpus/control_frame" "$token" <<'PY'
+import struct, sys
+out, token = sys.argv[1], sys.argv[2]
+def frame(text):
+    data = text.encode()
+    return struct.pack("<I", len(data)) + data
+requests = {
+    "status": f"token: {token}\nop: status",
+    "stop": f"token: {token}\nop: stop",
+    "load": f"token: {token}\nop: load\nindex: /data/x.ddx\nname: x\nverify: false\nreplace: false\n"
+            f"allow_stale: false\nmem_limit: 0\nprogress: true",
+    "unload": f"token: {token}\nop: unload\nname: x",
+}
+for name, text in requests.items():
+    open(f"{out}/{name}", "wb").write(frame(text))
+open(f"{out}/two_frames", "wb").write(frame(requests["status"]) + frame(requests["stop"]))
+open(f"{out}/reply", "wb").write(frame("ok: false\nerror: no dataset 'x'\nkind: usage"))
+PY
+
+# --ids: first byte = bit 7 for @FILE, bits 0-6 the dataset size / 32 (see fuzz_id_spec.cpp).
+printf '\x20%s' '0,7,10-19' >"$corpus/id_spec/inline"
+printf '\x7f%s' ' 3 - 4 ,4000,5,5' >"$corpus/id_spec/spaces"
+printf '\xa0%s' $'# batch\n4\n\n2-3\n4\n' >"$corpus/id_spec/file"
+printf '\x81%s' $'0-31\r\n7\n' >"$corpus/id_spec/file_crlf"
+
+# The config file: the shipped example, and a flat one with every kind of value.
+cp "$here/../../share/ddstage/config.yaml" "$corpus/config/example"
+cat >"$corpus/config/kinds" <<'YAML'
+log:
+  level: warn
+threads: 4
+flatten: {pack_size: 12.5K, memory: 1G}
+origin.allow_stale: yes
+read_timeout: 500ms
+transport: shm
+profile: /tmp/p-%p-%h
+YAML
+
+# Setting values as fuzz_settings reads them with FuzzedDataProvider: the picks (setting number,
+# then flag-or-env) come from the end of the input, the values from the front, each ended by a
+# backslash and one more byte.
+/usr/bin/python3 - "$corpus/settings" <<'PY'
+import sys
+out = sys.argv[1]
+keys = ["log.level", "progress", "threads", "flatten.pack_size", "flatten.memory", "origin.allow_stale",
+        "fabric.provider", "fabric.domain", "fabric.window", "fabric.inflight_bytes", "transport",
+        "read_timeout", "gpu.path", "profile"]
+def seed(picks):
+    front, back = b"", b""
+    for key, from_env, value in picks:
+        front += value.encode() + b"\\ "
+        back = bytes([int(from_env), keys.index(key)]) + back
+    return front + back
+seeds = {
+    "sizes": [("flatten.pack_size", True, "256M"), ("fabric.inflight_bytes", False, "12.5K")],
+    "durations": [("read_timeout", True, "500ms"), ("read_timeout", False, "1.5")],
+    "choices": [("log.level", True, "debug"), ("transport", False, "shm"), ("gpu.path", True, "auto")],
+    "numbers": [("threads", False, "4"), ("fabric.window", True, "-1"), ("origin.allow_stale", True, "yes")],
+}
+for name, picks in seeds.items():
+    open(f"{out}/{name}", "wb").write(seed(picks))
+PY
