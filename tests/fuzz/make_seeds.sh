@@ -25,9 +25,10 @@ export XDG_CONFIG_HOME=$work/xdg  # the user's own config stays out of it
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
 export OMPI_MCA_btl=self,vader OMPI_MCA_oob_tcp_if_include=lo
 
+# Generated seeds are rewritten; inputs the fuzzers found (found-*, crash-*) stay.
 for t in index_bin manifest npy_header store_yaml control_frame id_spec config settings; do
-  rm -rf "${corpus:?}/$t"
   mkdir -p "$corpus/$t"
+  find "$corpus/$t" -type f ! -name 'found-*' ! -name 'crash-*' -delete
 done
 
 # index.bin and manifest.yaml from each source kind. npy3x4 has the shape fuzz_manifest's
@@ -80,29 +81,30 @@ done
 cp "$work/store/store.yaml" "$corpus/store_yaml/empty"
 "$ddstage" load --store "$work/store" "$work/npy5.ddx" >/dev/null
 cp "$work/store/store.yaml" "$corpus/store_yaml/loaded"
-token=$(sed -n 's/^token: *//p' "$work/store/store.yaml")
 "$ddstage" stop --store "$work/store" >/dev/null
 wait "$serve_pid" || true
 serve_pid=
 
-# Control frames: 4-byte little-endian length, then the YAML map ddstage's client sends.
-/usr/bin/python3 - "$corpus/control_frame" "$token" <<'PY'
+# Control frames as ddstage's client sends them (control_frame.hpp): magic, version 2, the
+# token fuzz_control_frame.cpp expects, the body length, then the YAML map.
+/usr/bin/python3 - "$corpus/control_frame" <<'PY'
 import struct, sys
-out, token = sys.argv[1], sys.argv[2]
-def frame(text):
+out = sys.argv[1]
+token = b"0123456789abcdef0123456789abcdef"
+def frame(text, tok=token):
     data = text.encode()
-    return struct.pack("<I", len(data)) + data
+    return b"DDSC" + struct.pack("<I", 2) + tok + struct.pack("<I", len(data)) + data
 requests = {
-    "status": f"token: {token}\nop: status",
-    "stop": f"token: {token}\nop: stop",
-    "load": f"token: {token}\nop: load\nindex: /data/x.ddx\nname: x\nverify: false\nreplace: false\n"
-            f"allow_stale: false\nmem_limit: 0\nprogress: true",
-    "unload": f"token: {token}\nop: unload\nname: x",
+    "status": "op: status",
+    "stop": "op: stop",
+    "load": "op: load\nindex: /data/x.ddx\nname: x\nverify: false\nreplace: false\n"
+            "allow_stale: false\nmem_limit: 0\nprogress: true",
+    "unload": "op: unload\nname: x",
 }
 for name, text in requests.items():
     open(f"{out}/{name}", "wb").write(frame(text))
 open(f"{out}/two_frames", "wb").write(frame(requests["status"]) + frame(requests["stop"]))
-open(f"{out}/reply", "wb").write(frame("ok: false\nerror: no dataset 'x'\nkind: usage"))
+open(f"{out}/wrong_token", "wb").write(frame(requests["status"], b"f" * 32))
 PY
 
 # --ids: first byte = bit 7 for @FILE, bits 0-6 the dataset size / 32 (see fuzz_id_spec.cpp).
