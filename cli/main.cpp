@@ -28,7 +28,8 @@ int main(int argc, char** argv) {
   // Writes past RLIMIT_FSIZE must fail with EFBIG (and be cleaned up), not kill the process.
   std::signal(SIGXFSZ, SIG_IGN);
   std::signal(SIGPIPE, SIG_IGN);
-  auto logger = spdlog::stderr_logger_st("ddstage");
+  // Thread-safe: rank 0's front desk and a load's progress thread log beside the main thread.
+  auto logger = spdlog::stderr_logger_mt("ddstage");
   logger->set_pattern("ddstage: %l: %v");
   spdlog::set_default_logger(logger);
 

@@ -96,7 +96,7 @@ OutputFile::~OutputFile() {
 }
 
 void OutputFile::commit() {
-  m_fd = FileDescriptor();
+  m_fd.close();
   if (m_tmp.empty()) return;
   if (::rename(m_tmp.c_str(), m_target.c_str()) != 0) throw IoError("cannot write " + m_path, errno, {.file = m_path});
   m_tmp.clear();

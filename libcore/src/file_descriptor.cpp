@@ -35,6 +35,12 @@ void FileDescriptor::reset() noexcept {
   m_fd = -1;
 }
 
+void FileDescriptor::close() {
+  // Linux releases the descriptor even when close fails, so it is forgotten either way.
+  const int fd = std::exchange(m_fd, -1);
+  if (fd >= 0 && ::close(fd) != 0) throw IoError("close " + m_path.string(), errno, {.file = m_path.string()});
+}
+
 FileDescriptor FileDescriptor::open(const std::filesystem::path& path, int flags, int mode) {
   int fd = ::open(path.c_str(), flags | O_CLOEXEC, mode);
   if (fd < 0) throw IoError("cannot open " + path.string(), errno, {.file = path.string()});

@@ -1,5 +1,8 @@
 #include "manifest.hpp"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+
 #include <fstream>
 #include <set>
 
@@ -158,7 +161,14 @@ void write_manifest(const std::filesystem::path& path, const Manifest& m,
 }
 
 Manifest read_manifest(const std::filesystem::path& path) {
-  const YAML::Node root = load_yaml_file(path, path.string(), manifest_yaml_limits);
+  // A FIFO or device in manifest.yaml's place would block the open or never end: an index is
+  // made of regular files, so anything else is refused before it is read.
+  const auto fd = FileDescriptor::open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  struct stat st {};
+  if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    throw IndexError(path.string() + " is not a regular file", {.file = path.string()});
+  }
+  const YAML::Node root = load_yaml(fd, path.string(), manifest_yaml_limits);
   // A key of the wrong YAML kind (a map where a string belongs) is damage too, not a crash.
   try {
     return parse_manifest(root, path);

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <utility>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "ddstage/error.hpp"
@@ -55,7 +56,17 @@ std::optional<ShmSegment> ShmSegment::try_open_read_only(const std::string& name
   ShmSegment seg;
   seg.m_fd = FileDescriptor(raw, "/dev/shm" + name);
   seg.m_name = name;
-  seg.m_size = seg.m_fd.size();
+  // /dev/shm is writable by everyone and segment names are visible: another user can create a
+  // name a store is about to use (between the unlink and the republish of a replace, say). The
+  // store creates its segments 0600 with O_EXCL, so anything else is not this user's store.
+  struct stat st {};
+  if (::fstat(raw, &st) != 0) throw IoError("fstat shared memory " + name, errno);
+  if (st.st_uid != ::geteuid() || (st.st_mode & 077) != 0) {
+    throw UsageError(fmt::format("shared memory /dev/shm{} is owned by uid {} with mode {:04o}, not by you "
+                                 "(uid {}) with mode 0600: refusing to read it",
+                                 name, st.st_uid, st.st_mode & 07777, ::geteuid()));
+  }
+  seg.m_size = static_cast<std::size_t>(st.st_size);
   seg.m_data = map(seg.m_fd.get(), seg.m_size, PROT_READ, name);
   return seg;
 }

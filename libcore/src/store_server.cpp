@@ -387,14 +387,20 @@ Message ServerRank::stop() {
 Message ServerRank::execute(const Message& command) {
   const auto op = command["op"].as<std::string>();
   Message reply;
-  if (op == "load") {
-    reply = load(command);
-  } else if (op == "unload") {
-    reply = unload(command);
-  } else if (op == "stop") {
-    reply = stop();
-  } else if (op != "status") {
-    reply = error_reply("unknown control operation '" + op + "'", ErrorKind::usage);
+  // record_memory() is collective: a rank-0-only failure (publish() on a full disk) must not
+  // skip it, or rank 0's next broadcast meets the others still inside the gather.
+  try {
+    if (op == "load") {
+      reply = load(command);
+    } else if (op == "unload") {
+      reply = unload(command);
+    } else if (op == "stop") {
+      reply = stop();
+    } else if (op != "status") {
+      reply = error_reply("unknown control operation '" + op + "'", ErrorKind::usage);
+    }
+  } catch (const Error& e) {
+    reply = error_reply(e.what(), e.kind());
   }
   record_memory();
   return op == "status" && is_root() ? status_reply() : reply;

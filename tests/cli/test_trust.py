@@ -110,6 +110,32 @@ def test_clients_refuse_a_descriptor_others_can_write_or_own(ddstage, serve, dat
     store.stop()
 
 
+def test_segment_planted_by_another_user_is_refused(ddstage, serve, datasets):
+    """/dev/shm is everyone's: a segment of the name store.yaml gives, but created by another
+    user (here: the real one's bytes, owned by nobody, 0644), is refused with one line naming
+    it, exit 2, rather than read with exit 0."""
+    store = serve(2)
+    ddstage.ok("load", "--store", store.dir, datasets["files"], "--name", "f")
+    store_id = yaml.safe_load((store.dir / "store.yaml").read_text())["id"]
+    [segment] = Path("/dev/shm").glob(f"ddstage-{store_id}-*-r1")
+    real = segment.read_bytes()
+    segment.unlink()
+    segment.write_bytes(real)
+    os.chown(segment, NOBODY_UID, NOBODY_UID)
+    segment.chmod(0o644)
+    try:
+        proc = ddstage.run("read", "--store", store.dir, "--dataset", "f", "--ids", "0-299")
+        assert_usage_error(proc, segment.name, "owned by uid 65534")
+    finally:
+        segment.unlink()
+        fd = os.open(segment, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, real)
+        os.close(fd)
+    assert ddstage.ok("read", "--store", store.dir, "--dataset", "f", "--ids", "0-299", binary=True).stdout == \
+        read_bytes(ddstage, datasets["files"], "0-299")
+    store.stop()
+
+
 def test_symlinked_or_special_descriptor_is_refused(ddstage, serve, datasets, tmp_path):
     store = serve(0)
     linked = tmp_path / "linked"
@@ -208,6 +234,15 @@ def test_manifest_yaml_is_bounded(ddstage, datasets, tmp_path, append, words):
         f.write(append)
     for cmd in (["info", ddx], ["read", ddx, "--ids", "0"]):
         assert_runtime_error(ddstage.run(*cmd), str(manifest), *words)
+
+
+def test_manifest_that_is_a_fifo_is_refused_without_blocking(ddstage, datasets, tmp_path):
+    ddx = tmp_path / "fifo.ddx"
+    shutil.copytree(datasets["files"], ddx)
+    (ddx / "manifest.yaml").unlink()
+    os.mkfifo(ddx / "manifest.yaml")
+    for cmd in (["info", ddx], ["read", ddx, "--ids", "0"]):
+        assert_runtime_error(ddstage.run(*cmd), str(ddx / "manifest.yaml"), "not a regular file")
 
 
 @pytest.mark.parametrize("text,words", [

@@ -114,7 +114,7 @@ timeout 120 "$gen" files "$work/tree" --samples 200 --min-bytes 1 --max-bytes 90
 timeout 120 "$ddstage_built" flatten "$work/tree" -o "$work/files.ddx"
 
 step "serve (1 rank, installed binary)"
-mkdir -p "$store"
+mkdir -p -m 700 "$store"   # serve refuses a store directory others could write
 setsid "$prefix/bin/ddstage" serve --store "$store" --listen 127.0.0.1:0 >"$work/serve.log" 2>&1 &
 serve_pid=$!
 for _ in $(seq 600); do

@@ -296,7 +296,7 @@ TEST_CASE("bad frames from a token holder are refused with a reason, and the ser
     auto raw = raw_connect(server);
     send_raw(raw, with_body("{ op: [unclosed, \"x"));
     REQUIRE_THAT(reply_in(receive_all(raw))["error"].as<std::string>(),
-                 Catch::Contains("unparsable"));
+                 Catch::Contains("not valid YAML"));
   }
   SECTION("YAML that is not a map") {
     auto raw = raw_connect(server);

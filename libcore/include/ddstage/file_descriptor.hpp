@@ -34,6 +34,9 @@ class FileDescriptor {
   void pwrite_all(std::span<const std::byte> src, uint64_t offset) const;
   uint64_t size() const;
   void sync() const;
+  /// Closes now; IoError when close(2) reports a write it had deferred (NFS, quotas), so that
+  /// a finished file is known to be whole before it is renamed into place.
+  void close();
 
  private:
   void reset() noexcept;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <iterator>
 #include <vector>
 
 #include <spdlog/spdlog.h>
@@ -164,9 +165,11 @@ class FrontDesk {
         continue;
       }
       if (m_pending.size() > m_limits.max_pending) {
-        // The newest has not authenticated either, so there is always one to drop.
+        // The oldest peer that has not shown the token goes. When every one has (token holders
+        // whose bodies are still on the way), the newest goes: the bound holds either way.
         auto oldest = std::find_if(m_pending.begin(), m_pending.end(),
                                    [](const Pending& p) { return !p.authenticated; });
+        if (oldest == m_pending.end()) oldest = std::prev(m_pending.end());
         m_log.note(oldest->connection.peer(),
                    Error(ErrorKind::runtime, "too many connections waiting; dropped the oldest"));
         m_pending.erase(oldest);
