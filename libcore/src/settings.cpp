@@ -14,7 +14,7 @@ extern char** environ;
 namespace ddstage {
 namespace {
 
-constexpr std::array<SettingDef, 14> table{{
+constexpr std::array<SettingDef, 17> table{{
     {"log.level", SettingType::string, "info", "log level: trace, debug, info, warn, error, off",
      "trace|debug|info|warn|error|off"},
     {"progress", SettingType::string, "auto", "progress line on stderr: auto (when a terminal), always, never",
@@ -35,6 +35,15 @@ constexpr std::array<SettingDef, 14> table{{
      "auto|shm|fabric"},
     {"read_timeout", SettingType::duration, "10s",
      "a read batch fails when its peers make no progress for this long (500ms, 10s, 2m)"},
+    {"store", SettingType::string, "",
+     "the store directory (holds store.yaml) for commands that take --store; a job script exports "
+     "DDSTAGE_STORE once"},
+    {"control_timeout", SettingType::duration, "30s",
+     "a control request (load, status, stop, wait) fails when the store sends nothing for this long; "
+     "a load in progress sends a keepalive every 5 s"},
+    {"peer_timeout", SettingType::duration, "30s",
+     "a server rank that hears nothing from rank 0 (and rank 0 from any rank) for this long ends "
+     "itself and frees its memory: a lost node or a cut network never keeps a store half alive"},
     {"gpu.path", SettingType::string, "auto",
      "how get_batch reaches GPU memory: direct (mapped rows copied straight to the device), staged "
      "(through a pinned host buffer, one copy per batch), auto (what bench found faster here, else staged)",

@@ -1,0 +1,142 @@
+#include "rank_lock.hpp"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <string_view>
+
+#include "ddstage/error.hpp"
+
+namespace ddstage::detail {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr std::string_view prefix = "ddstage-";
+constexpr std::string_view lock_suffix = ".lock";
+
+/// The rank in a name ending "-rR" (after lock_suffix is cut), or -1.
+int trailing_rank(std::string_view name) {
+  const auto dash = name.rfind("-r");
+  if (dash == std::string_view::npos || dash + 2 == name.size()) return -1;
+  int rank = -1;
+  const auto digits = name.substr(dash + 2);
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), rank);
+  return ec == std::errc() && end == digits.data() + digits.size() ? rank : -1;
+}
+
+/// Store ids are 12 lowercase hex digits (StoreDescriptor::id).
+bool is_store_id(std::string_view id) {
+  return id.size() == 12 && id.find_first_not_of("0123456789abcdef") == std::string_view::npos;
+}
+
+bool same_file(const struct stat& a, const struct stat& b) { return a.st_dev == b.st_dev && a.st_ino == b.st_ino; }
+
+}  // namespace
+
+fs::path shm_directory() { return "/dev/shm"; }
+
+std::string RankLock::file_name(const std::string& store_id, int rank) {
+  return std::string(prefix) + store_id + "-r" + std::to_string(rank) + std::string(lock_suffix);
+}
+
+RankLock::RankLock(const std::string& store_id, int rank) {
+  const auto final_path = shm_directory() / file_name(store_id, rank);
+  const auto temp_path = fs::path(final_path.string() + "." + std::to_string(::getpid()) + ".tmp");
+  const int fd = ::open(temp_path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+  if (fd < 0) throw IoError("open " + temp_path.string(), errno);
+  // Named by its final path from the start: that is the name release() removes.
+  FileDescriptor owned(fd, final_path);
+  try {
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) throw IoError("flock " + temp_path.string(), errno);
+    const auto pid = std::to_string(::getpid()) + "\n";
+    owned.write_all(std::as_bytes(std::span(pid)));
+    if (::rename(temp_path.c_str(), final_path.c_str()) != 0) {
+      throw IoError("rename " + temp_path.string() + " to " + final_path.string(), errno);
+    }
+  } catch (...) {
+    ::unlink(temp_path.c_str());
+    throw;
+  }
+  m_fd = std::move(owned);
+}
+
+RankLock& RankLock::operator=(RankLock&& other) noexcept {
+  if (this != &other) {
+    release();
+    m_fd = std::move(other.m_fd);
+  }
+  return *this;
+}
+
+RankLock::~RankLock() { release(); }
+
+void RankLock::release() noexcept {
+  if (!m_fd) return;
+  ::unlink(m_fd.path().c_str());
+  m_fd = FileDescriptor();
+}
+
+std::vector<StoreFile> list_store_files() {
+  std::vector<StoreFile> out;
+  std::error_code ec;
+  const bool root = ::geteuid() == 0;
+  for (const auto& entry : fs::directory_iterator(shm_directory(), ec)) {
+    const auto file_name = entry.path().filename().native();
+    std::string_view name = file_name;
+    if (!name.starts_with(prefix)) continue;
+    const auto id = name.substr(prefix.size(), 12);
+    if (!is_store_id(id) || name.size() <= prefix.size() + 13 || name[prefix.size() + 12] != '-') continue;
+    StoreFile file{std::string(id), -1, entry.path(), name.ends_with(lock_suffix)};
+    if (file.is_lock) name.remove_suffix(lock_suffix.size());
+    file.rank = trailing_rank(name);
+    if (file.rank < 0) continue;
+    struct stat st{};
+    if (::lstat(entry.path().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
+    if (!root && st.st_uid != ::geteuid()) continue;
+    out.push_back(std::move(file));
+  }
+  return out;
+}
+
+RankPresence rank_presence(const std::string& store_id, int rank) {
+  const auto path = shm_directory() / RankLock::file_name(store_id, rank);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return errno == ENOENT ? RankPresence::absent : RankPresence::live;  // unreadable: assume alive
+  FileDescriptor owned(fd, path);
+  // Taking the lock ourselves is the test; it is dropped when `owned` closes.
+  return ::flock(fd, LOCK_SH | LOCK_NB) == 0 ? RankPresence::gone : RankPresence::live;
+}
+
+int64_t recorded_pid(const fs::path& lock_file) {
+  const int fd = ::open(lock_file.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return 0;
+  FileDescriptor owned(fd, lock_file);
+  char text[24] = {};
+  const auto n = ::pread(fd, text, sizeof text - 1, 0);
+  int64_t pid = 0;
+  if (n <= 0) return 0;
+  std::from_chars(text, text + n, pid);
+  return pid > 0 ? pid : 0;
+}
+
+int64_t rank_lock_holder(const std::string& store_id, int rank) {
+  const auto path = shm_directory() / RankLock::file_name(store_id, rank);
+  if (rank_presence(store_id, rank) != RankPresence::live) return 0;
+  struct stat lock{};
+  if (::stat(path.c_str(), &lock) != 0) return 0;
+  const auto pid = recorded_pid(path);
+  if (pid <= 0) return 0;
+  std::error_code ec;
+  for (const auto& fd : fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
+    struct stat st{};
+    if (::stat(fd.path().c_str(), &st) == 0 && same_file(st, lock)) return pid;
+  }
+  return 0;
+}
+
+}  // namespace ddstage::detail

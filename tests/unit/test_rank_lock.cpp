@@ -1,0 +1,91 @@
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <fstream>
+
+#include <catch2/catch.hpp>
+
+#include "rank_lock.hpp"
+#include "ddstage/shm_segment.hpp"
+
+using namespace ddstage;
+using namespace ddstage::detail;
+
+namespace {
+
+/// A store id no other test or store uses.
+std::string test_id() {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string id = "f0";
+  auto pid = static_cast<unsigned>(::getpid());
+  for (int i = 0; i < 10; ++i, pid /= 16) id += digits[pid % 16];
+  return id;
+}
+
+bool listed(const std::string& id, int rank, bool is_lock) {
+  auto files = list_store_files();
+  return std::any_of(files.begin(), files.end(), [&](const StoreFile& f) {
+    return f.store_id == id && f.rank == rank && f.is_lock == is_lock;
+  });
+}
+
+}  // namespace
+
+TEST_CASE("a rank lock is live while held, absent once released") {
+  const auto id = test_id();
+  {
+    RankLock lock(id, 3);
+    CHECK(rank_presence(id, 3) == RankPresence::live);
+    CHECK(rank_lock_holder(id, 3) == ::getpid());
+    CHECK(listed(id, 3, true));
+    CHECK(rank_presence(id, 4) == RankPresence::absent);
+  }
+  CHECK(rank_presence(id, 3) == RankPresence::absent);
+  CHECK_FALSE(listed(id, 3, true));
+}
+
+TEST_CASE("a killed rank's lock is gone, its segments listed, its pid recorded") {
+  const auto id = test_id();
+  const std::string segment = "/ddstage-" + id + "-train-g1-r2";
+  int ready[2];
+  REQUIRE(::pipe(ready) == 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    RankLock lock(id, 2);
+    auto s = ShmSegment::create(segment, 4096);
+    char c = 1;
+    (void)!::write(ready[1], &c, 1);
+    ::pause();
+    ::_exit(0);
+  }
+  char c = 0;
+  REQUIRE(::read(ready[0], &c, 1) == 1);
+  CHECK(rank_presence(id, 2) == RankPresence::live);
+  CHECK(rank_lock_holder(id, 2) == child);
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  CHECK(rank_presence(id, 2) == RankPresence::gone);
+  CHECK(rank_lock_holder(id, 2) == 0);
+  const auto lock_path = shm_directory() / RankLock::file_name(id, 2);
+  CHECK(recorded_pid(lock_path) == child);
+  CHECK(listed(id, 2, true));
+  CHECK(listed(id, 2, false));
+  std::filesystem::remove(lock_path);
+  ::shm_unlink(segment.c_str());
+  ::close(ready[0]);
+  ::close(ready[1]);
+}
+
+TEST_CASE("names that are not a store's are not listed") {
+  for (const char* name : {"ddstage-notanid00000-x-r1", "ddstage-0123456789ab-x-rq", "other-0123456789ab-r1.lock"}) {
+    std::ofstream(shm_directory() / name) << "x";
+  }
+  auto files = list_store_files();
+  CHECK(std::none_of(files.begin(), files.end(), [](const StoreFile& f) { return f.store_id == "0123456789ab"; }));
+  for (const char* name : {"ddstage-notanid00000-x-r1", "ddstage-0123456789ab-x-rq", "other-0123456789ab-r1.lock"}) {
+    std::filesystem::remove(shm_directory() / name);
+  }
+}
