@@ -1,5 +1,9 @@
 """A long-lived ddstage.Client through the store's life, over shared memory and over libfabric
-(tcp on loopback): a dataset replaced under open readers."""
+(tcp on loopback): a dataset replaced under open readers, a server rank that hangs."""
+import os
+import resource
+import signal
+import socket
 import threading
 import time
 
@@ -10,6 +14,12 @@ import ddstage
 from conftest import ROWS, random_ids
 
 READ_TIMEOUT_S = 3
+
+
+def cpu_seconds():
+    """User and system CPU of this process, every thread (libfabric's included)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def assert_replaced(error):
@@ -61,3 +71,29 @@ def test_reader_outliving_replaces_fails_only_saying_so(fresh_store_by_transport
         rows.get_batch("x", ids)
     assert_replaced(e.value)
     np.testing.assert_array_equal(client.open("rows").get_batch("x", ids), data.x[ids])
+
+
+def test_reader_waiting_on_a_hung_rank_sleeps(fresh_fabric_store, data):
+    """With rank 1 SIGSTOPped, a fabric batch needing its rows fails after about read_timeout
+    naming the rank and its host, for a reader that already read from it and for a new one
+    that never connected, and spends well under a third of that wait on the CPU (it used to
+    spin: ~60%). Generous bounds: the wait is the time-out, not a speed."""
+    store, settings = fresh_fabric_store
+    client = ddstage.Client(store.dir, {**settings, "read_timeout": f"{READ_TIMEOUT_S}s"})
+    rows = client.open("rows")
+    ids = np.arange(ROWS)  # every rank's rows
+    warm = rows.reader()
+    np.testing.assert_array_equal(warm.get_batch("x", ids), data.x)
+    os.kill(store.pids[1], signal.SIGSTOP)
+    try:
+        for reader in (warm, rows.reader()):
+            cpu0, t0 = cpu_seconds(), time.monotonic()
+            with pytest.raises(ddstage.Error) as e:
+                reader.get_batch("x", ids)
+            wall, cpu = time.monotonic() - t0, cpu_seconds() - cpu0
+            assert f"rank 1 on {socket.gethostname()}" in str(e.value) and "read_timeout" in str(e.value), e.value
+            assert READ_TIMEOUT_S * 0.9 <= wall < READ_TIMEOUT_S + 30, wall
+            assert cpu < 0.3 * wall, f"{cpu:.2f} s of CPU in a {wall:.2f} s wait"
+    finally:
+        os.kill(store.pids[1], signal.SIGCONT)
+    np.testing.assert_array_equal(warm.get_batch("x", ids), data.x)
