@@ -2,6 +2,7 @@
 
     import ddstage
     train = ddstage.Client("/scratch/store").open("train")   # a store started by `ddstage serve`
+                                                              # (Client() alone: $DDSTAGE_STORE)
     x = train.get_batch("x", [5, 99, 1000])                   # array (3, *shape of x)
 
 Fixed-size fields come back as one array of shape (len(ids), *field shape) in the field's
@@ -109,11 +110,15 @@ class Client:
     holds no running store, or when DIR or DIR/store.yaml is not the caller's own (owned by
     another uid, writable by group or others, or a symbolic link): see ddstage-serve(1).
 
+    store: the store directory; None (the default) takes the setting `store`, i.e.
+    $DDSTAGE_STORE as a job script exports it (or settings={"store": DIR}), and is a
+    UsageError when that is not set either.
     settings: setting key -> value (ddstage-settings(7)), e.g. {"transport": "fabric",
     "read_timeout": "5s"}, over the DDSTAGE_* environment and the user's config file."""
 
-    def __init__(self, store, settings=None):
-        self._client = _ddstage.Client(os.fspath(store), {k: str(v) for k, v in (settings or {}).items()})
+    def __init__(self, store=None, settings=None):
+        self._client = _ddstage.Client(None if store is None else os.fspath(store),
+                                       {k: str(v) for k, v in (settings or {}).items()})
 
     def open(self, name):
         """A loaded dataset by name (UsageError listing the loaded ones when there is none).

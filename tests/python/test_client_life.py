@@ -1,5 +1,6 @@
 """A long-lived ddstage.Client through the store's life, over shared memory and over libfabric
-(tcp on loopback): a dataset replaced under open readers, a server rank that hangs."""
+(tcp on loopback): a dataset replaced under open readers, a server rank that hangs, and the
+store found from DDSTAGE_STORE."""
 import os
 import resource
 import signal
@@ -97,3 +98,18 @@ def test_reader_waiting_on_a_hung_rank_sleeps(fresh_fabric_store, data):
     finally:
         os.kill(store.pids[1], signal.SIGCONT)
     np.testing.assert_array_equal(warm.get_batch("x", ids), data.x)
+
+
+def test_client_without_a_store_takes_DDSTAGE_STORE(store, data, monkeypatch):
+    """Client() with no directory uses the `store` setting (DDSTAGE_STORE, as job scripts
+    export it); with neither, a UsageError says how to name one."""
+    monkeypatch.setenv("DDSTAGE_STORE", str(store.dir))
+    ids = random_ids(ROWS, 3)
+    np.testing.assert_array_equal(ddstage.Client().open("rows").get_batch("x", ids), data.x[ids])
+    monkeypatch.setenv("DDSTAGE_STORE", str(store.dir / "elsewhere"))
+    assert ddstage.Client(store.dir).open("rows").samples == ROWS  # the argument wins
+    monkeypatch.delenv("DDSTAGE_STORE")
+    assert ddstage.Client(settings={"store": str(store.dir)}).open("rows").samples == ROWS
+    with pytest.raises(ddstage.UsageError, match="DDSTAGE_STORE"):
+        ddstage.Client()
+
