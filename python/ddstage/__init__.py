@@ -18,7 +18,9 @@ with verify=True is ddstage.ChecksumError. The message is libcore's.
 Without verify=True no byte is checked: bit rot, or an origin file edited in place keeping
 its size and mtime, is returned silently. A dataset replaced by `ddstage load --replace`
 after it was opened makes every get_batch raise ddstage.Error ("dataset 'X' was replaced
-...; reopen it"): Client.open() it again.
+...; reopen it"), over shared memory and libfabric alike: Client.open() it again. It is never
+reopened behind the caller's back: the new load may hold other samples than the sampler
+was built for.
 
 Readers are per thread: a Dataset keeps one reader per thread that uses it, and a thread
 that wants its own explicitly takes dataset.reader(). An MPI job can hold the data itself:
