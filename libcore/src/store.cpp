@@ -90,7 +90,13 @@ struct Store::State {
     MPI_Query_thread(&thread_level);
     const int on_node = ranks_on_node();
     shared = options.direct_on_node && on_node == size;
-    mem_limit = options.mem_limit ? options.mem_limit : detail::default_mem_limit(on_node);
+    if (options.mem_limit) {
+      mem_limit = options.mem_limit;
+    } else {
+      auto limit = detail::default_memory_limit(on_node);
+      mem_limit = limit.bytes;
+      mem_limit_source = "default: " + limit.source;
+    }
     if (options.transport == "fabric") open_fabric();
   }
 
@@ -119,6 +125,7 @@ struct Store::State {
   int thread_level = 0;
   bool shared = false;  // shards in shared windows, read by memcpy from any rank
   uint64_t mem_limit = 0;
+  std::string mem_limit_source = "StoreOptions::mem_limit";  // for the error that cites it
 #if DDSTAGE_HAVE_FABRIC
   std::optional<detail::FabricServer> fabric;  // before datasets: outlives their registrations
   std::vector<detail::FabricPeer> fabric_peers;  // by rank
@@ -195,8 +202,10 @@ void Store::State::check_fits(const std::string& name, uint64_t need) const {
   for (const auto& ds : datasets) used += ds->window.region().size();
   if (used + need > mem_limit) {
     throw UsageError(fmt::format(
-        "dataset '{}' does not fit: rank {} on {} needs {} bytes, has {} of {} free (StoreOptions::mem_limit)",
-        name, rank, detail::host_name(), need, mem_limit - std::min(mem_limit, used), mem_limit));
+        "dataset '{}' does not fit: rank {} on {} needs {} bytes, has {} of {} free ({}; set "
+        "StoreOptions::mem_limit)",
+        name, rank, detail::host_name(), need, mem_limit - std::min(mem_limit, used), mem_limit,
+        mem_limit_source));
   }
 }
 

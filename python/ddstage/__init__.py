@@ -145,7 +145,7 @@ class Store:
 
     comm: an mpi4py communicator (default MPI.COMM_WORLD) or a Fortran handle (int).
     max_round_bytes, direct_on_node, allow_stale, mem_limit (bytes of shards per rank; 0: 80%
-    of the node's available memory shared by its ranks), transport ("mpi" or "fabric") and
+    of the node's available memory, or the free space of /dev/shm if less, shared by its ranks), transport ("mpi" or "fabric") and
     settings (a dict, as for Client: fabric.provider, read_timeout...): as StoreOptions in
     ddstage/store.hpp.
     Close it before MPI is finalized: `with ddstage.Store(comm) as store:`, close(), or at

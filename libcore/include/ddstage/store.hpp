@@ -30,7 +30,8 @@ struct StoreOptions {
   bool allow_stale = false;
   /// Bytes of shard regions each rank may hold, over all its datasets; a load that would pass
   /// it is refused on every rank before anything is allocated. 0: 80% of the node's available
-  /// memory at construction, divided by the Store's ranks on that node.
+  /// memory at construction, or the free space of /dev/shm if less, divided by the Store's
+  /// ranks on that node (the refusal says which bound applied).
   uint64_t mem_limit = 0;
   /// How get_batch reaches rows this process does not address directly: "mpi" (MPI_Get) or
   /// "fabric" (libfabric fi_read: every rank opens an endpoint and registers its shards, the
