@@ -145,9 +145,12 @@ class Store:
 
     comm: an mpi4py communicator (default MPI.COMM_WORLD) or a Fortran handle (int).
     max_round_bytes, direct_on_node, allow_stale, mem_limit (bytes of shards per rank; 0: 80%
-    of the node's available memory, or the free space of /dev/shm if less, shared by its ranks), transport ("mpi" or "fabric") and
-    settings (a dict, as for Client: fabric.provider, read_timeout...): as StoreOptions in
-    ddstage/store.hpp.
+    of the node's available memory, or the free space of /dev/shm if less, shared by its ranks),
+    transport ("mpi" or "fabric") and settings (a dict, as for Client: fabric.provider,
+    read_timeout...): as StoreOptions in ddstage/store.hpp. transport="fabric" makes no MPI
+    window (shards are plain memory registered with libfabric), so it runs where MPI reaches
+    other nodes over TCP only, under mpi4py's default MPI_THREAD_MULTIPLE; "mpi" there needs
+    OMPI_MCA_osc=pt2pt and a lower thread level (pt2pt refuses MPI_THREAD_MULTIPLE).
     Close it before MPI is finalized: `with ddstage.Store(comm) as store:`, close(), or at
     interpreter exit, which closes every open Store before mpi4py finalizes MPI."""
 

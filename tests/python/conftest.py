@@ -35,10 +35,10 @@ def run(*args, env=None):
     return proc.stdout
 
 
-def mpiexec(ranks, *args, timeout=TIMEOUT_S):
+def mpiexec(ranks, *args, timeout=TIMEOUT_S, env=None):
     """Runs `mpiexec -n RANKS ARGS` to the end (bounded); returns CompletedProcess, text."""
     return subprocess.run(["mpiexec", "-n", str(ranks), *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **MPI_ENV})
+                          timeout=timeout, env={**os.environ, **MPI_ENV, **(env or {})})
 
 
 class Data:
