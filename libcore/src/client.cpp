@@ -160,7 +160,8 @@ std::string why_withdrawn(const OpenDataset& data) {
 /// meets that gap must still say what happened. Empty when store.yaml names the same segments
 /// all along.
 std::string wait_why_withdrawn(const OpenDataset& data) {
-  const auto deadline = std::chrono::steady_clock::now() + data.settings.get_duration("read_timeout");
+  const auto deadline =
+      std::chrono::steady_clock::now() + data.settings.get_duration("read_timeout");
   for (;;) {
     auto why = why_withdrawn(data);
     if (!why.empty() || std::chrono::steady_clock::now() >= deadline) return why;

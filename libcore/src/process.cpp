@@ -64,7 +64,8 @@ MemoryLimit default_memory_limit(int holders_on_node, const std::filesystem::pat
   MemoryLimit limit{mem_available() / 10 * 8, "80% of MemAvailable"};
   struct statvfs fs {};
   if (::statvfs(shm_dir.c_str(), &fs) == 0) {
-    if (const uint64_t free = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize; free < limit.bytes) {
+    if (const uint64_t free = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+        free < limit.bytes) {
       limit = {free, "free space of " + shm_dir.string()};
     }
   }

@@ -29,7 +29,8 @@ struct MemoryLimit {
 /// file system at shm_dir, where shards live as shared memory (a job's /dev/shm is often far
 /// smaller than its RAM), both shared by the holders on this node. No cap when shm_dir
 /// cannot be measured.
-MemoryLimit default_memory_limit(int holders_on_node, const std::filesystem::path& shm_dir = "/dev/shm");
+MemoryLimit default_memory_limit(int holders_on_node,
+                                 const std::filesystem::path& shm_dir = "/dev/shm");
 /// default_memory_limit(holders_on_node).bytes
 uint64_t default_mem_limit(int holders_on_node);
 

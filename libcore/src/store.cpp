@@ -47,12 +47,14 @@ struct EmbeddedDataset {
   Index index;
   ShardPlan plan;
   std::vector<ShardLayout> layouts;      // by rank
-  MpiWindow window;                      // transport mpi: this rank's shard, in one window with every rank's
-  std::unique_ptr<std::byte[]> memory;   // transport fabric: this rank's shard, registered with libfabric only
-  std::span<std::byte> region;           // this rank's shard, in whichever of the two holds it
+  // This rank's shard: for transport mpi in a window with every rank's, for fabric in plain
+  // memory registered with libfabric alone; region is it, in whichever holds it.
+  MpiWindow window;
+  std::unique_ptr<std::byte[]> memory;
+  std::span<std::byte> region;
   std::vector<const std::byte*> direct;  // by rank: the region when this process maps it, or null
 #if DDSTAGE_HAVE_FABRIC
-  std::optional<FabricRegistration> registration;  // after the memory: deregistered before it is freed
+  std::optional<FabricRegistration> registration;  // after memory: deregistered before it is freed
   std::vector<FabricRemote> remotes;               // by rank, for ranks read over libfabric
 #endif
 };
@@ -114,7 +116,8 @@ struct Store::State {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (options.transport != "fabric" || datasets.empty() || finalized) return;
-    if (MPI_Barrier(comm.get()) != MPI_SUCCESS) spdlog::warn("Store: MPI_Barrier before freeing the shards failed");
+    if (MPI_Barrier(comm.get()) != MPI_SUCCESS)
+      spdlog::warn("Store: MPI_Barrier before freeing the shards failed");
   }
 
   /// Collective: every rank's libfabric endpoint, agreed on, and every rank's address.
@@ -269,8 +272,8 @@ void Store::State::allocate(detail::EmbeddedDataset& ds, uint64_t bytes) const {
       ds.memory = std::make_unique_for_overwrite<std::byte[]>(bytes);
     } catch (const std::bad_alloc&) {
       throw Error(ErrorKind::runtime,
-                  fmt::format("cannot allocate {} bytes for rank {}'s shard of '{}' on {}", bytes, rank,
-                              ds.name, detail::host_name()),
+                  fmt::format("cannot allocate {} bytes for rank {}'s shard of '{}' on {}", bytes,
+                              rank, ds.name, detail::host_name()),
                   {.rank = rank});
     }
     ds.region = {ds.memory.get(), bytes};
@@ -354,7 +357,8 @@ void Store::load(const std::filesystem::path& index, const std::string& name, bo
   if (m->shared) {
     ds->direct = ds->window.shared_bases(m->size);
   } else {
-    ds->direct.assign(static_cast<std::size_t>(m->size), nullptr);  // others' rows by MPI_Get or libfabric
+    // Others' rows by MPI_Get or libfabric.
+    ds->direct.assign(static_cast<std::size_t>(m->size), nullptr);
     ds->direct[static_cast<std::size_t>(m->rank)] = ds->region.data();
   }
   m->register_fabric(*ds);
@@ -370,8 +374,10 @@ struct Store::Reader::State {
       : data(&data_),
         comm(store.comm.get()),
         self(store.rank),
-        map{&data->index, &data->plan, &data->layouts[static_cast<std::size_t>(self)], data->region},
-        rma(data->window.get(), data->direct),  // no window (fabric): only this rank's rows, by memcpy
+        map{&data->index, &data->plan, &data->layouts[static_cast<std::size_t>(self)],
+            data->region},
+        // No window (fabric): transfer() gives it only this rank's rows, copied.
+        rma(data->window.get(), data->direct),
         all_to_all(comm, store.options.max_round_bytes),
         gpu(store.options.settings.get_string("gpu.path")) {
     for (std::size_t r = 0; r < data->direct.size(); ++r) {

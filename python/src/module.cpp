@@ -68,7 +68,8 @@ using ClientReader = Guarded<Reader>;
 std::filesystem::path store_of(const Settings& settings) {
   std::string dir = settings.get_string("store");
   if (dir.empty()) {
-    throw UsageError("no store given: pass Client(store=DIR), or set DDSTAGE_STORE (the setting 'store')");
+    throw UsageError(
+        "no store given: pass Client(store=DIR), or set DDSTAGE_STORE (the setting 'store')");
   }
   return dir;
 }
@@ -100,7 +101,8 @@ void bind_client(py::module_& m) {
              const auto dir = store ? *store : store_of(resolved);
              return Client(dir, std::move(resolved));
            }),
-           py::arg("store") = py::none(), py::arg("settings") = std::map<std::string, std::string>{})
+           py::arg("store") = py::none(),
+           py::arg("settings") = std::map<std::string, std::string>{})
       .def("open", &Client::open, py::arg("name"));
 }
 

@@ -284,7 +284,8 @@ void run_fabric([[maybe_unused]] const fs::path& dir) {
 #if DDSTAGE_HAVE_FABRIC
   const auto index = Index::open(dir / "d.ddx");
   StoreOptions options{.direct_on_node = false, .transport = "fabric"};
-  options.settings = Settings::resolve({{"fabric.provider", "tcp"}, {"fabric.domain", "lo"}}, {}, std::nullopt, false);
+  options.settings = Settings::resolve({{"fabric.provider", "tcp"}, {"fabric.domain", "lo"}}, {},
+                                       std::nullopt, false);
   Store fabric = make_store(MPI_COMM_WORLD, options);
   fabric.load(dir / "d.ddx", "", /*verify=*/true);
   test_rma(fabric, index);
@@ -356,7 +357,8 @@ int main(int argc, char** argv) {
     return 77;
   }
   int provided = 0;
-  MPI_Init_thread(&argc, &argv, mode == "--fabric" ? MPI_THREAD_MULTIPLE : MPI_THREAD_SINGLE, &provided);
+  MPI_Init_thread(&argc, &argv, mode == "--fabric" ? MPI_THREAD_MULTIPLE : MPI_THREAD_SINGLE,
+                  &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &g_size);
   const fs::path dir = shared_dir();

@@ -57,7 +57,8 @@ void fill(const fs::path& file, uint64_t bytes) {
 
 }  // namespace
 
-TEST_CASE("the default memory limit is capped by the free space of a small /dev/shm", "[mem_limit]") {
+TEST_CASE("the default memory limit is capped by the free space of a small /dev/shm",
+          "[mem_limit]") {
   REQUIRE(mem_available() > 256 * MiB);  // so the 64 MiB tmpfs, not RAM, is the bound below
   SmallTmpfs shm(64 * MiB);
   if (shm.dir().empty()) return;  // warned: the cap is then untested here
@@ -76,7 +77,8 @@ TEST_CASE("the default memory limit is capped by the free space of a small /dev/
   CHECK(default_memory_limit(1, shm.dir()).bytes <= 24 * MiB);
 }
 
-TEST_CASE("without a measurable /dev/shm the default memory limit is 80% of MemAvailable", "[mem_limit]") {
+TEST_CASE("without a measurable /dev/shm the default memory limit is 80% of MemAvailable",
+          "[mem_limit]") {
   const MemoryLimit limit = default_memory_limit(2, "/nonexistent/ddstage-shm");
   CHECK(limit.source == "80% of MemAvailable, shared by 2 holders on this node");
   // MemAvailable moves between the two reads: within 5%.

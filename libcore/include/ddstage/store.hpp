@@ -79,11 +79,11 @@ class Store {
 
   /// Collective. Every rank opens the index, takes its contiguous byte-balanced share
   /// (ShardPlan::balance over the communicator's size), allocates it (in an MPI window for
-  /// transport mpi, plain memory for fabric) and fills it from origin (with verify, checking every entry's checksum). A shard that would
-  /// pass a rank's mem_limit is a UsageError naming rank, host, bytes needed and free, raised
-  /// before any rank allocates. If any rank fails, every rank throws the first failing rank's
-  /// error and nothing of the dataset remains.
-  /// name defaults to the index's dataset name; a name already loaded is a UsageError.
+  /// transport mpi, plain memory for fabric) and fills it from origin (with verify, checking every
+  /// entry's checksum). A shard that would pass a rank's mem_limit is a UsageError naming rank,
+  /// host, bytes needed and free, raised before any rank allocates. If any rank fails, every rank
+  /// throws the first failing rank's error and nothing of the dataset remains. name defaults to the
+  /// index's dataset name; a name already loaded is a UsageError.
   void load(const std::filesystem::path& index, const std::string& name = "", bool verify = false);
   /// A loaded dataset's index; UsageError listing the loaded names when there is none.
   const Index& index(const std::string& name) const;
