@@ -238,6 +238,7 @@ class Cluster:
         atexit.register(self.close)
         try:
             self._remove_leftovers()
+            self._refuse_taken_subnet()
             self._build_network()
             self._start_rsh_server()
             for node in self.nodes:
@@ -279,6 +280,13 @@ class Cluster:
         for d in Path("/etc/netns").glob(f"{self.prefix}*"):
             if re.fullmatch(rf"{self.prefix}\d+", d.name):
                 shutil.rmtree(d, ignore_errors=True)
+
+    def _refuse_taken_subnet(self):
+        """Two clusters on one subnet (another prefix) would route each other's packets."""
+        taken = [line.split()[1] for line in _sh("ip", "-o", "-4", "addr", "show").stdout.splitlines()
+                 if f" {self.subnet}." in line]
+        if taken:
+            raise RuntimeError(f"subnet {self.subnet}.0/24 is already in use on {', '.join(taken)} (another cluster?)")
 
     def _hosts(self):
         lines = ["127.0.0.1 localhost", f"{self.bridge_address} {self.prefix}-head {socket.gethostname()}"]
