@@ -236,6 +236,12 @@ class Cluster:
         self._take_lock()
         self._closed = False
         atexit.register(self.close)
+        # SIGTERM (a CI job cancelled) would end the process without atexit: make it an interrupt,
+        # which unwinds (and stops pytest) like ^C. SIGKILL cannot be caught: the nodes die with
+        # us, and the next start removes the namespaces and links.
+        if threading.current_thread() is threading.main_thread() and \
+                signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, signal.default_int_handler)
         try:
             self._remove_leftovers()
             self._refuse_taken_subnet()

@@ -48,7 +48,8 @@ def clean_settings():
     """No DDSTAGE_* variable or config file of the person running the tests leaks into a node."""
     saved = dict(os.environ)
     for key in list(os.environ):
-        if key.startswith("DDSTAGE_") and key not in ("DDSTAGE_BIN", "DDSTAGE_GEN", "DDSTAGE_MULTINODE_DIR"):
+        if key.startswith("DDSTAGE_") and key not in ("DDSTAGE_BIN", "DDSTAGE_GEN") and \
+                not key.startswith("DDSTAGE_MULTINODE_"):
             del os.environ[key]
     home = Path(os.environ.get("DDSTAGE_MULTINODE_DIR", "/var/tmp/ddstage-multinode")) / "home"
     home.mkdir(parents=True, exist_ok=True)
