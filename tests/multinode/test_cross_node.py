@@ -1,9 +1,13 @@
 """Reads across simulated nodes: a 3-rank store, one rank per node (mn1..mn3), started by
 mpiexec on mn1; readers on mn1 (a node with a rank: its own shard through shared memory, the
-others over libfabric) and on mn4 (no rank: everything over libfabric). Every read is compared
-byte for byte with the same ids read straight from origin."""
+others over libfabric) and on mn4 (no rank: everything over libfabric). CLI and Python reads
+are compared byte for byte with the same ids read straight from origin; the C++ app
+(examples/reader-app, as ctest's install.reader_app builds it against the installed package)
+checks every row against the index's checksums."""
 import json
+import os
 import socket
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -97,3 +101,20 @@ def test_python_reads_equal_origin(cluster, store, datasets, work, transport, re
     expected = (origin_bytes(datasets["rows"], spec, "x") + origin_bytes(datasets["rows"], spec, "y") +
                 origin_bytes(datasets["files"], ",".join(str(i % 400) for i in ids)))
     assert out.read_bytes() == expected
+
+
+READER_APP = Path(os.environ.get("DDSTAGE_READER_APP", "/nonexistent"))
+
+
+@pytest.mark.parametrize("reader", [0, 3], ids=["node-with-rank", "node-without-rank"])
+def test_cpp_app_reads_verified_rows(cluster, store, reader):
+    """A C++ app linking the installed libcore (no MPI in the client) reads random batches
+    from every rank, each row checked against its checksum."""
+    if not READER_APP.is_file():
+        pytest.skip(f"no {READER_APP}: ctest's install.reader_app builds it (run it first)")
+    node = cluster.nodes[reader]
+    for dataset, field, rows in (("rows", "x", 64 * 10), ("files", None, 64 * 10)):
+        argv = [READER_APP, "--store", store.dir, "--dataset", dataset, "--batch", 64, "--batches", 10,
+                "--seed", reader + 1] + (["--field", field] if field else [])
+        out = node.run(argv).stdout
+        assert out.startswith(f"read {rows} rows, ") and "verified" in out, out

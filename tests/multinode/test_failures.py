@@ -26,10 +26,10 @@ RANKS = 3
 READ_TIMEOUT_S = CONTROL_TIMEOUT_S = 3
 SLACK_S = 20  # a generous bound on 2 loaded cores: these are hang checks, not speed checks
 
-needs_lifecycle = pytest.mark.skipif(
-    not (has_command("clean") and has_command("wait")),
-    reason="needs issue 12's store life cycle (ranks ending on peer loss, `ddstage clean`, `ddstage wait`, "
-           "honest `stop`): not in this build")
+LIFECYCLE_MISSING = ("needs issue 12's store life cycle (ranks ending on peer loss, `ddstage clean`, `ddstage wait`, "
+                     "honest `stop`): not in this build")
+LIFECYCLE = has_command("clean") and has_command("wait")
+needs_lifecycle = pytest.mark.skipif(not LIFECYCLE, reason=LIFECYCLE_MISSING)
 
 # Reads rank 2's shard in a loop through one client until a batch fails; says "reading" once a
 # batch came back, and the failure's message last.
@@ -102,17 +102,6 @@ def assert_read_fails_naming(reader, lost_at, rank, host):
     assert elapsed < READ_TIMEOUT_S + SLACK_S, elapsed
 
 
-@pytest.mark.parametrize("how", ["crash", "cut"])
-def test_read_fails_naming_rank_and_host(cluster, store, datasets, how):
-    """A reader on mn4 streaming rank 2's shard: mn3 lost, its batch in flight fails within
-    read_timeout with an error naming rank 2 and mn3 (never a hang)."""
-    load(cluster, store, datasets)
-    reader = start_read_loop(cluster, store)
-    lost_at = time.monotonic()
-    lose(cluster.nodes[2], how)
-    assert_read_fails_naming(reader, lost_at, 2, cluster.nodes[2].name)
-
-
 def assert_nothing_left(cluster, store, lost, how):
     """No ddstage process on any node that is up, mpiexec ended; then, with crashed nodes
     rebooted and the network healed, `ddstage clean --store DIR` on every node leaves no
@@ -134,15 +123,19 @@ def assert_nothing_left(cluster, store, lost, how):
     assert not (store.dir / "store.yaml").exists()
 
 
-@needs_lifecycle
 @pytest.mark.parametrize("how", ["crash", "cut"])
 def test_node_lost_during_reads(cluster, store, datasets, how):
+    """A reader on mn4 streaming rank 2's shard: mn3 lost, the batch in flight fails within
+    read_timeout with an error naming rank 2 and mn3 (never a hang, never a crash). The read
+    part runs on any build; what must be left afterwards needs the life cycle."""
     load(cluster, store, datasets)
     reader = start_read_loop(cluster, store)
     lost = cluster.nodes[2]
     lost_at = time.monotonic()
     lose(lost, how)
     assert_read_fails_naming(reader, lost_at, 2, lost.name)
+    if not LIFECYCLE:
+        pytest.skip("the read failed as it should; the rest " + LIFECYCLE_MISSING)
     assert_nothing_left(cluster, store, lost, how)
 
 
