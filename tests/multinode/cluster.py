@@ -157,7 +157,8 @@ class Node:
         """argv run inside every namespace of the node; the command is killed (SIGKILL) when the
         nsenter that runs it dies, so a timeout or kill() from the harness reaches it."""
         if not self.up:
-            raise RuntimeError(f"node {self.name} is down")
+            why = f"its init (pid {self.init_pid}) is gone" if self.init_pid else "crashed, not booted again"
+            raise RuntimeError(f"node {self.name} is down: {why}")
         return ["nsenter", "-t", str(self.init_pid), "-n", "-u", "-i", "-m", "-p",
                 f"--wd={cwd or self.cluster.work_dir}", "--", "setpriv", "--pdeathsig", "KILL", "--",
                 *map(str, argv)]

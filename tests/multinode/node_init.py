@@ -15,6 +15,9 @@ socket.sethostname(name)
 for mount_point in ("/dev/shm", "/tmp"):
     subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=1777", f"{name}-tmpfs", mount_point], check=True)
 
+# The kernel spares a namespace's PID 1 every signal it has no handler for: Python's SIGINT
+# handler would let a stray ^C-like signal from inside the node take the whole node down.
+signal.signal(signal.SIGINT, signal.SIG_DFL)
 # SIGCHLD stays blocked so that no exit can slip between a reap and the wait for the next one.
 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGCHLD})
 print("ready", flush=True)
