@@ -23,7 +23,10 @@ from conftest import BIN, PEER_TIMEOUT_S, SETTINGS_ENV, ServedStore, has_command
 
 NODES = 4
 RANKS = 3
-READ_TIMEOUT_S = CONTROL_TIMEOUT_S = 3
+CONTROL_TIMEOUT_S = 3
+# The reader's read_timeout is shorter than peer_timeout: its batch must time out (naming the
+# rank) while the store still stands, not find the store already ended by its ranks.
+READ_TIMEOUT_S = 1
 SLACK_S = 20  # a generous bound on 2 loaded cores: these are hang checks, not speed checks
 
 LIFECYCLE_MISSING = ("needs issue 12's store life cycle (ranks ending on peer loss, `ddstage clean`, `ddstage wait`, "
@@ -88,7 +91,7 @@ def lose(node, how):
 def start_read_loop(cluster, store):
     first, last = shard_of(store, cluster, 2)
     reader = cluster.nodes[3].popen(["/usr/bin/python3", "-c", READ_LOOP, store.dir, first, last],
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                    env={"DDSTAGE_READ_TIMEOUT": f"{READ_TIMEOUT_S}s"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert reader.stdout.readline().strip() == "reading", reader.communicate(timeout=30)
     return reader
 
