@@ -132,21 +132,19 @@ class ServedStore:
         return self.log_path.read_text()
 
     def wait_ready(self, timeout=START_TIMEOUT_S):
-        """Until the store answers: `ddstage wait` where it exists; else store.yaml and a
-        successful `status` (what `wait` replaces)."""
+        """Until the store answers: `ddstage wait` where this build has it, else a successful
+        `status` (what `wait` replaces), in short rounds so that a serve that failed is reported
+        at once with its output."""
         node = self.cluster.nodes[0]
-        if has_command("wait"):
-            proc = node.run([BIN, "wait", "--store", self.dir, "--timeout", f"{timeout}s"], check=False,
-                            timeout=timeout + 30)
-            assert proc.returncode == 0, f"wait: {proc.stderr}\n{self.output()}"
-            return
+        probe = [BIN, "wait", "--store", self.dir, "--timeout", "2s"] if has_command("wait") else \
+            [BIN, "status", "--store", self.dir]
         deadline = time.monotonic() + timeout
         while True:
             assert self.proc.poll() is None, f"serve exited {self.proc.returncode}:\n{self.output()}"
-            if (self.dir / "store.yaml").exists() and node.run([BIN, "status", "--store", self.dir],
-                                                                 check=False).returncode == 0:
+            answered = node.run(probe, check=False, timeout=60)
+            if answered.returncode == 0:
                 return
-            assert time.monotonic() < deadline, "the store did not come up in time:\n" + self.output()
+            assert time.monotonic() < deadline, f"no live store in {timeout} s: {answered.stderr}\n{self.output()}"
             time.sleep(0.2)
 
     def hosts(self):
