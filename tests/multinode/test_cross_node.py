@@ -118,3 +118,33 @@ def test_cpp_app_reads_verified_rows(cluster, store, reader):
                 "--seed", reader + 1] + (["--field", field] if field else [])
         out = node.run(argv).stdout
         assert out.startswith(f"read {rows} rows, ") and "verified" in out, out
+
+
+EMBEDDED = """
+import sys
+import ddstage
+from mpi4py import MPI
+comm = MPI.COMM_WORLD
+ddx, spec, out = sys.argv[1], sys.argv[2], sys.argv[3]
+ids = [int(i) for i in spec.split(",")]
+with ddstage.Store(comm, transport="fabric") as store:
+    store.load(ddx)
+    rows = store.dataset("rows").get_batch("x", ids, verify=True)
+    with open(f"{out}.{comm.rank}", "wb") as f:
+        f.write(rows.tobytes())
+print("embedded OK", flush=True)
+"""
+
+
+@pytest.mark.needs_issue12
+def test_embedded_store_with_fabric_across_nodes(cluster, datasets, work):
+    """ddstage.Store inside an MPI job of one rank per node, transport fabric (TCP-only
+    nodes: no MPI window): every rank's reads from every other rank equal origin."""
+    spec = ",".join(str(i) for i in np.random.default_rng(7).integers(0, 2000, 200))
+    out = work / "embedded"
+    argv = cluster.mpiexec(RANKS, ["/usr/bin/python3", "-c", EMBEDDED, datasets["rows"], spec, out])
+    proc = cluster.nodes[0].run(argv, check=False, timeout=180)
+    assert proc.returncode == 0 and proc.stdout.count("embedded OK") == RANKS, proc.stdout + proc.stderr
+    expected = origin_bytes(datasets["rows"], spec, "x")
+    for rank in range(RANKS):
+        assert Path(f"{out}.{rank}").read_bytes() == expected, rank
