@@ -56,8 +56,7 @@ def clean_settings():
         if key.startswith("DDSTAGE_") and key not in ("DDSTAGE_BIN", "DDSTAGE_GEN") and \
                 not key.startswith("DDSTAGE_MULTINODE_"):
             del os.environ[key]
-    home = Path(os.environ.get("DDSTAGE_MULTINODE_DIR", "/var/tmp/ddstage-multinode")) / "home"
-    home.mkdir(parents=True, exist_ok=True)
+    home = Path(os.environ.get("DDSTAGE_MULTINODE_DIR", "/var/tmp/ddstage-multinode")) / "home"  # never created
     os.environ.update({"HOME": str(home), "XDG_CONFIG_HOME": str(home / "xdg"), **SETTINGS_ENV})
     yield
     os.environ.clear()
