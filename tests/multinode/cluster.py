@@ -221,7 +221,6 @@ class Cluster:
         self._lock = None
         self._listener = None
         self._closed = True
-        self._n = n
 
     # ---- set-up and tear-down -----------------------------------------------------------------
 
