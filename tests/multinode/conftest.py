@@ -23,7 +23,7 @@ GEN = os.environ.get("DDSTAGE_GEN", "ddstage-gen")
 PEER_TIMEOUT_S = 3
 SETTINGS_ENV = {"DDSTAGE_PEER_TIMEOUT": f"{PEER_TIMEOUT_S}s", "DDSTAGE_CONTROL_TIMEOUT": "3s",
                 "DDSTAGE_READ_TIMEOUT": "3s"}
-START_TIMEOUT_S = 60
+START_TIMEOUT_S = 120  # a hang bound: the tier may share 2 cores with other jobs
 
 
 # ---- exit code 77 when nothing ran ----------------------------------------------------------
