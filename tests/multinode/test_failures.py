@@ -28,6 +28,7 @@ CONTROL_TIMEOUT_S = 3
 # rank) while the store still stands, not find the store already ended by its ranks.
 READ_TIMEOUT_S = 1
 SLACK_S = 20  # a generous bound on 2 loaded cores: these are hang checks, not speed checks
+START_REFUSAL_S = 40
 
 LIFECYCLE_MISSING = ("needs issue 12's store life cycle (ranks ending on peer loss, `ddstage clean`, `ddstage wait`, "
                      "honest `stop`): not in this build")
@@ -201,3 +202,26 @@ def test_settings_reach_every_node(cluster):
                  if line.strip()}
         for key, value in SETTINGS_ENV.items():
             assert table[key.lower().removeprefix("ddstage_")] == [value, "env"], (node.name, key)
+
+
+@pytest.mark.needs_issue12
+@pytest.mark.parametrize("args, env, words", [
+    (["--listen", "127.0.0.1"], {}, ["loopback", "--listen"]),
+    ([], {"FI_TCP_IFACE": "lo"}, ["loopback", "FI_TCP_IFACE"]),
+], ids=["control-on-loopback", "fabric-on-loopback"])
+def test_loopback_address_across_nodes_is_refused(cluster, work, nodes_fresh, args, env, words):
+    """Ranks on 3 nodes publishing a loopback address (rank 0's control, or libfabric's with
+    FI_TCP_IFACE=lo) would fail every cross-node request later: serve refuses at start with
+    one error naming the setting to change, and leaves nothing behind."""
+    directory = work / f"store-loopback-{'-'.join(env) or 'listen'}"
+    directory.mkdir(mode=0o700)
+    argv = cluster.mpiexec(RANKS, [BIN, "serve", "--store", directory, *args], env={**SETTINGS_ENV, **env})
+    proc = cluster.nodes[0].run(argv, check=False, timeout=START_REFUSAL_S)
+    # Every rank may say it; mpiexec forwards each copy.
+    errors = {line for line in (proc.stdout + proc.stderr).splitlines() if line.startswith("ddstage: error:")}
+    assert proc.returncode != 0 and len(errors) == 1, proc.stdout + proc.stderr
+    error = errors.pop()
+    assert all(w in error for w in words), error
+    assert wait_no_ddstage(cluster.nodes, SLACK_S) == {}
+    assert {n.name: store_files(n) for n in cluster.nodes} == {n.name: [] for n in cluster.nodes}
+    assert not (directory / "store.yaml").exists()
