@@ -23,13 +23,15 @@ store = os.environ["DDSTAGE_STORE"]
 ids = f"{task * 50}-{task * 50 + 49}"
 
 
-def read(*args):
+def read(*args, env=None):
     return subprocess.run(["ddstage", "read", *args, "--ids", ids], check=True, capture_output=True,
-                          timeout=60).stdout
+                          timeout=60, env=env).stdout
 
 
-from_store = read("--store", store, "--dataset", "train", "--verify")
-if from_store != read(ddx):
+# The store as a training job finds it: no --store, only $DDSTAGE_STORE from slurm-job.sh.
+from_store = read("--dataset", "train", "--verify")
+origin_env = {k: v for k, v in os.environ.items() if k != "DDSTAGE_STORE"}
+if from_store != read(ddx, env=origin_env):
     sys.exit(f"task {task}: samples {ids} from the store differ from origin")
 with open(os.path.join(store, "store.yaml")) as f:
     rank_hosts = [r["host"] for r in yaml.safe_load(f)["ranks"]]

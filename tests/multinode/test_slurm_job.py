@@ -65,6 +65,7 @@ class Jobs:
         local([GEN, "npy", work / "train.npy", "--samples", "1000"])
         local([BIN, "flatten", work / "train.npy", "-o", self.ddx])
         self.env = {"PATH": f"{Path(BIN).resolve().parent}:{os.environ['PATH']}", "SCRATCH": str(self.scratch)}
+        self.submitted = []
 
     def nodes(self, names):
         return [self.slurm.cluster.node(n) for n in names]
@@ -73,10 +74,20 @@ class Jobs:
         """slurm-job.sh on `nodes` (names) with TASKS_PER_NODE tasks each; training is
         slurm_train_check.py ACTION, or the script's own test batch when action is None."""
         training = ["--", "/usr/bin/python3", TRAIN, self.ddx, self.markers, action] if action else []
-        return self.slurm.sbatch(["-N", str(len(nodes)), "-w", ",".join(nodes),
+        job_id = self.slurm.sbatch(["-N", str(len(nodes)), "-w", ",".join(nodes),
                                   f"--ntasks-per-node={TASKS_PER_NODE}", "-D", self.work,
                                   "-o", self.work / "job-%j.out", *sbatch, SCRIPT, self.ddx, *training],
                                  env=self.env)
+        self.submitted.append(job_id)
+        return job_id
+
+    def cancel_running(self, job_ids):
+        """Ends what a failed case left running, so the next case starts on idle nodes."""
+        running = [j for j in job_ids if self.slurm.job(j).get("JobState") not in ENDED]
+        if running:
+            self.slurm.run(["scancel", *map(str, running)])
+            for job_id in running:
+                self.wait(job_id, "ended")
 
     def output(self, job_id):
         path = self.work / f"job-{job_id}.out"
@@ -118,6 +129,13 @@ def jobs(slurm, work):
     return Jobs(slurm, work)
 
 
+@pytest.fixture(autouse=True)
+def no_job_outlives_its_case(jobs, time_limited):
+    before = len(jobs.submitted)
+    yield
+    jobs.cancel_running([j for j in jobs.submitted[before:] if j not in time_limited.values()])
+
+
 @pytest.fixture(scope="module")
 def time_limited(jobs):
     """The two jobs that run out of time (on sl3, and on sl3 and sl4): submitted with the first
@@ -126,7 +144,6 @@ def time_limited(jobs):
             2: jobs.submit(["sl3", "sl4"], "sleep", sbatch=["--time=1"])}
 
 
-pytestmark = pytest.mark.usefixtures("time_limited")
 NODE_SETS = pytest.mark.parametrize("names", [["sl1"], ["sl1", "sl2"]], ids=["1node", "2nodes"])
 
 
