@@ -85,7 +85,9 @@ serve_pid='' train_pid=''
 # (which frees its memory) is what remains; the local clean still runs here.
 finish() {
   local status=$?
-  trap '' TERM INT
+  # A second signal must not cut the epilogue short; `:` rather than '' so that the commands
+  # below keep the default actions (an ignored signal is inherited).
+  trap : TERM INT
   set +e
   [[ -n $train_pid ]] && kill "$train_pid" 2>/dev/null
   if [[ -n $serve_pid ]]; then
@@ -112,7 +114,6 @@ for dir in "${earlier[@]}"; do
   rmdir "$dir" 2>/dev/null || echo "slurm-job.sh: $dir kept: its store.yaml names a store not proven gone" >&2
 done
 
-mkdir -p "$store"
 if ((nodes > 1)); then
   srun --overlap -N 1 -n 1 ddstage info --fabric
 fi
@@ -135,7 +136,7 @@ if (($# == 0)); then
   ids=0-$(((samples < 128 ? samples : 128) - 1))
   # shellcheck disable=SC2016  # expanded by each task's shell
   set -- bash -c 'set -o pipefail
-    bytes=$(ddstage read --store "$DDSTAGE_STORE" --dataset train --ids "$1" --field "$2" --verify | wc -c) &&
+    bytes=$(ddstage read --dataset train --ids "$1" --field "$2" --verify | wc -c) &&
       echo "task $SLURM_PROCID on $(hostname): samples $1 of $2 read and verified ($bytes bytes)"' \
     test-batch "$ids" "$field"
 fi
