@@ -16,6 +16,7 @@ them, visibly."""
 import json
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -204,16 +205,8 @@ def test_settings_reach_every_node(cluster):
             assert table[key.lower().removeprefix("ddstage_")] == [value, "env"], (node.name, key)
 
 
-@pytest.mark.needs_issue12
-@pytest.mark.parametrize("args, env, words", [
-    (["--listen", "127.0.0.1"], {}, ["loopback", "--listen"]),
-    ([], {"FI_TCP_IFACE": "lo"}, ["loopback", "FI_TCP_IFACE"]),
-], ids=["control-on-loopback", "fabric-on-loopback"])
-def test_loopback_address_across_nodes_is_refused(cluster, work, nodes_fresh, args, env, words):
-    """Ranks on 3 nodes publishing a loopback address (rank 0's control, or libfabric's with
-    FI_TCP_IFACE=lo) would fail every cross-node request later: serve refuses at start with
-    one error naming the setting to change, and leaves nothing behind."""
-    directory = work / f"store-loopback-{'-'.join(env) or 'listen'}"
+def assert_serve_refused(cluster, directory, args, env, words):
+    """serve on 3 nodes exits at start with one error naming words, and leaves nothing behind."""
     directory.mkdir(mode=0o700)
     argv = cluster.mpiexec(RANKS, [BIN, "serve", "--store", directory, *args], env={**SETTINGS_ENV, **env})
     proc = cluster.nodes[0].run(argv, check=False, timeout=START_REFUSAL_S)
@@ -225,3 +218,33 @@ def test_loopback_address_across_nodes_is_refused(cluster, work, nodes_fresh, ar
     assert wait_no_ddstage(cluster.nodes, SLACK_S) == {}
     assert {n.name: store_files(n) for n in cluster.nodes} == {n.name: [] for n in cluster.nodes}
     assert not (directory / "store.yaml").exists()
+
+
+@pytest.mark.needs_issue12
+@pytest.mark.parametrize("args, env, words", [
+    (["--listen", "127.0.0.1"], {}, ["loopback", "--listen"]),
+    ([], {"FI_TCP_IFACE": "lo"}, ["loopback", "FI_TCP_IFACE"]),
+], ids=["control-on-loopback", "fabric-on-loopback"])
+def test_loopback_address_across_nodes_is_refused(cluster, work, nodes_fresh, args, env, words):
+    """Ranks on 3 nodes publishing a loopback address (rank 0's control, or libfabric's with
+    FI_TCP_IFACE=lo) would fail every cross-node request later: serve refuses at start with
+    one error naming the setting to change."""
+    assert_serve_refused(cluster, work / f"store-loopback-{'-'.join(env) or 'listen'}", args, env, words)
+
+
+@pytest.mark.needs_issue12
+def test_host_name_on_debian_loopback_line_is_refused(cluster, work, nodes_fresh):
+    """mn1's own name on Debian's default '127.0.1.1 HOST' line: the default control address
+    (the host name) would be loopback, and a stop from another node would believe the store
+    gone. serve refuses at start, naming --listen."""
+    hosts = Path("/etc/netns") / cluster.nodes[0].name / "hosts"
+    original = hosts.read_text()
+    try:
+        # Rewritten in place: the node sees this file through a bind mount of its inode.
+        with open(hosts, "r+") as f:
+            f.write(f"127.0.1.1 {cluster.nodes[0].name}\n" + original)
+        assert_serve_refused(cluster, work / "store-debian-hosts", [], {}, ["loopback", "--listen"])
+    finally:
+        with open(hosts, "r+") as f:
+            f.truncate(0)
+            f.write(original)
