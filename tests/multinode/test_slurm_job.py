@@ -194,6 +194,27 @@ def test_scancel_during_training(jobs, names):
     jobs.assert_clean(job_id, names)
 
 
+def start_requeued(jobs, job_id):
+    """`scontrol requeue`, and the requeued job started at once: slurmctld holds a requeued job
+    back for two minutes, which a test need not wait."""
+    jobs.slurm.run(["scontrol", "requeue", str(job_id)])
+    jobs.wait(job_id, ["PENDING"])
+    jobs.slurm.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"])
+
+
+@NODE_SETS
+def test_requeue_during_training(jobs, names):
+    """Slurm ends the running job (SIGTERM to the batch shell and every step), then runs it again
+    from the start: the second run gets a store of its own and completes."""
+    job_id = jobs.submit(names, "sleep-first-run")
+    jobs.wait_training(job_id, TASKS_PER_NODE * len(names))
+    start_requeued(jobs, job_id)
+    job = assert_ended(jobs, job_id, "COMPLETED", 0)
+    assert job["Restarts"] == "1", job
+    assert len(jobs.markers_of(job_id, run=1)) == TASKS_PER_NODE * len(names), jobs.output(job_id)
+    jobs.assert_clean(job_id, names)
+
+
 @NODE_SETS
 def test_requeue_after_a_hard_kill(jobs, names):
     """The first run dies without its epilogue (the batch shell and every store rank SIGKILLed,
@@ -211,9 +232,7 @@ def test_requeue_after_a_hard_kill(jobs, names):
     assert (first_store / "store.yaml").exists()
     assert all(store_files(node) for node in jobs.nodes(names)), "the killed ranks left no segment to find"
 
-    jobs.slurm.run(["scontrol", "requeue", str(job_id)])
-    # slurmctld holds a requeued job back for two minutes; a test need not wait.
-    jobs.slurm.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"])
+    start_requeued(jobs, job_id)
     job = assert_ended(jobs, job_id, "COMPLETED", 0)
     assert job["Restarts"] == "1", job
     assert len(jobs.markers_of(job_id, run=1)) == TASKS_PER_NODE * len(names), jobs.output(job_id)
