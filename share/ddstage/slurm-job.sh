@@ -13,9 +13,9 @@
 #      sets its own layout rather than inheriting the job's), then `ddstage wait` until every
 #      rank answers, and `ddstage load DATASET.ddx --name train --verify`.
 #   3. The training command (everything after the index, an optional `--` first) as one step
-#      with the job's own task layout: every task finds the store in $DDSTAGE_STORE, which
-#      every ddstage command and libcore's Settings read when --store is absent. Without a
-#      command, every task reads a verified test batch and prints one line saying so.
+#      with the job's own task layout: every task finds the store directory in $DDSTAGE_STORE
+#      (ddstage commands use it when --store is absent; an app passes it to its Client).
+#      Without a command, every task reads a verified test batch and prints a line saying so.
 #   4. On every way out (training ends or fails, scancel, time limit, requeue: Slurm sends the
 #      batch shell SIGTERM, then SIGKILL after KillWait): `ddstage stop`, `ddstage clean --store`
 #      on every node, and the store directory is removed.
