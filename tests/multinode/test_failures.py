@@ -93,7 +93,8 @@ def lose(node, how):
 def start_read_loop(cluster, store):
     first, last = shard_of(store, cluster, 2)
     reader = cluster.nodes[3].popen(["/usr/bin/python3", "-c", READ_LOOP, store.dir, first, last],
-                                    env={"DDSTAGE_READ_TIMEOUT": f"{READ_TIMEOUT_S}s"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                    env={"DDSTAGE_READ_TIMEOUT": f"{READ_TIMEOUT_S}s"}, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
     assert reader.stdout.readline().strip() == "reading", reader.communicate(timeout=30)
     return reader
 
@@ -199,8 +200,8 @@ def test_node_lost_during_stop(cluster, store, datasets, how):
 def test_settings_reach_every_node(cluster):
     """The short timeouts these cases depend on are what ddstage on each node uses."""
     for node in cluster.nodes:
-        table = {line.split()[0]: line.split()[1:3] for line in node.run([BIN, "info", "--settings"]).stdout.splitlines()
-                 if line.strip()}
+        listing = node.run([BIN, "info", "--settings"]).stdout
+        table = {line.split()[0]: line.split()[1:3] for line in listing.splitlines() if line.strip()}
         for key, value in SETTINGS_ENV.items():
             assert table[key.lower().removeprefix("ddstage_")] == [value, "env"], (node.name, key)
 
