@@ -144,6 +144,9 @@ def time_limited(jobs):
             2: jobs.submit(["sl3", "sl4"], "sleep", sbatch=["--time=1"])}
 
 
+# Every case runs `ddstage wait`, `ddstage clean` and reads through $DDSTAGE_STORE (the control
+# branch of issue 12).
+pytestmark = pytest.mark.needs_issue12
 NODE_SETS = pytest.mark.parametrize("names", [["sl1"], ["sl1", "sl2"]], ids=["1node", "2nodes"])
 
 
