@@ -33,7 +33,7 @@ void Heartbeat::run(const std::stop_token& stop) {
   auto answered = Clock::now();
   std::mutex sleep_mutex;
   std::unique_lock sleep_lock(sleep_mutex);
-  do {
+  for (;;) {
     try {
       // A stopped or cut-off rank 0 may accept the connection and never answer: bounded wait.
       const auto reply = control_request(m_control, m_token, beat, std::min(m_timeout, 2 * interval));
@@ -46,7 +46,9 @@ void Heartbeat::run(const std::stop_token& stop) {
       m_on_lost(std::chrono::duration_cast<milliseconds>(silence));
       return;
     }
-  } while (!m_wake.wait_for(sleep_lock, stop, interval, [] { return false; }));
+    m_wake.wait_for(sleep_lock, stop, interval, [] { return false; });
+    if (stop.stop_requested()) return;
+  }
 }
 
 }  // namespace ddstage::detail

@@ -57,7 +57,9 @@ void PeerWatch::run(const std::stop_token& stop) {
   const auto check_every = heartbeat_interval(m_timeout) / 2;
   std::mutex sleep_mutex;
   std::unique_lock sleep_lock(sleep_mutex);
-  while (!m_wake.wait_for(sleep_lock, stop, check_every, [] { return false; })) {
+  for (;;) {
+    m_wake.wait_for(sleep_lock, stop, check_every, [] { return false; });
+    if (stop.stop_requested()) return;
     const auto now = Clock::now();
     int lost = -1;
     Clock::duration silence{};

@@ -115,7 +115,8 @@ void RankExit::leave(int code) noexcept {
   spdlog::default_logger()->flush();
   // mpiexec SIGKILLs the job's other ranks as soon as one ends (OpenMPI's wait between SIGTERM
   // and SIGKILL is cut short by the first SIGCHLD): a moment's grace lets the ranks that got
-  // the same SIGTERM finish freeing their memory.
+  // the same SIGTERM finish freeing their memory. The mutex stays held: the main thread can
+  // neither track a new segment nor publish a descriptor meanwhile.
   std::this_thread::sleep_for(exit_grace);
   ::_exit(code);
 }

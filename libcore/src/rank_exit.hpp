@@ -43,6 +43,14 @@ class RankExit {
   void claim(const std::string& store_id, int rank, std::filesystem::path descriptor);
   Tracked track(std::string name) { return Tracked(*this, std::move(name)); }
 
+  /// Runs `write` (rank 0 publishing store.yaml) unless the rank is on its way out, so that a
+  /// descriptor removed by leave() is not written again while the process ends.
+  template <class F>
+  void unless_leaving(F&& write) {
+    std::lock_guard lock(m_mutex);
+    if (!m_leaving.test()) write();
+  }
+
   /// Unlinks every tracked segment, this process's libfabric shm queues ("/dev/shm/PID:*")
   /// and its lock file, and (rank 0) store.yaml if it still names this store; removes what this
   /// store's ranks that died on this node left (see remove_dead_ranks_files); then _exit(code).

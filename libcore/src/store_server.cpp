@@ -425,8 +425,15 @@ Message ServerRank::stop() {
 
 Message ServerRank::stop_request() {
   m_peers->stop();
-  // Three heartbeats missed: a collective would wait on that rank until the watchdog fired.
-  const auto silent = m_peers->silent_for(3 * detail::heartbeat_interval(m_peer_timeout));
+  // Three heartbeats missed: a collective would wait on that rank until the watchdog fired. A
+  // rank that was only paused (SIGSTOP, a swapping node) beats again as soon as it runs: it
+  // gets one more interval.
+  const auto interval = detail::heartbeat_interval(m_peer_timeout);
+  auto silent = m_peers->silent_for(3 * interval);
+  for (const auto until = std::chrono::steady_clock::now() + interval;
+       !silent.empty() && std::chrono::steady_clock::now() < until; silent = m_peers->silent_for(3 * interval)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
   if (silent.empty()) {
     Message command;
     command["op"] = "stop";
@@ -481,7 +488,9 @@ Message ServerRank::execute(const Message& command) {
   return op == "status" && is_root() ? status_reply() : reply;
 }
 
-void ServerRank::publish() { m_descriptor.write(m_options.dir); }
+void ServerRank::publish() {
+  m_exit.unless_leaving([this] { m_descriptor.write(m_options.dir); });
+}
 
 /// Rank 0's checks before serving: no live store in DIR, the control socket binds.
 std::string ServerRank::start_rank0() {
