@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstring>
 #include <condition_variable>
-#include <csignal>
 #include <ctime>
 #include <fstream>
 #include <sstream>
@@ -192,7 +191,15 @@ class ServerRank {
   /// True when `failure` is empty on every rank; otherwise rank 0's reply gets the first failing
   /// rank's message (see encode_failure).
   bool agree(const std::string& failure, Message& reply);
+  /// Collective: rank 0's checks and control socket, then every rank's lock; what rank 0 told
+  /// every rank (store id, control address, token).
+  Message start();
   std::string start_rank0();
+  /// Collective: the fabric endpoint when wanted, refused when it or the control address is
+  /// loopback while `hosts` (one line per rank) span several hosts; start_fabric's text.
+  std::string start_transports(const std::string& hosts);
+  /// Rank 0: the ranks' lines ("HOST PID MEMORY_LIMIT PROVIDER ADDRESS") into m_descriptor.
+  void describe(const std::vector<std::string>& infos);
   /// Collective: opens this rank's fabric endpoint when options and hosts ask for one; the
   /// provider and address (hex) to publish, or "- -".
   std::string start_fabric(bool several_hosts);
@@ -516,6 +523,7 @@ std::string ServerRank::start_rank0() {
       }
       spdlog::warn("replacing the stale store descriptor {} ({})", descriptor_path.string(), e.what());
       if (!old.token.empty()) clean_up_dead_store(m_options.dir, old);
+      detail::remove_dead_ranks_files(old.id);
     }
   }
   m_descriptor.token = random_token();
@@ -656,7 +664,7 @@ void ServerRank::refuse_loopback(std::size_t host_count, const std::string& fabr
   if (const auto first = detail::first_failure(failure, MPI_COMM_WORLD)) throw UsageError(first->text);
 }
 
-void ServerRank::run() {
+Message ServerRank::start() {
   // Rank 0 decides whether to serve; every rank learns the outcome, the store id and where to
   // send its heartbeats.
   Message startup;
@@ -677,6 +685,7 @@ void ServerRank::run() {
     throw Error(ErrorKind::runtime, f.substr(1));
   }
   m_store_id = startup["id"].as<std::string>();
+  // Before any segment exists: from here on, every way out frees what this rank holds.
   std::string failure;
   try {
     m_exit.claim(m_store_id, m_mpi.rank(), is_root() ? StoreDescriptor::path_in(m_options.dir) : fs::path());
@@ -686,14 +695,13 @@ void ServerRank::run() {
   if (const auto first = detail::first_failure(failure, MPI_COMM_WORLD)) {
     throw Error(ErrorKind::runtime, fmt::format("rank {}: {}", first->rank, first->text));
   }
+  return startup;
+}
 
-  // Memory: an explicit limit, or 80% of what is available now, shared by this node's ranks.
-  const auto hosts = detail::bcast_string(join_lines(detail::gather_strings(m_host, MPI_COMM_WORLD)), MPI_COMM_WORLD);
-  const auto on_node = std::max<std::size_t>(1, count_line(hosts, m_host));
-  std::istringstream host_lines(hosts);
+std::string ServerRank::start_transports(const std::string& hosts) {
+  std::istringstream lines(hosts);
   std::set<std::string> distinct;
-  for (std::string line; std::getline(host_lines, line);) distinct.insert(line);
-  m_mem_limit = m_options.mem_limit ? m_options.mem_limit : detail::default_mem_limit(static_cast<int>(on_node));
+  for (std::string line; std::getline(lines, line);) distinct.insert(line);
   const auto fabric = start_fabric(distinct.size() > 1);
   if (distinct.size() > 1) {
 #if DDSTAGE_HAVE_FABRIC
@@ -702,26 +710,40 @@ void ServerRank::run() {
     refuse_loopback(distinct.size(), "");
 #endif
   }
+  return fabric;
+}
+
+void ServerRank::describe(const std::vector<std::string>& infos) {
+  m_descriptor.id = m_store_id;
+  m_descriptor.control = m_control->address();
+  m_descriptor.started = detail::utc_now();
+  for (std::size_t r = 0; r < infos.size(); ++r) {
+    std::istringstream in(infos[r]);
+    RankInfo info{static_cast<int>(r)};
+    in >> info.host >> info.pid >> info.memory_limit >> info.fabric_provider >> info.fabric_address;
+    info.transports = {"local", "shm"};
+    if (info.fabric_provider == "-") {
+      info.fabric_provider.clear();
+      info.fabric_address.clear();
+    } else {
+      info.transports.push_back("fabric");
+    }
+    m_descriptor.ranks.push_back(info);
+  }
+}
+
+void ServerRank::run() {
+  const Message startup = start();
+  // Memory: an explicit limit, or 80% of what is available now, shared by this node's ranks.
+  const auto hosts = detail::bcast_string(join_lines(detail::gather_strings(m_host, MPI_COMM_WORLD)), MPI_COMM_WORLD);
+  const auto on_node = std::max<std::size_t>(1, count_line(hosts, m_host));
+  m_mem_limit = m_options.mem_limit ? m_options.mem_limit : detail::default_mem_limit(static_cast<int>(on_node));
+  const auto fabric = start_transports(hosts);
   auto infos =
       detail::gather_strings(fmt::format("{} {} {} {}", m_host, ::getpid(), m_mem_limit, fabric), MPI_COMM_WORLD);
   record_memory();  // what a status answered during the first command reports
   if (is_root()) {
-    m_descriptor.id = m_store_id;
-    m_descriptor.control = m_control->address();
-    m_descriptor.started = detail::utc_now();
-    for (std::size_t r = 0; r < infos.size(); ++r) {
-      std::istringstream in(infos[r]);
-      RankInfo info{static_cast<int>(r)};
-      in >> info.host >> info.pid >> info.memory_limit >> info.fabric_provider >> info.fabric_address;
-      info.transports = {"local", "shm"};
-      if (info.fabric_provider == "-") {
-        info.fabric_provider.clear();
-        info.fabric_address.clear();
-      } else {
-        info.transports.push_back("fabric");
-      }
-      m_descriptor.ranks.push_back(info);
-    }
+    describe(infos);
     publish();
     spdlog::info("serving {} rank(s) at {} (control {})", m_mpi.size(), m_options.dir.string(), m_descriptor.control);
     serve_rank0();
