@@ -19,7 +19,7 @@ from conftest import assert_runtime_error, flatten
 from test_store import Store, serve, wait_dead  # noqa: F401  (fixture: a served store)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: shared helpers
-from local_mpi import pid_alive  # noqa: E402
+from local_mpi import MPI_ENV, pid_alive  # noqa: E402
 
 PEER_TIMEOUT = {"DDSTAGE_PEER_TIMEOUT": "3s"}
 # What every bound below allows on a loaded 2-core machine beyond what it measures.
@@ -71,6 +71,13 @@ def wait_gone(store, pids, timeout):
         f"ranks still running after {timeout} s:\n{store.output()}"
     assert store.proc.poll() is not None, "mpiexec still running:\n" + store.output()
     return time.monotonic() - t0
+
+
+def lock_pid(path):
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
 
 
 def assert_nothing_left(store, pids):
@@ -237,3 +244,36 @@ def test_stop_with_a_stopped_rank_is_honest_and_quick(ddstage, serve, small):
     finally:
         if pid_alive(pids[2]):
             os.kill(pids[2], signal.SIGCONT)
+
+
+# ---- addresses only one host reaches ---------------------------------------------------------
+
+def test_loopback_control_address_is_refused_when_the_ranks_span_hosts(ddstage, tmp_path):
+    """Each rank in a UTS namespace of its own, with its own host name: to ddstage the ranks
+    span two hosts (the network stays this machine's loopback). A control address the other
+    hosts could never reach is refused on every rank, exit 2, before anything is published."""
+    if subprocess.run(["unshare", "--uts", "true"], capture_output=True).returncode != 0:
+        pytest.skip("unshare --uts is not permitted here (needs root or user namespaces)")
+    for listen in (["--listen", "127.0.0.1:0"], []):
+        store_dir = tmp_path / f"store{len(listen)}"
+        # exec keeps the pid: the lines "rank pid N" name the ranks' processes.
+        script = 'hostname "fake-node$OMPI_COMM_WORLD_RANK" && echo "rank pid $$" && exec "$@"'
+        cmd = ["mpiexec", "-n", "2", "unshare", "--uts", "sh", "-c", script, "sh", ddstage.path, "serve",
+               "--store", str(store_dir), "--transport", "shm", *listen]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env={**os.environ, **MPI_ENV}, start_new_session=True)
+        try:
+            out, _ = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:  # it served: end the whole job, then fail
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        assert proc.returncode != 0, out
+        errors = [line for line in out.splitlines() if line.startswith("ddstage: error:")]
+        assert errors and all("is loopback (127." in e and "span 2 hosts" in e and "--listen" in e
+                              for e in errors), out
+        assert not (store_dir / "store.yaml").exists()
+        pids = {line.split()[-1] for line in out.splitlines() if line.startswith("rank pid ")}
+        assert len(pids) == 2, out
+        left = [p.name for p in Path("/dev/shm").glob("ddstage-*.lock") if lock_pid(p) in pids]
+        assert left == [], "a refused rank left its lock file"
