@@ -20,11 +20,6 @@ Heartbeat::Heartbeat(std::string control, std::string token, int rank, milliseco
       m_on_lost(std::move(on_lost)),
       m_thread([this](std::stop_token stop) { run(stop); }) {}
 
-void Heartbeat::stop() {
-  m_thread.request_stop();
-  if (m_thread.joinable()) m_thread.join();
-}
-
 void Heartbeat::run(const std::stop_token& stop) {
   const auto interval = heartbeat_interval(m_timeout);
   Message beat;

@@ -22,9 +22,6 @@ class Heartbeat {
   Heartbeat(const Heartbeat&) = delete;
   Heartbeat& operator=(const Heartbeat&) = delete;
 
-  /// Ends the heartbeats (before a stop, which closes rank 0's socket).
-  void stop();
-
  private:
   void run(const std::stop_token& stop);
 

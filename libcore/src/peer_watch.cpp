@@ -48,11 +48,6 @@ std::vector<int> PeerWatch::silent_for(milliseconds limit) const {
   return out;
 }
 
-void PeerWatch::stop() {
-  m_thread.request_stop();
-  if (m_thread.joinable() && m_thread.get_id() != std::this_thread::get_id()) m_thread.join();
-}
-
 void PeerWatch::run(const std::stop_token& stop) {
   const auto check_every = heartbeat_interval(m_timeout) / 2;
   std::mutex sleep_mutex;

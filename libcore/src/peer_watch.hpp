@@ -35,8 +35,6 @@ class PeerWatch {
   std::vector<double> silence_seconds() const;
   /// The ranks silent for longer than `limit`.
   std::vector<int> silent_for(std::chrono::milliseconds limit) const;
-  /// Stops watching (before a stop, whose ranks end their heartbeats).
-  void stop();
 
  private:
   void run(const std::stop_token& stop);

@@ -415,7 +415,6 @@ std::optional<Message> ServerRank::front_desk(const Message& request, bool busy)
 }
 
 Message ServerRank::stop() {
-  if (m_heartbeat) m_heartbeat->stop();  // rank 0 closes its socket once every rank is here
   m_loaded.clear();
   m_stopping = true;
   const auto acknowledged = detail::gather_strings(std::to_string(m_mpi.rank()), MPI_COMM_WORLD);
@@ -431,7 +430,7 @@ Message ServerRank::stop() {
 }
 
 Message ServerRank::stop_request() {
-  m_peers->stop();
+  // The watch goes on: should a rank die during the stop's collectives, it still ends rank 0.
   // Three heartbeats missed: a collective would wait on that rank until the watchdog fired. A
   // rank that was only paused (SIGSTOP, a swapping node) beats again as soon as it runs: it
   // gets one more interval.
