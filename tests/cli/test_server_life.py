@@ -277,3 +277,40 @@ def test_loopback_control_address_is_refused_when_the_ranks_span_hosts(ddstage, 
         assert len(pids) == 2, out
         left = [p.name for p in Path("/dev/shm").glob("ddstage-*.lock") if lock_pid(p) in pids]
         assert left == [], "a refused rank left its lock file"
+
+
+def test_loopback_fabric_address_is_refused_when_the_ranks_span_hosts(ddstage, tmp_path):
+    """The same two fake hosts, in a network namespace of their own with a veth address
+    (10.99.0.1, gone with the namespace) for the control socket, so that only the fabric
+    endpoint is on loopback (FI_TCP_IFACE=lo): refused, naming the rank, the address and the
+    settings to change."""
+    probe = subprocess.run(["unshare", "--net", "--uts", "sh", "-c", "ip link add v0 type veth peer name v1"],
+                           capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("network namespaces with veth links are not permitted here: " + probe.stderr.decode())
+    inner = ('hostname "fake-node$OMPI_COMM_WORLD_RANK" && echo "rank pid $$" && exec "$@"')
+    outer = ('ip link set lo up && ip link add v0 type veth peer name v1 && ip addr add 10.99.0.1/24 dev v0 && '
+             'ip link set v0 up && ip link set v1 up && '
+             f'exec mpiexec -n 2 unshare --uts sh -c \'{inner}\' sh "$@"')
+    cmd = ["unshare", "--net", "sh", "-c", outer, "sh", ddstage.path, "serve", "--store", str(tmp_path / "store"),
+           "--listen", "10.99.0.1:0", "--transport", "fabric"]
+    env = {**os.environ, **MPI_ENV, "FI_PROVIDER": "tcp", "FI_TCP_IFACE": "lo"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:  # it served: end the whole job, then fail
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode != 0, out
+    errors = [line for line in out.splitlines() if line.startswith("ddstage: error:")]
+    assert errors, out
+    for e in errors:
+        for words in ("rank 0 on fake-node0", "libfabric address 127.0.0.1", "loopback", "span 2 hosts",
+                      "FI_TCP_IFACE", "fabric.domain"):
+            assert words in e, (words, e)
+    assert not (tmp_path / "store" / "store.yaml").exists()
+    pids = {line.split()[-1] for line in out.splitlines() if line.startswith("rank pid ")}
+    assert len(pids) == 2, out
+    assert [p.name for p in Path("/dev/shm").glob("ddstage-*.lock") if lock_pid(p) in pids] == []
