@@ -325,12 +325,11 @@ Message ServerRank::load(const Message& args) {
   }
 #endif
   if (!agree(failure, reply)) return reply;
-#if DDSTAGE_HAVE_FABRIC
-  // A replaced shard's registration goes before its memory: a move assignment would unmap the
-  // old segment first, while clients could still read it by its old key.
-  if (auto old = m_loaded.find(name); old != m_loaded.end()) old->second.fabric.reset();
-#endif
-  m_loaded.insert_or_assign(name, std::move(shard));
+  // A replaced shard is destroyed, not move-assigned: its registration goes before its memory
+  // (clients could still read it by its old key) and its tracking after (a signal in between
+  // must still find the old segment's name).
+  m_loaded.erase(name);
+  m_loaded.emplace(name, std::move(shard));
 
   auto sizes = detail::gather_strings(std::to_string(need), MPI_COMM_WORLD);
   auto segments = detail::gather_strings(segment, MPI_COMM_WORLD);
