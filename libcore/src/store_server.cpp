@@ -740,20 +740,27 @@ void ServerRank::run() {
   auto infos =
       detail::gather_strings(fmt::format("{} {} {} {}", m_host, ::getpid(), m_mem_limit, fabric), MPI_COMM_WORLD);
   record_memory();  // what a status answered during the first command reports
-  if (is_root()) {
-    describe(infos);
-    publish();
-    spdlog::info("serving {} rank(s) at {} (control {})", m_mpi.size(), m_options.dir.string(), m_descriptor.control);
-    serve_rank0();
-  } else {
-    const auto control = startup["control"].as<std::string>();
-    const auto rank0_host = hosts.substr(0, hosts.find('\n'));
-    m_heartbeat.emplace(control, startup["token"].as<std::string>(), m_mpi.rank(), m_peer_timeout,
-                        [this, control, rank0_host](std::chrono::milliseconds silence) {
-                          lost(fmt::format("lost rank 0 on {} (control {}: no answer for {:.0f} s)", rank0_host,
-                                           control, silence.count() / 1000.0));
-                        });
-    serve_others();
+  // From here on an error has no caller to go to that could keep the ranks in step (MPI_Finalize
+  // would wait for ranks still serving): the rank frees what it holds and ends.
+  try {
+    if (is_root()) {
+      describe(infos);
+      publish();
+      spdlog::info("serving {} rank(s) at {} (control {})", m_mpi.size(), m_options.dir.string(),
+                   m_descriptor.control);
+      serve_rank0();
+    } else {
+      const auto control = startup["control"].as<std::string>();
+      const auto rank0_host = hosts.substr(0, hosts.find('\n'));
+      m_heartbeat.emplace(control, startup["token"].as<std::string>(), m_mpi.rank(), m_peer_timeout,
+                          [this, control, rank0_host](std::chrono::milliseconds silence) {
+                            lost(fmt::format("lost rank 0 on {} (control {}: no answer for {:.0f} s)", rank0_host,
+                                             control, silence.count() / 1000.0));
+                          });
+      serve_others();
+    }
+  } catch (const std::exception& e) {
+    lost(fmt::format("rank {} on {} cannot go on serving: {}", m_mpi.rank(), m_host, e.what()));
   }
 }
 

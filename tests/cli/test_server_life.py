@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from conftest import assert_runtime_error, flatten
-from test_store import Store, serve, wait_dead  # noqa: F401  (fixture: a served store)
+from test_store import fill_up, serve, wait_dead  # noqa: F401  (fixture: a served store)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: shared helpers
 from local_mpi import MPI_ENV, pid_alive  # noqa: E402
@@ -314,3 +314,36 @@ def test_loopback_fabric_address_is_refused_when_the_ranks_span_hosts(ddstage, t
     pids = {line.split()[-1] for line in out.splitlines() if line.startswith("rank pid ")}
     assert len(pids) == 2, out
     assert [p.name for p in Path("/dev/shm").glob("ddstage-*.lock") if lock_pid(p) in pids] == []
+
+
+# ---- errors while serving ---------------------------------------------------------------------
+
+def test_an_error_while_serving_ends_every_rank_and_frees_everything(ddstage, tmp_path):
+    """store.yaml cannot be written when the store is ready (its disk is full): no caller can
+    keep the ranks in step any more, so rank 0 frees what it holds and ends (exit 1), and the
+    others end with it instead of waiting in a broadcast or in MPI_Finalize."""
+    small = tmp_path / "small"
+    small.mkdir(mode=0o700)
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k,mode=0700", "tmpfs", small]).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root and CAP_SYS_ADMIN)")
+    try:
+        (small / "store").mkdir(mode=0o700)
+        fill_up(small)
+        cmd = ["mpiexec", "-n", "2", "sh", "-c", 'echo "rank pid $$" && exec "$@"', "sh", ddstage.path, "serve",
+               "--store", str(small / "store"), "--listen", "127.0.0.1:0"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env={**os.environ, **MPI_ENV, **PEER_TIMEOUT}, start_new_session=True)
+        try:
+            out, _ = proc.communicate(timeout=3 + SLACK_S)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        assert proc.returncode != 0, out
+        assert "rank 0 on" in out and "cannot go on serving" in out and "store.yaml" in out, out
+        pids = {line.split()[-1] for line in out.splitlines() if line.startswith("rank pid ")}
+        assert len(pids) == 2, out
+        assert wait_dead([int(p) for p in pids])
+        assert [p.name for p in Path("/dev/shm").glob("ddstage-*.lock") if lock_pid(p) in pids] == []
+    finally:
+        subprocess.run(["umount", "-l", small])
