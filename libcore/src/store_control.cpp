@@ -107,7 +107,12 @@ StoreStatus StoreControl::status() {
   for (std::size_t r = 0; r < m_descriptor.ranks.size(); ++r) {
     RankStatus rs{m_descriptor.ranks[r]};
     if (lost.empty()) {
-      rs.state = RankState::up;
+      // Rank 0 answers a status without asking the other ranks: one whose process is gone from
+      // this host is lost even though rank 0 answered.
+      rs.state = rs.info.host != here || detail::process_alive(rs.info.pid) ? RankState::up : RankState::lost;
+      if (rs.state == RankState::lost && status.error.empty()) {
+        status.error = fmt::format("rank {} on {} (pid {}) is gone", r, here, rs.info.pid);
+      }
       if (reply["memory_used"] && r < reply["memory_used"].size()) rs.memory_used = reply["memory_used"][r].as<uint64_t>();
     } else if (rs.info.host == here) {
       // Which rank died is what a user needs to know: its process is gone, the others' are not.
@@ -117,7 +122,7 @@ StoreStatus StoreControl::status() {
   }
   for (const auto& d : m_descriptor.datasets) status.datasets.push_back(dataset_status(d));
   if (lost.empty() && reply["busy"]) status.busy = reply["busy"].as<std::string>();
-  status.error = lost;
+  if (!lost.empty()) status.error = lost;
   return status;
 }
 
