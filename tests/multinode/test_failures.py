@@ -147,6 +147,72 @@ def test_node_lost_during_reads(cluster, store, datasets, how):
     assert_nothing_left(cluster, store, lost, how)
 
 
+# Reads rank 0's shard once, then rank 2's in a loop through the same client until a batch
+# fails; says "reading" once a batch of rank 2 came back, then "failed" and the failure's
+# message (one line), then whether rank 0's shard, read again through the endpoint opened after
+# the failure, is the same.
+GO_ON_LOOP = """
+import sys
+import numpy as np
+import ddstage
+store, lost_first, lost_last, alive_first, alive_last = sys.argv[1], *map(int, sys.argv[2:])
+rows = ddstage.Client(store).open("rows")
+alive = list(range(alive_first, alive_last + 1))
+before = rows.get_batch("x", alive)
+announced = False
+while True:
+    try:
+        rows.get_batch("x", list(range(lost_first, lost_last + 1)))
+    except ddstage.Error as e:
+        print("failed", str(e).replace("\\n", " "), flush=True)
+        break
+    if not announced:
+        print("reading", flush=True)
+        announced = True
+print("rank 0 " + ("same" if np.array_equal(rows.get_batch("x", alive), before) else "different"), flush=True)
+"""
+
+
+def slow_small_replies(node, to):
+    """node's packets to `to` slowed down (a batch of a shard, ~2 MB, takes ~0.4 s: well within
+    read_timeout) and cut small (a 3 KB reply spans a dozen): a cut then falls inside a reply,
+    seldom between two. Returns the commands that undo it."""
+    node.run(["ip", "route", "add", f"{to.address}/32", "dev", node.iface, "mtu", "lock", "320"])
+    node.run(["tc", "qdisc", "add", "dev", node.iface, "root", "tbf", "rate", "50mbit", "burst", "32kb",
+              "latency", "2s"])
+    return [["tc", "qdisc", "del", "dev", node.iface, "root"], ["ip", "route", "del", f"{to.address}/32"]]
+
+
+def test_reader_goes_on_after_a_cut(cluster, store, datasets):
+    """mn3 cut off while a reader on mn4 streams rank 2's shard: the batch fails within
+    read_timeout naming rank 2 and mn3, its reads abandoned (with a response typically cut
+    halfway, which libfabric 1.17's tcp provider completed twice when the endpoint closed:
+    ofi_rxm segfaulted in fi_close); the same reader then reads rank 0's shard right and ends
+    normally, exit 0. Rank 0 is read before peer_timeout could end the store."""
+    load(cluster, store, datasets)
+    lost_first, lost_last = shard_of(store, cluster, 2)
+    alive_first, alive_last = shard_of(store, cluster, 0)
+    lost = cluster.nodes[2]
+    undo = slow_small_replies(lost, cluster.nodes[3])
+    try:
+        reader = cluster.nodes[3].popen(["/usr/bin/python3", "-c", GO_ON_LOOP, store.dir, lost_first, lost_last,
+                                         alive_first, alive_last],
+                                        env={"DDSTAGE_READ_TIMEOUT": f"{READ_TIMEOUT_S}s"}, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True)
+        assert reader.stdout.readline().strip() == "reading", reader.communicate(timeout=30)
+        lost_at = time.monotonic()
+        lose(lost, "cut")
+        out, err = reader.communicate(timeout=READ_TIMEOUT_S + SLACK_S)
+    finally:
+        for argv in undo:
+            lost.run(argv, check=False)
+    assert time.monotonic() - lost_at < READ_TIMEOUT_S + SLACK_S
+    assert reader.returncode == 0, (reader.returncode, out, err)
+    failed, verdict = out.splitlines()
+    assert failed.startswith("failed") and "rank 2" in failed and lost.name in failed, out
+    assert verdict == "rank 0 same", out
+
+
 @needs_lifecycle
 def test_rank0_node_crash_during_reads(cluster, store, datasets):
     """mn1 (rank 0 and mpiexec) crashes: ranks 1 and 2 end themselves within peer_timeout, the

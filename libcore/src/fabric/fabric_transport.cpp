@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdlib>
 #include <set>
+#include <string_view>
 #include <thread>
 
 #include <spdlog/spdlog.h>
@@ -31,10 +32,10 @@ FabricTransport::FabricTransport(const FabricOptions& options, std::vector<Fabri
   open_endpoint();
 }
 
+FabricTransport::~FabricTransport() { close_endpoint(); }
+
 void FabricTransport::open_endpoint() {
-  // Registrations belong to the old domain: closed before it.
-  if (m_local) m_local->clear();
-  m_endpoint.reset();
+  close_endpoint();
   m_free.clear();
   m_bytes_in_flight = 0;
   for (uint32_t i = 0; i < m_slots.size(); ++i) m_free.push_back(static_cast<uint32_t>(m_slots.size() - 1 - i));
@@ -44,6 +45,34 @@ void FabricTransport::open_endpoint() {
   for (std::size_t rank = 0; rank < m_addresses.size(); ++rank) {
     if (!m_addresses[rank].empty()) m_peers[rank] = m_endpoint->insert_peer(m_addresses[rank]);
   }
+}
+
+namespace {
+
+// Before libfabric 1.18, the tcp provider (and net, its successor) completes a read whose
+// response was cut off halfway twice when the connection closes: once from the queue of reads
+// awaiting a response, once as the response in progress, by then freed and without a context
+// (ofiwg/libfabric#8656, #8660). ofi_rxm dereferences that context inside fi_close of the
+// endpoint: a segfault. A lost link (packets dropped mid-response) is exactly that case.
+bool closes_with_reads_in_flight(const std::string& provider) noexcept {
+  const std::string_view core = std::string_view(provider).substr(0, provider.find(';'));
+  return fi_version() >= FI_VERSION(1, 18) || (core != "tcp" && core != "net");
+}
+
+}  // namespace
+
+void FabricTransport::close_endpoint() noexcept {
+  // Registrations belong to the endpoint's domain: closed before it.
+  if (m_local) m_local->clear();
+  if (m_endpoint && in_flight() > 0 && !closes_with_reads_in_flight(m_provider)) {
+    // Nothing progresses an endpoint after this (no provider thread: data progress is manual),
+    // so its reads never land in the caller's buffer; its sockets and memory are held until
+    // the process ends, one endpoint per read_timeout that struck.
+    spdlog::debug("fabric ({}): an endpoint with {} abandoned reads left open (libfabric {}.{})",
+                  m_provider, in_flight(), FI_MAJOR(fi_version()), FI_MINOR(fi_version()));
+    m_endpoint->abandon();
+  }
+  m_endpoint.reset();
 }
 
 std::string FabricTransport::where(int rank) const {
@@ -222,9 +251,9 @@ void FabricTransport::time_out() {
 }
 
 void FabricTransport::reopen_endpoint() noexcept {
-  // Closing the endpoint abandons the reads in flight: no provider writes into the caller's
-  // buffer after that. A fresh one serves the other ranks; if it cannot be opened, the next
-  // post retries.
+  // Closing (or abandoning) the endpoint abandons the reads in flight: no provider writes into
+  // the caller's buffer after that. A fresh one serves the other ranks; if it cannot be
+  // opened, the next post retries.
   m_error.reset();
   try {
     open_endpoint();

@@ -26,12 +26,13 @@ namespace ddstage::detail {
 /// is met by progressing the queue and retrying. wait() reaps every completion. A read that
 /// fails is an Error naming its rank, host and the provider's text; when no read completes for
 /// options.read_timeout the batch fails naming the ranks still outstanding, the endpoint is
-/// reopened (abandoning those reads) and the transport stays usable for the other ranks.
+/// replaced (abandoning those reads) and the transport stays usable for the other ranks.
 class FabricTransport final : public Transport {
  public:
   /// remotes[rank]: that rank's server and region; a rank with an empty address is not read.
   /// Every server must run the same provider; this reader opens it in options.domain.
   FabricTransport(const FabricOptions& options, std::vector<FabricRemote> remotes);
+  ~FabricTransport() override;
 
   std::string_view name() const noexcept override { return "fabric"; }
   void post(std::span<const ReadOp> reads) override;
@@ -57,6 +58,9 @@ class FabricTransport final : public Transport {
   void open_endpoint();
   /// Abandons every read in flight with the endpoint and opens a fresh one.
   void reopen_endpoint() noexcept;
+  /// Closes the endpoint, and its registrations before it; one with reads in flight that the
+  /// provider cannot close safely is abandoned (left open, never progressed) instead.
+  void close_endpoint() noexcept;
   void post_all(std::span<const ReadOp> reads);
   void* local_desc(std::span<const ReadOp> reads, const ReadOp& op);
   /// One fi_read's worth of a ReadOp.
