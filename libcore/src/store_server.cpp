@@ -28,6 +28,7 @@
 #include "ddstage/store_descriptor.hpp"
 #include "mpi/mpi_comm.hpp"
 #include "process.hpp"
+#include "rank_lock.hpp"
 #if DDSTAGE_HAVE_FABRIC
 #include "fabric/fabric_server.hpp"
 #endif
@@ -566,6 +567,8 @@ void ServerRank::run() {
     throw Error(ErrorKind::runtime, f.substr(1));
   }
   m_store_id = startup["id"].as<std::string>();
+  // Before any segment: `clean` and `stop` take a segment without a held lock for a dead rank's.
+  const detail::RankLock lock(m_store_id, m_mpi.rank());
 
   // Memory: an explicit limit, or 80% of what is available now, shared by this node's ranks.
   const auto hosts = detail::bcast_string(join_lines(detail::gather_strings(m_host, MPI_COMM_WORLD)), MPI_COMM_WORLD);
