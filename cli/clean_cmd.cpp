@@ -57,14 +57,14 @@ std::string summary(const CleanReport& r, bool dry_run) {
 /// directory (a job's store directory must not outlive it).
 bool clean_descriptor(const std::string& dir, bool dry_run) {
   std::error_code ec;
-  if (!fs::exists(fs::symlink_status(StoreDescriptor::path_in(dir), ec))) {
-    if (!dry_run) remove_empty_store_directory(dir);
-    return true;
+  bool ok = true;
+  if (fs::exists(fs::symlink_status(StoreDescriptor::path_in(dir), ec))) {
+    const auto result = clean_store_descriptor(dir, StoreDescriptor::read(dir), dry_run);
+    fmt::print("{}\n", result.message);
+    ok = result.outcome != DescriptorCleanup::Outcome::failed;
   }
-  const auto result = clean_store_descriptor(dir, StoreDescriptor::read(dir), dry_run);
-  fmt::print("{}\n", result.message);
-  if (result.outcome == DescriptorCleanup::Outcome::removed && !dry_run) remove_empty_store_directory(dir);
-  return result.outcome != DescriptorCleanup::Outcome::failed;
+  if (!dry_run) remove_empty_store_directory(dir);
+  return ok;
 }
 
 void run_clean(const CleanCmdOptions& opts, const CliContext& ctx) {

@@ -229,7 +229,7 @@ StopResult StoreControl::stop() {
   }
   spdlog::warn("rank 0 of the store at {} does not answer ({}): ending its ranks on this host", m_dir.string(), why);
   auto cleanup = clean_up_dead_store(m_dir, m_descriptor);
-  if (cleanup.descriptor_removed) remove_empty_store_directory(m_dir);
+  remove_empty_store_directory(m_dir);  // whoever removed store.yaml (rank 0 may have, on SIGTERM)
   StopResult result{.no_answer = why, .signalled = cleanup.signalled, .cleaned = std::move(cleanup.files),
                     .descriptor_removed = cleanup.descriptor_removed};
   const auto here = detail::host_name();
