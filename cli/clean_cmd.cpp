@@ -22,14 +22,19 @@ struct CleanCmdOptions {
 
 std::string_view kind_name(CleanedFile::Kind kind) {
   switch (kind) {
-    case CleanedFile::Kind::segment: return "segment";
-    case CleanedFile::Kind::lock: return "lock";
-    case CleanedFile::Kind::fabric_queue: return "libfabric shm queue";
+    case CleanedFile::Kind::segment:
+      return "segment";
+    case CleanedFile::Kind::lock:
+      return "lock";
+    case CleanedFile::Kind::fabric_queue:
+      return "libfabric shm queue";
   }
   return "file";
 }
 
-std::string plural(std::size_t n, const std::string& word) { return fmt::format("{} {}{}", n, word, n == 1 ? "" : "s"); }
+std::string plural(std::size_t n, const std::string& word) {
+  return fmt::format("{} {}{}", n, word, n == 1 ? "" : "s");
+}
 
 /// "removed 3 segments (2.4 GiB) of 1 dead store; 1 live store kept".
 std::string summary(const CleanReport& r, bool dry_run) {
@@ -44,11 +49,14 @@ std::string summary(const CleanReport& r, bool dry_run) {
     bytes += f.bytes;
   }
   for (const auto& k : r.kept) live.insert(k.store_id);
-  std::string out = r.removed.empty() ? "nothing to clean"
-                                      : fmt::format("{} {} ({}) and {} other file{} of {}", dry_run ? "would remove" : "removed",
-                                                    plural(segments, "segment"), human_bytes(static_cast<double>(bytes)),
-                                                    r.removed.size() - segments, r.removed.size() - segments == 1 ? "" : "s",
-                                                    plural(dead.size(), "dead store"));
+  std::string out =
+      r.removed.empty()
+          ? "nothing to clean"
+          : fmt::format("{} {} ({}) and {} other file{} of {}",
+                        dry_run ? "would remove" : "removed", plural(segments, "segment"),
+                        human_bytes(static_cast<double>(bytes)), r.removed.size() - segments,
+                        r.removed.size() - segments == 1 ? "" : "s",
+                        plural(dead.size(), "dead store"));
   if (!live.empty()) out += fmt::format("; {} kept", plural(live.size(), "live store"));
   return out;
 }
@@ -72,28 +80,35 @@ void run_clean(const CleanCmdOptions& opts, const CliContext& ctx) {
   const auto dir = opts.store.empty() ? settings.get_string("store") : opts.store;
   const auto report = clean_dead_ranks({}, opts.dry_run);
   for (const auto& f : report.removed) {
-    fmt::print("{} {} {} ({}; store {} rank {})\n", opts.dry_run ? "would remove" : "removed", kind_name(f.kind),
-               f.path.string(), human_bytes(static_cast<double>(f.bytes)), f.store_id, f.rank);
+    fmt::print("{} {} {} ({}; store {} rank {})\n", opts.dry_run ? "would remove" : "removed",
+               kind_name(f.kind), f.path.string(), human_bytes(static_cast<double>(f.bytes)),
+               f.store_id, f.rank);
   }
-  for (const auto& k : report.kept) fmt::print("store {} rank {}: live (pid {}), kept\n", k.store_id, k.rank, k.pid);
+  for (const auto& k : report.kept)
+    fmt::print("store {} rank {}: live (pid {}), kept\n", k.store_id, k.rank, k.pid);
   const bool descriptor_ok = dir.empty() || clean_descriptor(dir, opts.dry_run);
   fmt::print("{}\n", summary(report, opts.dry_run));
   for (const auto& failure : report.failures) fmt::print(stderr, "ddstage: warning: {}\n", failure);
   if (!report.failures.empty()) {
-    throw Error(ErrorKind::runtime, fmt::format("{} could not be removed: {}", plural(report.failures.size(), "file"),
-                                                report.failures.front()));
+    throw Error(ErrorKind::runtime,
+                fmt::format("{} could not be removed: {}", plural(report.failures.size(), "file"),
+                            report.failures.front()));
   }
-  if (!descriptor_ok) throw Error(ErrorKind::runtime, "cannot remove " + StoreDescriptor::path_in(dir).string());
+  if (!descriptor_ok)
+    throw Error(ErrorKind::runtime, "cannot remove " + StoreDescriptor::path_in(dir).string());
 }
 
 }  // namespace
 
 void setup_clean(CLI::App& app, CliContext& ctx) {
   auto opts = std::make_shared<CleanCmdOptions>();
-  auto* sub = app.add_subcommand("clean", "Remove, on this node, the shared memory of stores whose ranks are gone "
-                                          "(safe in a job epilogue)");
+  auto* sub =
+      app.add_subcommand("clean",
+                         "Remove, on this node, the shared memory of stores whose ranks are gone "
+                         "(safe in a job epilogue)");
   sub->add_option("--store", opts->store,
-                  "Also remove DIR/store.yaml when its store's rank 0 ran on this node and is gone (default: the "
+                  "Also remove DIR/store.yaml when its store's rank 0 ran on this node and is gone "
+                  "(default: the "
                   "setting store, DDSTAGE_STORE, if set)");
   sub->add_flag("--dry-run", opts->dry_run, "Print what would be removed; remove nothing");
   sub->callback([opts, &ctx] { run_clean(*opts, ctx); });

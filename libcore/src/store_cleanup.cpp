@@ -27,7 +27,7 @@ struct RankFiles {
 };
 
 struct stat lstat_of(const fs::path& path) {
-  struct stat st{};
+  struct stat st {};
   if (::lstat(path.c_str(), &st) != 0) st.st_size = 0;
   return st;
 }
@@ -36,7 +36,9 @@ struct stat lstat_of(const fs::path& path) {
 void remove_file(CleanedFile file, bool dry_run, CleanReport& report) {
   file.bytes = static_cast<uint64_t>(lstat_of(file.path).st_size);
   if (!dry_run && ::unlink(file.path.c_str()) != 0) {
-    if (errno != ENOENT) report.failures.push_back(fmt::format("cannot remove {}: {}", file.path.string(), std::strerror(errno)));
+    if (errno != ENOENT)
+      report.failures.push_back(
+          fmt::format("cannot remove {}: {}", file.path.string(), std::strerror(errno)));
     return;
   }
   report.removed.push_back(std::move(file));
@@ -44,7 +46,8 @@ void remove_file(CleanedFile file, bool dry_run, CleanReport& report) {
 
 /// libfabric's shm provider keeps each endpoint's queues in /dev/shm/PID:...; a rank that died
 /// cannot remove its own. Only while no process runs under that pid: a new one may own them.
-void remove_fabric_queues(const std::string& id, int rank, const fs::path& lock, bool dry_run, CleanReport& report) {
+void remove_fabric_queues(const std::string& id, int rank, const fs::path& lock, bool dry_run,
+                          CleanReport& report) {
   const auto pid = detail::recorded_pid(lock);
   if (pid <= 0 || detail::process_alive(pid)) return;
   const auto owner = lstat_of(lock).st_uid;
@@ -52,13 +55,17 @@ void remove_fabric_queues(const std::string& id, int rank, const fs::path& lock,
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(detail::shm_directory(), ec)) {
     const auto st = lstat_of(entry.path());
-    if (!entry.path().filename().native().starts_with(prefix) || !S_ISREG(st.st_mode) || st.st_uid != owner) continue;
+    if (!entry.path().filename().native().starts_with(prefix) || !S_ISREG(st.st_mode) ||
+        st.st_uid != owner)
+      continue;
     remove_file({CleanedFile::Kind::fabric_queue, id, rank, entry.path()}, dry_run, report);
   }
 }
 
-void clean_rank(const std::string& id, int rank, const RankFiles& files, bool dry_run, CleanReport& report) {
-  for (const auto& segment : files.segments) remove_file({CleanedFile::Kind::segment, id, rank, segment}, dry_run, report);
+void clean_rank(const std::string& id, int rank, const RankFiles& files, bool dry_run,
+                CleanReport& report) {
+  for (const auto& segment : files.segments)
+    remove_file({CleanedFile::Kind::segment, id, rank, segment}, dry_run, report);
   if (files.lock.empty()) return;
   remove_fabric_queues(id, rank, files.lock, dry_run, report);
   // Last: while it is there, whatever else this rank left is still known to be a dead rank's.
@@ -94,31 +101,40 @@ CleanReport clean_dead_ranks(const std::string& store_id, bool dry_run) {
   return report;
 }
 
-DescriptorCleanup clean_store_descriptor(const fs::path& dir, const StoreDescriptor& descriptor, bool dry_run) {
+DescriptorCleanup clean_store_descriptor(const fs::path& dir, const StoreDescriptor& descriptor,
+                                         bool dry_run) {
   const auto path = StoreDescriptor::path_in(dir);
   const auto& rank0 = descriptor.ranks.front();
   if (descriptor.id.empty()) {
-    return {Outcome::kept, fmt::format("kept {}: it names no store id (an older ddstage wrote it), so nothing proves its "
-                               "store gone", path.string())};
+    return {Outcome::kept,
+            fmt::format(
+                "kept {}: it names no store id (an older ddstage wrote it), so nothing proves its "
+                "store gone",
+                path.string())};
   }
   if (rank0.host != detail::host_name()) {
-    return {Outcome::kept, fmt::format("kept {}: its rank 0 ran on {}; run `ddstage clean --store {}` there",
-                               path.string(), rank0.host, dir.string())};
+    return {Outcome::kept,
+            fmt::format("kept {}: its rank 0 ran on {}; run `ddstage clean --store {}` there",
+                        path.string(), rank0.host, dir.string())};
   }
   if (detail::rank_presence(descriptor.id, 0) == RankPresence::live) {
-    return {Outcome::kept, fmt::format("kept {}: its store's rank 0 (pid {}) still runs", path.string(),
-                               detail::rank_lock_holder(descriptor.id, 0))};
+    return {Outcome::kept, fmt::format("kept {}: its store's rank 0 (pid {}) still runs",
+                                       path.string(), detail::rank_lock_holder(descriptor.id, 0))};
   }
   if (!dry_run) {
     std::error_code ec;
     const bool removed = fs::remove(path, ec);
-    if (ec) return {Outcome::failed, fmt::format("cannot remove {}: {}", path.string(), ec.message())};
+    if (ec)
+      return {Outcome::failed, fmt::format("cannot remove {}: {}", path.string(), ec.message())};
     if (!removed) return {Outcome::kept, fmt::format("{} is gone already", path.string())};
   }
-  return {Outcome::removed, fmt::format("{} {} (store {}, whose rank 0 is gone)", dry_run ? "would remove" : "removed",
-                            path.string(), descriptor.id)};
+  return {Outcome::removed,
+          fmt::format("{} {} (store {}, whose rank 0 is gone)",
+                      dry_run ? "would remove" : "removed", path.string(), descriptor.id)};
 }
 
-void remove_empty_store_directory(const fs::path& dir) noexcept { ::rmdir(dir.c_str()); }
+void remove_empty_store_directory(const fs::path& dir) noexcept {
+  ::rmdir(dir.c_str());
+}
 
 }  // namespace ddstage

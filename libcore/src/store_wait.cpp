@@ -22,7 +22,8 @@ using Clock = std::chrono::steady_clock;
 constexpr milliseconds poll_interval{150};
 
 std::string seconds_text(milliseconds d) {
-  return d.count() % 1000 == 0 ? fmt::format("{}s", d.count() / 1000) : fmt::format("{}ms", d.count());
+  return d.count() % 1000 == 0 ? fmt::format("{}s", d.count() / 1000)
+                               : fmt::format("{}ms", d.count());
 }
 
 /// The descriptor in DIR, or nullopt while there is none or it cannot be read yet (seen says
@@ -61,11 +62,14 @@ bool answers(const StoreDescriptor& d, milliseconds budget, std::string& seen) {
 std::string timeout_message(const WaitOptions& o, const std::string& seen) {
   const auto dir = o.dir.string();
   if (seen.empty()) {
-    return fmt::format("no store at {} after {}: there is no store.yaml (is `ddstage serve --store {}` running?)",
-                       dir, seconds_text(o.timeout), dir);
+    return fmt::format(
+        "no store at {} after {}: there is no store.yaml (is `ddstage serve --store {}` running?)",
+        dir, seconds_text(o.timeout), dir);
   }
-  return fmt::format("no live store at {} after {}: {} (a dead store's leftover? `ddstage stop --store {}` "
-                     "removes it)", dir, seconds_text(o.timeout), seen, dir);
+  return fmt::format(
+      "no live store at {} after {}: {} (a dead store's leftover? `ddstage stop --store {}` "
+      "removes it)",
+      dir, seconds_text(o.timeout), seen, dir);
 }
 
 }  // namespace
@@ -80,8 +84,9 @@ StoreDescriptor wait_for_store(const WaitOptions& o) {
       if (answers(*d, std::clamp(left, milliseconds(100), o.control_timeout), seen)) return *d;
     }
     if (o.pid > 0 && !detail::process_alive(o.pid)) {
-      throw Error(ErrorKind::runtime, fmt::format("serve (pid {}) exited before the store at {} was ready{}", o.pid,
-                                                  o.dir.string(), seen.empty() ? "" : " (" + seen + ")"));
+      throw Error(ErrorKind::runtime,
+                  fmt::format("serve (pid {}) exited before the store at {} was ready{}", o.pid,
+                              o.dir.string(), seen.empty() ? "" : " (" + seen + ")"));
     }
     const auto now = Clock::now();
     if (now >= deadline) throw Error(ErrorKind::runtime, timeout_message(o, seen));

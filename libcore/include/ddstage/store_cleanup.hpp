@@ -25,7 +25,8 @@ struct CleanedFile {
 struct KeptRank {
   std::string store_id;
   int rank = 0;
-  int64_t pid = 0;  ///< the lock's holder, 0 when not visible (another user's, another PID namespace)
+  int64_t pid =
+      0;  ///< the lock's holder, 0 when not visible (another user's, another PID namespace)
 };
 
 struct CleanReport {
@@ -46,14 +47,14 @@ CleanReport clean_dead_ranks(const std::string& store_id = {}, bool dry_run = fa
 struct DescriptorCleanup {
   enum class Outcome { removed, kept, failed };
   Outcome outcome = Outcome::kept;  ///< removed: DIR/store.yaml was (dry run: would be) removed
-  std::string message;              ///< one line for the user: what was removed, why it was kept or failed
+  std::string message;  ///< one line for the user: what was removed, why it was kept or failed
 };
 
 /// Removes DIR/store.yaml when it names a store whose rank 0 ran on this host and is proven
 /// gone (its lock is not held). A store whose rank 0 ran on another host is left alone: only
 /// that host can tell whether it still runs.
-DescriptorCleanup clean_store_descriptor(const std::filesystem::path& dir, const StoreDescriptor& descriptor,
-                                         bool dry_run = false);
+DescriptorCleanup clean_store_descriptor(const std::filesystem::path& dir,
+                                         const StoreDescriptor& descriptor, bool dry_run = false);
 
 /// Removes the store directory DIR if it is empty (serve created it; stop and clean must not
 /// leave one per job behind). Anything else in it keeps it.
