@@ -36,7 +36,7 @@ std::string plural(std::size_t n, const std::string& word) {
   return fmt::format("{} {}{}", n, word, n == 1 ? "" : "s");
 }
 
-/// "removed 3 segments (2.4 GiB) of 1 dead store; 1 live store kept".
+/// "removed 3 segments (2.4 GiB) and 2 other files of 1 dead store; 1 live store kept".
 std::string summary(const CleanReport& r, bool dry_run) {
   std::set<std::string> dead;
   std::set<std::string> live;

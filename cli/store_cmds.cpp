@@ -112,7 +112,7 @@ void print_status_json(const StoreStatus& s) {
 
 void print_status_text(const StoreStatus& s) {
   fmt::print("store     control {} since {}{}{}\n", s.control, s.started,
-             s.error.empty() ? "" : "  (NOT ANSWERING: " + s.error + ")",
+             s.error.empty() ? "" : (s.answered ? "  (UNHEALTHY: " : "  (NOT ANSWERING: ") + s.error + ")",
              s.busy.empty() ? "" : "  (busy: " + s.busy + "; memory as of before it)");
   fmt::print("ranks\n  {:<5} {:<20} {:<8} {:<13} {:<12} {:<12} {}\n", "rank", "host", "pid", "state", "memory used",
              "limit", "transports");
@@ -134,7 +134,10 @@ void run_status(const StoreOptions& opts, const CliContext& ctx) {
   const auto dir = store_dir(opts.store, settings);
   auto status = store_control(dir, settings).status();
   opts.json ? print_status_json(status) : print_status_text(status);
-  if (!status.error.empty()) throw Error(ErrorKind::runtime, "the store at " + dir + " is not answering: " + status.error);
+  if (!status.error.empty()) {
+    throw Error(ErrorKind::runtime,
+                "the store at " + dir + (status.answered ? " has lost a rank: " : " is not answering: ") + status.error);
+  }
 }
 
 /// What stop did, one line per fact; the error (exit 1) when some rank may still run.

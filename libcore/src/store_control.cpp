@@ -195,7 +195,16 @@ StoreStatus StoreControl::status() {
     if (lost.empty()) {
       if (reply["memory_used"] && r < reply["memory_used"].size()) rs.memory_used = reply["memory_used"][r].as<uint64_t>();
       if (r < heard.size()) rs.last_heard = heard[r];
-      rs.state = rs.last_heard > peer_timeout ? RankState::lost : RankState::up;
+      // Rank 0 answers a status without asking the other ranks: one it has not heard from for
+      // peer_timeout, or one whose lock on this host is free, is lost though rank 0 answered.
+      const bool gone_here = rs.info.host == here && !m_descriptor.id.empty() && !rank_live(m_descriptor, static_cast<int>(r));
+      const bool silent = rs.last_heard > peer_timeout;
+      rs.state = gone_here || silent ? RankState::lost : RankState::up;
+      if (rs.state == RankState::lost && status.error.empty()) {
+        status.error = gone_here ? fmt::format("rank {} on {} (pid {}) is gone", r, here, rs.info.pid)
+                                 : fmt::format("rank 0 has not heard from rank {} on {} for {:.0f} s", r,
+                                               rs.info.host, rs.last_heard);
+      }
     } else if (rs.info.host == here) {
       // Which rank died is what a user needs to know: its lock is free, the others' are held.
       rs.state = rank_live(m_descriptor, static_cast<int>(r)) ? RankState::not_answering : RankState::lost;
@@ -204,7 +213,8 @@ StoreStatus StoreControl::status() {
   }
   for (const auto& d : m_descriptor.datasets) status.datasets.push_back(dataset_status(d));
   if (lost.empty() && reply["busy"]) status.busy = reply["busy"].as<std::string>();
-  status.error = lost;
+  if (!lost.empty()) status.error = lost;
+  status.answered = lost.empty();
   return status;
 }
 

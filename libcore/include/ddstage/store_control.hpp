@@ -47,7 +47,10 @@ struct DatasetStatus {
 struct StoreStatus {
   std::string control;
   std::string started;
-  std::string error;  ///< why the ranks are reported lost (rank 0 did not answer); empty when healthy
+  /// Why the store is not healthy: rank 0 did not answer (answered is false), or a rank is
+  /// lost. Empty when healthy.
+  std::string error;
+  bool answered = true;  ///< rank 0 answered the request
   /// The command the store was running when it answered ("load"): memory_used is then as of
   /// the command before. Empty when it was idle.
   std::string busy;
