@@ -7,6 +7,7 @@ The whole module runs in a private mount namespace with its own tmpfs on /dev/sh
 acts on every dead store of the node, and must see only the stores these tests start (never
 another job's on this machine), and "nothing left" is then exact."""
 import ctypes
+import json
 import os
 import shutil
 import signal
@@ -242,6 +243,32 @@ def test_stop_with_a_stopped_rank_0_ends_the_store(ddstage, serve, datasets):
     store.proc.wait(timeout=30)
     assert store_files(store.descriptor["id"]) == []
     assert not store.dir.exists()
+
+
+def test_stop_reports_a_rank_it_cannot_reach(ddstage, serve, datasets):
+    """Rank 1 paused: rank 0 answers stop without it, and stop names it, says what to do, and
+    exits 1; once it runs again it ends itself, and clean finds nothing of the store left."""
+    store = serve(2, env={"DDSTAGE_PEER_TIMEOUT": "10s"})
+    if "last_heard" not in json.loads(ddstage.ok("status", "--store", store.dir, "--json").stdout)["ranks"][1]:
+        pytest.skip("this server reports no last_heard: it stops ranks only together")
+    ddstage.ok("load", "--store", store.dir, datasets["files"], "--name", "f")
+    pids = store.pids()
+    os.kill(pids[1], signal.SIGSTOP)
+    try:
+        time.sleep(4)  # past three heartbeat intervals (1 s), short of peer_timeout
+        proc = ddstage.run("stop", "--store", store.dir, env=FAST)
+    finally:
+        os.kill(pids[1], signal.SIGCONT)
+    assert_runtime_error(proc, "rank 1 of the store at", "could not be stopped from here")
+    host = store.descriptor["ranks"][1]["host"]
+    assert f"rank 1 on {host}: not reachable (last heard" in proc.stdout
+    assert f"if it was killed, run `ddstage clean` on {host}" in proc.stdout
+    assert "stopped rank 0 of the store at" in proc.stdout
+    assert not (store.dir / "store.yaml").exists()
+    assert wait_dead(pids, timeout=20)
+    store.proc.wait(timeout=30)
+    ddstage.ok("clean")
+    assert store_files(store.descriptor["id"]) == []
 
 
 def test_stale_descriptor_naming_a_live_imposter_is_never_signalled(ddstage, serve, datasets, imposter):
