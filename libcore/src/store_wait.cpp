@@ -80,8 +80,10 @@ StoreDescriptor wait_for_store(const WaitOptions& o) {
   if (o.pid < 0) throw UsageError(fmt::format("--pid {}: not a process id", o.pid));
   for (;;) {
     if (auto d = read_descriptor(o.dir, seen)) {
+      // A last look at the deadline still gets a round trip's time.
       const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
-      if (answers(*d, std::clamp(left, milliseconds(100), o.control_timeout), seen)) return *d;
+      if (answers(*d, std::min(std::max(left, milliseconds(100)), o.control_timeout), seen))
+        return *d;
     }
     if (o.pid > 0 && !detail::process_alive(o.pid)) {
       throw Error(ErrorKind::runtime,
