@@ -245,6 +245,25 @@ def test_stop_with_a_stopped_rank_0_ends_the_store(ddstage, serve, datasets):
     assert not store.dir.exists()
 
 
+def test_status_shows_a_silent_rank_lost(ddstage, serve):
+    """Rank 0 answers, but has not heard from rank 1 for longer than the peer_timeout status is
+    given: status marks it lost, says so, and exits 1."""
+    store = serve(2, env={"DDSTAGE_PEER_TIMEOUT": "20s"})
+    if "last_heard" not in json.loads(ddstage.ok("status", "--store", store.dir, "--json").stdout)["ranks"][1]:
+        pytest.skip("this server reports no last_heard")
+    pids = store.pids()
+    os.kill(pids[1], signal.SIGSTOP)
+    try:
+        time.sleep(3)
+        proc = ddstage.run("status", "--store", store.dir, "--json", env={"DDSTAGE_PEER_TIMEOUT": "1s"})
+    finally:
+        os.kill(pids[1], signal.SIGCONT)
+    assert_runtime_error(proc, "has lost a rank", "rank 0 has not heard from rank 1")
+    ranks = json.loads(proc.stdout)["ranks"]
+    assert [r["state"] for r in ranks] == ["up", "lost"] and ranks[1]["last_heard"] > 1, ranks
+    store.stop()
+
+
 def test_stop_reports_a_rank_it_cannot_reach(ddstage, serve, datasets):
     """Rank 1 paused: rank 0 answers stop without it, and stop names it, says what to do, and
     exits 1; once it runs again it ends itself, and clean finds nothing of the store left."""
