@@ -155,6 +155,20 @@ std::string why_withdrawn(const OpenDataset& data) {
                      data.store.string());
 }
 
+/// why_withdrawn, waiting up to read_timeout for store.yaml to say it: a replace unlinks (or
+/// deregisters) each rank's old shard before rank 0 publishes the new names, and a batch that
+/// meets that gap must still say what happened. Empty when store.yaml names the same segments
+/// all along.
+std::string wait_why_withdrawn(const OpenDataset& data) {
+  const auto deadline =
+      std::chrono::steady_clock::now() + data.settings.get_duration("read_timeout");
+  for (;;) {
+    auto why = why_withdrawn(data);
+    if (!why.empty() || std::chrono::steady_clock::now() >= deadline) return why;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
 /// Attaches every rank of the dataset to state; the rank whose segment is gone or going, if any.
 std::optional<int> attach_peers(OpenDataset& state, const StoreDescriptor& store,
                                 const StoreDataset& info, const std::string& transport) {
@@ -237,7 +251,10 @@ struct Reader::State {
   void poll_processes();
   [[noreturn]] void throw_gone(int rank) const;
   /// Rank r's segment was unlinked: says whether the dataset was replaced, unloaded or stopped.
-  [[noreturn]] void throw_withdrawn(int rank) const;
+  [[noreturn]] void throw_withdrawn(int rank);
+  /// Remembers why the dataset is gone for good (every later batch says the same at once) and
+  /// throws it.
+  [[noreturn]] void throw_withdrawn(std::string why);
   /// Turns ids into reads at the caller's positions; a run of ids that are consecutive
   /// samples of one rank is one read (rows of a field lie back to back in a region).
   void plan_reads(uint32_t field, std::span<const uint64_t> ids, std::byte* dest);
@@ -262,6 +279,7 @@ struct Reader::State {
   std::vector<int> watched_ranks;
   std::optional<detail::GpuDestination> gpu_destination;
   std::vector<std::span<const std::byte>> regions;  // per rank: the mapped segment, for direct device copies
+  std::string withdrawn;  // why the dataset was replaced or unloaded, once a batch found out
 };
 
 void Reader::State::collect_owners(std::span<const uint64_t> ids) {
@@ -283,6 +301,7 @@ void Reader::State::collect_owners(std::span<const uint64_t> ids) {
 }
 
 void Reader::State::check_owners() {
+  if (!withdrawn.empty()) throw Error(ErrorKind::runtime, withdrawn);
   watched.clear();
   watched_ranks.clear();
   for (int r : owners) {
@@ -336,15 +355,20 @@ void Reader::State::throw_gone(int r) const {
               {.rank = r});
 }
 
-void Reader::State::throw_withdrawn(int r) const {
-  auto why = detail::why_withdrawn(*data);
+void Reader::State::throw_withdrawn(int r) {
+  auto why = detail::wait_why_withdrawn(*data);
   if (why.empty()) {
     why = fmt::format(
         "dataset '{}' is no longer served: rank {}'s shared memory {} was removed (is the store "
         "at {} stopping?)",
         data->name, r, data->peers[r].segment.name(), data->store.string());
   }
-  throw Error(ErrorKind::runtime, why);
+  throw_withdrawn(std::move(why));
+}
+
+void Reader::State::throw_withdrawn(std::string why) {
+  withdrawn = std::move(why);
+  throw Error(ErrorKind::runtime, withdrawn);
 }
 
 void Reader::State::plan_reads(uint32_t field, std::span<const uint64_t> ids, std::byte* dest) {
@@ -427,12 +451,19 @@ void Reader::State::transfer(uint32_t f, std::span<const uint64_t> ids, std::spa
       timer.mark(ProfileStage::completion_wait);
     }
 #endif
-  } catch (const Error&) {
+  }
+#if DDSTAGE_HAVE_FABRIC
+  catch (const detail::FabricError&) {
     // A replace deregisters the old regions: libfabric reports only a broken connection or a
-    // refused key, so store.yaml says what happened.
+    // refused key, so store.yaml says what happened (once rank 0 has published it).
+    if (auto why = detail::wait_why_withdrawn(*data); !why.empty()) throw_withdrawn(std::move(why));
+    throw;
+  }
+#endif
+  catch (const Error&) {
+    // A time-out has waited read_timeout already: store.yaml as it is now.
     if (!fabric_reads.empty()) {
-      if (auto why = detail::why_withdrawn(*data); !why.empty())
-        throw Error(ErrorKind::runtime, why);
+      if (auto why = detail::why_withdrawn(*data); !why.empty()) throw_withdrawn(std::move(why));
     }
     throw;
   }

@@ -1,6 +1,7 @@
 #include "process.hpp"
 
 #include <signal.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -8,6 +9,8 @@
 #include <ctime>
 #include <fstream>
 #include <iterator>
+
+#include <fmt/format.h>
 
 namespace ddstage::detail {
 
@@ -56,8 +59,23 @@ uint64_t mem_available() {
   return 0;
 }
 
+MemoryLimit default_memory_limit(int holders_on_node, const std::filesystem::path& shm_dir) {
+  const auto holders = static_cast<uint64_t>(std::max(1, holders_on_node));
+  MemoryLimit limit{mem_available() / 10 * 8, "80% of MemAvailable"};
+  struct statvfs fs {};
+  if (::statvfs(shm_dir.c_str(), &fs) == 0) {
+    if (const uint64_t free = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+        free < limit.bytes) {
+      limit = {free, "free space of " + shm_dir.string()};
+    }
+  }
+  limit.bytes /= holders;
+  if (holders > 1) limit.source += fmt::format(", shared by {} holders on this node", holders);
+  return limit;
+}
+
 uint64_t default_mem_limit(int holders_on_node) {
-  return mem_available() / 10 * 8 / static_cast<uint64_t>(std::max(1, holders_on_node));
+  return default_memory_limit(holders_on_node).bytes;
 }
 
 }  // namespace ddstage::detail

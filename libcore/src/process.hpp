@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <string>
 
 namespace ddstage::detail {
@@ -18,8 +19,19 @@ bool is_ddstage_process(int64_t pid);
 /// MemAvailable from /proc/meminfo in bytes (0 when unknown): what a shard may take without
 /// pushing the node into swap or the OOM killer.
 uint64_t mem_available();
-/// The default memory a shard holder may use: 80% of mem_available(), shared by the holders
-/// on this node. (The other 20% is for the page cache that loads read through and the app.)
+/// A default memory limit and, for logs and errors, the bound that set it.
+struct MemoryLimit {
+  uint64_t bytes = 0;
+  std::string source;  ///< "80% of MemAvailable" or "free space of /dev/shm", "shared by N holders"
+};
+/// The default memory a shard holder may use: 80% of mem_available() (the other 20% is for
+/// the page cache that loads read through, and the app), capped by the free space of the
+/// file system at shm_dir, where shards live as shared memory (a job's /dev/shm is often far
+/// smaller than its RAM), both shared by the holders on this node. No cap when shm_dir
+/// cannot be measured.
+MemoryLimit default_memory_limit(int holders_on_node,
+                                 const std::filesystem::path& shm_dir = "/dev/shm");
+/// default_memory_limit(holders_on_node).bytes
 uint64_t default_mem_limit(int holders_on_node);
 
 }  // namespace ddstage::detail

@@ -3,10 +3,13 @@
 #include <algorithm>
 #include <climits>
 #include <exception>
+#include <memory>
+#include <new>
 #include <optional>
 #include <sstream>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "ddstage/error.hpp"
 #include "ddstage/profile.hpp"
@@ -44,10 +47,14 @@ struct EmbeddedDataset {
   Index index;
   ShardPlan plan;
   std::vector<ShardLayout> layouts;      // by rank
-  MpiWindow window;                      // this rank's shard, in one window with every rank's
+  // This rank's shard: for transport mpi in a window with every rank's, for fabric in plain
+  // memory registered with libfabric alone; region is it, in whichever holds it.
+  MpiWindow window;
+  std::unique_ptr<std::byte[]> memory;
+  std::span<std::byte> region;
   std::vector<const std::byte*> direct;  // by rank: the region when this process maps it, or null
 #if DDSTAGE_HAVE_FABRIC
-  std::optional<FabricRegistration> registration;  // after window: deregistered before it is freed
+  std::optional<FabricRegistration> registration;  // after memory: deregistered before it is freed
   std::vector<FabricRemote> remotes;               // by rank, for ranks read over libfabric
 #endif
 };
@@ -89,14 +96,33 @@ struct Store::State {
     MPI_Comm_size(comm.get(), &size);
     MPI_Query_thread(&thread_level);
     const int on_node = ranks_on_node();
-    shared = options.direct_on_node && on_node == size;
-    mem_limit = options.mem_limit ? options.mem_limit : detail::default_mem_limit(on_node);
+    // A fabric Store makes no MPI window at all: across nodes whose MPI has no one-sided
+    // support (OpenMPI over the tcp BTL alone) creating one fails, whatever reads it would serve.
+    shared = options.direct_on_node && on_node == size && options.transport == "mpi";
+    if (options.mem_limit) {
+      mem_limit = options.mem_limit;
+    } else {
+      auto limit = detail::default_memory_limit(on_node);
+      mem_limit = limit.bytes;
+      mem_limit_source = "default: " + limit.source;
+    }
     if (options.transport == "fabric") open_fabric();
+  }
+  State(const State&) = delete;
+  State& operator=(const State&) = delete;
+  /// Collective, as freeing a window is: a fabric shard is plain memory its own rank frees
+  /// alone, so every rank first waits until no rank reads any more.
+  ~State() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (options.transport != "fabric" || datasets.empty() || finalized) return;
+    if (MPI_Barrier(comm.get()) != MPI_SUCCESS)
+      spdlog::warn("Store: MPI_Barrier before freeing the shards failed");
   }
 
   /// Collective: every rank's libfabric endpoint, agreed on, and every rank's address.
   void open_fabric();
-  /// Collective, after the window is filled: registers this rank's region and learns every
+  /// Collective, after the shard is filled: registers this rank's region and learns every
   /// rank's key and base.
   void register_fabric(detail::EmbeddedDataset& ds);
 
@@ -104,6 +130,9 @@ struct Store::State {
   int ranks_on_node() const;
   /// UsageError unless this rank can hold `need` more bytes within mem_limit.
   void check_fits(const std::string& name, uint64_t need) const;
+  /// This rank's part of a load, collective for transport mpi: ds's window (shared on one
+  /// node), or plain memory for transport fabric.
+  void allocate(detail::EmbeddedDataset& ds, uint64_t bytes) const;
 
   const detail::EmbeddedDataset& find(const std::string& name) const;
   std::unique_ptr<detail::EmbeddedDataset> prepare(const std::filesystem::path& path,
@@ -119,6 +148,7 @@ struct Store::State {
   int thread_level = 0;
   bool shared = false;  // shards in shared windows, read by memcpy from any rank
   uint64_t mem_limit = 0;
+  std::string mem_limit_source = "StoreOptions::mem_limit";  // for the error that cites it
 #if DDSTAGE_HAVE_FABRIC
   std::optional<detail::FabricServer> fabric;  // before datasets: outlives their registrations
   std::vector<detail::FabricPeer> fabric_peers;  // by rank
@@ -160,7 +190,7 @@ void Store::State::register_fabric([[maybe_unused]] detail::EmbeddedDataset& ds)
   std::exception_ptr failure;
   std::string mine;
   try {
-    ds.registration.emplace(*fabric, ds.window.region());
+    ds.registration.emplace(*fabric, ds.region);
     mine = fmt::format("{} {}", ds.registration->info().key, ds.registration->info().base);
   } catch (...) {
     failure = std::current_exception();
@@ -192,11 +222,13 @@ int Store::State::ranks_on_node() const {
 
 void Store::State::check_fits(const std::string& name, uint64_t need) const {
   uint64_t used = 0;
-  for (const auto& ds : datasets) used += ds->window.region().size();
+  for (const auto& ds : datasets) used += ds->region.size();
   if (used + need > mem_limit) {
     throw UsageError(fmt::format(
-        "dataset '{}' does not fit: rank {} on {} needs {} bytes, has {} of {} free (StoreOptions::mem_limit)",
-        name, rank, detail::host_name(), need, mem_limit - std::min(mem_limit, used), mem_limit));
+        "dataset '{}' does not fit: rank {} on {} needs {} bytes, has {} of {} free ({}; set "
+        "StoreOptions::mem_limit)",
+        name, rank, detail::host_name(), need, mem_limit - std::min(mem_limit, used), mem_limit,
+        mem_limit_source));
   }
 }
 
@@ -234,8 +266,26 @@ void Store::State::check_same_index(const Index& index, const std::filesystem::p
   }
 }
 
+void Store::State::allocate(detail::EmbeddedDataset& ds, uint64_t bytes) const {
+  if (options.transport == "fabric") {
+    try {
+      ds.memory = std::make_unique_for_overwrite<std::byte[]>(bytes);
+    } catch (const std::bad_alloc&) {
+      throw Error(ErrorKind::runtime,
+                  fmt::format("cannot allocate {} bytes for rank {}'s shard of '{}' on {}", bytes,
+                              rank, ds.name, detail::host_name()),
+                  {.rank = rank});
+    }
+    ds.region = {ds.memory.get(), bytes};
+    return;
+  }
+  ds.window = shared ? detail::MpiWindow::allocate_shared(bytes, comm.get())
+                     : detail::MpiWindow::allocate(bytes, comm.get());
+  ds.region = ds.window.region();
+}
+
 void Store::State::fill(detail::EmbeddedDataset& ds, bool verify) const {
-  fill_shard(ds.index, ds.layouts[static_cast<std::size_t>(rank)], ds.window.region(),
+  fill_shard(ds.index, ds.layouts[static_cast<std::size_t>(rank)], ds.region,
              {.verify = verify, .allow_stale = options.allow_stale});
 }
 
@@ -288,27 +338,28 @@ void Store::load(const std::filesystem::path& index, const std::string& name, bo
   // collective object) is agreed on like any other failure; the mem_limit check above is what
   // keeps a rank from failing alone.
   try {
-    ds->window = m->shared ? detail::MpiWindow::allocate_shared(bytes, comm)
-                           : detail::MpiWindow::allocate(bytes, comm);
+    m->allocate(*ds, bytes);
   } catch (...) {
     failure = std::current_exception();
   }
   detail::agree(failure, comm, m->rank);
-  ds->window.lock_all();
+  const bool windowed = ds->window.get() != MPI_WIN_NULL;
+  if (windowed) ds->window.lock_all();
   try {
     m->fill(*ds, verify);
   } catch (...) {
     failure = std::current_exception();
   }
   // Syncs around the agreeing collective order every rank's fill before any direct read.
-  ds->window.sync();
+  if (windowed) ds->window.sync();
   detail::agree(failure, comm, m->rank);
-  ds->window.sync();
+  if (windowed) ds->window.sync();
   if (m->shared) {
     ds->direct = ds->window.shared_bases(m->size);
   } else {
-    ds->direct.assign(static_cast<std::size_t>(m->size), nullptr);  // others' rows by MPI_Get
-    ds->direct[static_cast<std::size_t>(m->rank)] = ds->window.region().data();
+    // Others' rows by MPI_Get or libfabric.
+    ds->direct.assign(static_cast<std::size_t>(m->size), nullptr);
+    ds->direct[static_cast<std::size_t>(m->rank)] = ds->region.data();
   }
   m->register_fabric(*ds);
   m->datasets.push_back(std::move(ds));
@@ -324,7 +375,8 @@ struct Store::Reader::State {
         comm(store.comm.get()),
         self(store.rank),
         map{&data->index, &data->plan, &data->layouts[static_cast<std::size_t>(self)],
-            data->window.region()},
+            data->region},
+        // No window (fabric): transfer() gives it only this rank's rows, copied.
         rma(data->window.get(), data->direct),
         all_to_all(comm, store.options.max_round_bytes),
         gpu(store.options.settings.get_string("gpu.path")) {

@@ -4,20 +4,27 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
+#include <cstring>
 #include <condition_variable>
-#include <csignal>
 #include <ctime>
 #include <fstream>
 #include <sstream>
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include "control/control_server.hpp"
+#include "heartbeat.hpp"
+#include "loopback.hpp"
+#include "peer_watch.hpp"
+#include "rank_exit.hpp"
+#include "signal_watch.hpp"
 #include "ddstage/error.hpp"
 #include "ddstage/index.hpp"
 #include "ddstage/shard_layout.hpp"
@@ -28,7 +35,6 @@
 #include "ddstage/store_descriptor.hpp"
 #include "mpi/mpi_comm.hpp"
 #include "process.hpp"
-#include "rank_lock.hpp"
 #if DDSTAGE_HAVE_FABRIC
 #include "fabric/fabric_server.hpp"
 #endif
@@ -38,9 +44,6 @@ namespace {
 
 using detail::Message;
 namespace fs = std::filesystem;
-
-std::atomic<int> g_signal{0};
-extern "C" void on_signal(int sig) { g_signal = sig; }
 
 constexpr auto accept_poll = std::chrono::milliseconds(200);
 
@@ -66,6 +69,7 @@ std::size_t count_line(const std::string& lines, const std::string& value) {
 
 /// This rank's part of one loaded dataset.
 struct LoadedShard {
+  detail::RankExit::Tracked tracked;  // before segment: forgotten once the segment is unlinked
   fs::path index;
   ShardRange range;
   ShmSegment segment;
@@ -157,7 +161,9 @@ class LoadReporter {
 /// same order (rank 0 broadcasts it), so all ranks hold the same datasets.
 class ServerRank {
  public:
-  ServerRank(const ServeOptions& options, const detail::MpiSession& mpi) : m_options(options), m_mpi(mpi) {}
+  ServerRank(const ServeOptions& options, const detail::MpiSession& mpi, detail::RankExit& exit)
+      : m_options(options), m_mpi(mpi), m_exit(exit),
+        m_peer_timeout(options.settings.get_duration("peer_timeout")) {}
 
   void run();
 
@@ -166,20 +172,37 @@ class ServerRank {
   Message load(const Message& args);
   Message unload(const Message& args);
   Message stop();
+  /// Rank 0, for a stop request: stops every rank when all were heard lately; otherwise frees
+  /// this rank alone, and the reply names the ranks it could not reach (they end themselves
+  /// within peer_timeout).
+  Message stop_request();
   /// Collective, after every command: each rank's bytes held, for status replies.
   void record_memory();
-  /// {ok, memory_used} as of the last command that finished.
+  /// {ok, memory_used, last_heard} as of the last command that finished.
   Message status_reply();
-  /// Rank 0's front desk, for a request that comes while a command runs: a status is answered
-  /// at once, from the last record; the rest wait their turn.
-  std::optional<Message> answer_while_busy(const Message& request);
+  /// Rank 0's front desk: heartbeats and status requests are answered at once, idle or busy (a
+  /// status from the last record); the rest wait their turn.
+  std::optional<Message> front_desk(const Message& request, bool busy);
+  /// Collective: UsageError on every rank when the ranks span hosts but an address rank 0 or a
+  /// rank's fabric endpoint publishes reaches only its own host.
+  void refuse_loopback(std::size_t host_count, const std::string& fabric_ip);
+  /// Logs why, then frees this rank's memory and ends the process with exit code 1.
+  [[noreturn]] void lost(const std::string& why);
   /// True when `failure` is empty on every rank; otherwise rank 0's reply gets the first failing
   /// rank's message (see encode_failure).
   bool agree(const std::string& failure, Message& reply);
+  /// Collective: rank 0's checks and control socket, then every rank's lock; what rank 0 told
+  /// every rank (store id, control address, token).
+  Message start();
   std::string start_rank0();
+  /// Collective: the fabric endpoint when wanted, refused when it or the control address is
+  /// loopback while `hosts` (one line per rank) span several hosts; start_fabric's text.
+  std::string start_transports(const std::string& hosts);
+  /// Rank 0: the ranks' lines ("HOST PID MEMORY_LIMIT PROVIDER ADDRESS") into m_descriptor.
+  void describe(const std::vector<std::string>& infos);
   /// Collective: opens this rank's fabric endpoint when options and hosts ask for one; the
   /// provider and address (hex) to publish, or "- -".
-  std::string start_fabric(const std::string& hosts);
+  std::string start_fabric(bool several_hosts);
   void serve_rank0();
   void serve_others();
   void publish();
@@ -187,6 +210,8 @@ class ServerRank {
 
   ServeOptions m_options;
   const detail::MpiSession& m_mpi;
+  detail::RankExit& m_exit;
+  std::chrono::milliseconds m_peer_timeout;
   std::string m_host = detail::host_name();
   uint64_t m_mem_limit = 0;
 #if DDSTAGE_HAVE_FABRIC
@@ -199,10 +224,14 @@ class ServerRank {
   std::mutex m_record_mutex;  ///< guards the two below: the front desk reads them
   std::vector<uint64_t> m_memory_used;
   std::string m_running;  ///< op of the command running, empty between commands
+  std::optional<detail::PeerWatch> m_peers;  ///< set before m_control, whose thread records heartbeats
   std::optional<detail::ControlServer> m_control;  // after what its thread reads: stops first
   detail::ControlConnection* m_client = nullptr;   ///< whose request execute() is running
   StoreDescriptor m_descriptor;
   bool m_stopping = false;
+  bool m_stopped_alone = false;  ///< rank 0 stopped without the ranks it could not reach
+  // Other ranks only.
+  std::optional<detail::Heartbeat> m_heartbeat;
 };
 
 Message error_reply(const std::string& message, ErrorKind kind) {
@@ -269,6 +298,8 @@ Message ServerRank::load(const Message& args) {
   if (is_root()) {
     reporter.emplace(name, index->manifest().total_bytes, index->samples(), args["progress"].as<bool>() ? m_client : nullptr);
   }
+  // Tracked before it exists: a signal during the load frees it too.
+  auto tracked = m_exit.track(segment);
   std::optional<ShmSegment> loaded;
   try {
     ShardLoadOptions options{.verify = verify, .allow_stale = allow_stale, .streams = args["streams"].as<unsigned>()};
@@ -281,7 +312,7 @@ Message ServerRank::load(const Message& args) {
   const double seconds =
       detail::max_over_ranks(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), MPI_COMM_WORLD);
   reporter.reset();  // kept until every rank is done: its keepalives cover the wait for the slowest
-  LoadedShard shard{fs::absolute(path), range, std::move(*loaded)};
+  LoadedShard shard{std::move(tracked), fs::absolute(path), range, std::move(*loaded)};
   std::string fabric_region;  // "KEY BASE" when the ranks serve over libfabric
 #if DDSTAGE_HAVE_FABRIC
   if (m_fabric) {
@@ -294,12 +325,11 @@ Message ServerRank::load(const Message& args) {
   }
 #endif
   if (!agree(failure, reply)) return reply;
-#if DDSTAGE_HAVE_FABRIC
-  // A replaced shard's registration goes before its memory: a move assignment would unmap the
-  // old segment first, while clients could still read it by its old key.
-  if (auto old = m_loaded.find(name); old != m_loaded.end()) old->second.fabric.reset();
-#endif
-  m_loaded.insert_or_assign(name, std::move(shard));
+  // A replaced shard is destroyed, not move-assigned: its registration goes before its memory
+  // (clients could still read it by its old key) and its tracking after (a signal in between
+  // must still find the old segment's name).
+  m_loaded.erase(name);
+  m_loaded.emplace(name, std::move(shard));
 
   auto sizes = detail::gather_strings(std::to_string(need), MPI_COMM_WORLD);
   auto segments = detail::gather_strings(segment, MPI_COMM_WORLD);
@@ -354,35 +384,91 @@ void ServerRank::record_memory() {
 Message ServerRank::status_reply() {
   Message reply;
   reply["ok"] = true;
+  if (m_peers) {
+    for (auto s : m_peers->silence_seconds()) reply["last_heard"].push_back(std::round(s * 10) / 10);
+  }
   std::lock_guard lock(m_record_mutex);
   for (auto u : m_memory_used) reply["memory_used"].push_back(u);
   return reply;
 }
 
-std::optional<Message> ServerRank::answer_while_busy(const Message& request) {
+std::optional<Message> ServerRank::front_desk(const Message& request, bool busy) {
   // Unchecked YAML from the peer: a missing key must not throw on the front desk's thread.
   const auto op = request["op"];
-  if (!op || !op.IsScalar() || op.Scalar() != "status") return std::nullopt;
+  if (!op || !op.IsScalar()) return std::nullopt;
+  if (op.Scalar() == "heartbeat") {
+    const auto rank = request["rank"];
+    int r = -1;
+    if (rank && rank.IsScalar()) YAML::convert<int>::decode(rank, r);
+    if (!m_peers || !m_peers->heard(r)) return detail::error_reply("heartbeat from no rank of this store", true);
+    Message reply;
+    reply["ok"] = true;
+    return reply;
+  }
+  if (op.Scalar() != "status") return std::nullopt;
   Message reply = status_reply();
   std::lock_guard lock(m_record_mutex);
   // A status must not wait for a load to end; what it reports is as of the command before.
-  if (!m_running.empty()) reply["busy"] = m_running;
+  if (busy && !m_running.empty()) reply["busy"] = m_running;
   return reply;
 }
 
 Message ServerRank::stop() {
   m_loaded.clear();
   m_stopping = true;
-  if (is_root()) {
-    // A rank that died cannot remove its own segments.
-    remove_store_segments(m_descriptor);
-    // Before the reply: once `ddstage stop` returns, the descriptor is gone.
-    std::error_code ec;
-    fs::remove(StoreDescriptor::path_in(m_options.dir), ec);
+  const auto acknowledged = detail::gather_strings(std::to_string(m_mpi.rank()), MPI_COMM_WORLD);
+  Message reply;
+  if (!is_root()) return reply;
+  // Before the reply: once `ddstage stop` returns, the descriptor is gone.
+  std::error_code ec;
+  fs::remove(StoreDescriptor::path_in(m_options.dir), ec);
+  reply["ok"] = true;
+  for (const auto& rank : acknowledged) reply["stopped"].push_back(std::stoi(rank));
+  reply["unreachable"] = YAML::Node(YAML::NodeType::Sequence);
+  return reply;
+}
+
+Message ServerRank::stop_request() {
+  // The watch goes on: should a rank die during the stop's collectives, it still ends rank 0.
+  // Three heartbeats missed: a collective would wait on that rank until the watchdog fired. A
+  // rank that was only paused (SIGSTOP, a swapping node) beats again as soon as it runs: it
+  // gets one more interval.
+  const auto interval = detail::heartbeat_interval(m_peer_timeout);
+  auto silent = m_peers->silent_for(3 * interval);
+  for (const auto until = std::chrono::steady_clock::now() + interval;
+       !silent.empty() && std::chrono::steady_clock::now() < until; silent = m_peers->silent_for(3 * interval)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
+  if (silent.empty()) {
+    Message command;
+    command["op"] = "stop";
+    detail::bcast_string(YAML::Dump(command), MPI_COMM_WORLD);
+    return execute(command);
+  }
+  m_loaded.clear();
+  std::error_code ec;
+  fs::remove(StoreDescriptor::path_in(m_options.dir), ec);
   Message reply;
   reply["ok"] = true;
+  reply["stopped"].push_back(0);
+  const auto silence = m_peers->silence_seconds();
+  for (int r : silent) {
+    Message rank;
+    rank["rank"] = r;
+    rank["host"] = m_descriptor.ranks.at(static_cast<std::size_t>(r)).host;
+    rank["last_heard"] = std::round(silence.at(static_cast<std::size_t>(r)) * 10) / 10;
+    reply["unreachable"].push_back(rank);
+    spdlog::warn("stop: rank {} on {} not heard for {:.1f} s: stopping this rank alone; it ends itself within "
+                 "peer_timeout", r, rank["host"].as<std::string>(), silence.at(static_cast<std::size_t>(r)));
+  }
+  m_stopping = true;
+  m_stopped_alone = true;
   return reply;
+}
+
+void ServerRank::lost(const std::string& why) {
+  spdlog::error("{}: freeing this rank's memory and ending", why);
+  m_exit.leave(1);
 }
 
 Message ServerRank::execute(const Message& command) {
@@ -407,7 +493,9 @@ Message ServerRank::execute(const Message& command) {
   return op == "status" && is_root() ? status_reply() : reply;
 }
 
-void ServerRank::publish() { m_descriptor.write(m_options.dir); }
+void ServerRank::publish() {
+  m_exit.unless_leaving([this] { m_descriptor.write(m_options.dir); });
+}
 
 /// Rank 0's checks before serving: no live store in DIR, the control socket binds.
 std::string ServerRank::start_rank0() {
@@ -433,11 +521,16 @@ std::string ServerRank::start_rank0() {
       }
       spdlog::warn("replacing the stale store descriptor {} ({})", descriptor_path.string(), e.what());
       if (!old.token.empty()) clean_up_dead_store(m_options.dir, old);
+      detail::remove_dead_ranks_files(old.id);
     }
   }
   m_descriptor.token = random_token();
+  m_peers.emplace(m_mpi.size(), m_peer_timeout, [this](int rank, std::chrono::milliseconds silence) {
+    lost(fmt::format("lost rank {} on {} (no heartbeat for {:.0f} s)", rank,
+                     m_descriptor.ranks.at(static_cast<std::size_t>(rank)).host, silence.count() / 1000.0));
+  });
   m_control.emplace(m_options.listen, m_descriptor.token,
-                    [this](const Message& request) { return answer_while_busy(request); });
+                    [this](const Message& request, bool busy) { return front_desk(request, busy); });
   return random_token().substr(0, 12);
 }
 
@@ -469,28 +562,26 @@ Message make_command(const Message& request) {
 }
 
 void ServerRank::serve_rank0() {
+  m_peers->watch();
   while (!m_stopping) {
-    if (g_signal != 0) {
-      spdlog::info("signal {}: stopping", static_cast<int>(g_signal));
-      Message command;
-      command["op"] = "stop";
-      detail::bcast_string(YAML::Dump(command), MPI_COMM_WORLD);
-      execute(command);
-      break;
-    }
     // The front desk checked the token; what comes here is from a holder of it.
     auto request = m_control->next(accept_poll);
     if (!request) continue;
     Message reply;
     try {
       const Message command = make_command(request->message);
+      const auto op = command["op"].as<std::string>();
       {
         std::lock_guard lock(m_record_mutex);
-        m_running = command["op"].as<std::string>();
+        m_running = op;
       }
-      detail::bcast_string(YAML::Dump(command), MPI_COMM_WORLD);
       m_client = &request->connection;
-      reply = execute(command);
+      if (op == "stop") {
+        reply = stop_request();
+      } else {
+        detail::bcast_string(YAML::Dump(command), MPI_COMM_WORLD);
+        reply = execute(command);
+      }
     } catch (const Error& e) {
       reply = error_reply(e.what(), e.kind());
     } catch (const YAML::Exception& e) {
@@ -507,6 +598,8 @@ void ServerRank::serve_rank0() {
     } catch (const Error& e) {
       spdlog::warn("could not answer {}: {}", request->connection.peer(), e.what());
     }
+    // Stopped alone: the ranks it could not reach are still in MPI_COMM_WORLD.
+    if (m_stopped_alone) m_exit.leave(1);
   }
 }
 
@@ -514,10 +607,7 @@ void ServerRank::serve_others() {
   while (!m_stopping) execute(YAML::Load(detail::bcast_string("", MPI_COMM_WORLD)));
 }
 
-std::string ServerRank::start_fabric(const std::string& hosts) {
-  std::istringstream lines(hosts);
-  bool several_hosts = false;
-  for (std::string line; std::getline(lines, line);) several_hosts |= line != m_host;
+std::string ServerRank::start_fabric(bool several_hosts) {
   const auto& transport = m_options.transport;
   const bool wanted = transport == "fabric" || (transport == "auto" && several_hosts);
 #if DDSTAGE_HAVE_FABRIC
@@ -548,13 +638,39 @@ std::string ServerRank::start_fabric(const std::string& hosts) {
 #endif
 }
 
-void ServerRank::run() {
-  // Rank 0 decides whether to serve; every rank learns the outcome and the store id (the token
-  // stays with rank 0: the other ranks take no requests).
+/// The host part of "HOST:PORT" or "[IPV6]:PORT".
+std::string host_of(const std::string& address) {
+  if (address.starts_with('[')) return address.substr(1, address.find(']') - 1);
+  return address.substr(0, address.rfind(':'));
+}
+
+void ServerRank::refuse_loopback(std::size_t host_count, const std::string& fabric_ip) {
+  std::string failure;
+  if (is_root()) {
+    const auto& control = m_control->address();
+    if (const auto lo = detail::loopback_address_of(host_of(control)); !lo.empty()) {
+      failure = fmt::format("rank 0's control address {} is loopback ({}) but the ranks span {} hosts: pass "
+                            "--listen with an address the other nodes reach", control, lo, host_count);
+    }
+  }
+  if (failure.empty() && !fabric_ip.empty() && !detail::loopback_address_of(fabric_ip).empty()) {
+    failure = fmt::format("rank {} on {} publishes the libfabric address {} ({}), a loopback address, but the "
+                          "ranks span {} hosts: point FI_TCP_IFACE (FI_NET_IFACE, FI_UDP_IFACE for those "
+                          "providers) or the fabric.domain setting at an interface the other nodes reach",
+                          m_mpi.rank(), m_host, fabric_ip, m_fabric ? m_fabric->peer().provider : "", host_count);
+  }
+  if (const auto first = detail::first_failure(failure, MPI_COMM_WORLD)) throw UsageError(first->text);
+}
+
+Message ServerRank::start() {
+  // Rank 0 decides whether to serve; every rank learns the outcome, the store id and where to
+  // send its heartbeats.
   Message startup;
   if (is_root()) {
     try {
       m_store_id = start_rank0();
+      startup["control"] = m_control->address();
+      startup["token"] = m_descriptor.token;
     } catch (const Error& e) {
       startup["failure"] = encode_failure(e);
     }
@@ -567,49 +683,99 @@ void ServerRank::run() {
     throw Error(ErrorKind::runtime, f.substr(1));
   }
   m_store_id = startup["id"].as<std::string>();
-  // Before any segment: `clean` and `stop` take a segment without a held lock for a dead rank's.
-  const detail::RankLock lock(m_store_id, m_mpi.rank());
+  // Before any segment exists: from here on, every way out frees what this rank holds.
+  std::string failure;
+  try {
+    m_exit.claim(m_store_id, m_mpi.rank(), is_root() ? StoreDescriptor::path_in(m_options.dir) : fs::path());
+  } catch (const Error& e) {
+    failure = e.what();
+  }
+  if (const auto first = detail::first_failure(failure, MPI_COMM_WORLD)) {
+    throw Error(ErrorKind::runtime, fmt::format("rank {}: {}", first->rank, first->text));
+  }
+  return startup;
+}
 
+std::string ServerRank::start_transports(const std::string& hosts) {
+  std::istringstream lines(hosts);
+  std::set<std::string> distinct;
+  for (std::string line; std::getline(lines, line);) distinct.insert(line);
+  const auto fabric = start_fabric(distinct.size() > 1);
+  if (distinct.size() > 1) {
+#if DDSTAGE_HAVE_FABRIC
+    refuse_loopback(distinct.size(), m_fabric ? m_fabric->ip_address() : "");
+#else
+    refuse_loopback(distinct.size(), "");
+#endif
+  }
+  return fabric;
+}
+
+void ServerRank::describe(const std::vector<std::string>& infos) {
+  m_descriptor.id = m_store_id;
+  m_descriptor.control = m_control->address();
+  m_descriptor.started = detail::utc_now();
+  for (std::size_t r = 0; r < infos.size(); ++r) {
+    std::istringstream in(infos[r]);
+    RankInfo info{static_cast<int>(r)};
+    in >> info.host >> info.pid >> info.memory_limit >> info.fabric_provider >> info.fabric_address;
+    info.transports = {"local", "shm"};
+    if (info.fabric_provider == "-") {
+      info.fabric_provider.clear();
+      info.fabric_address.clear();
+    } else {
+      info.transports.push_back("fabric");
+    }
+    m_descriptor.ranks.push_back(info);
+  }
+}
+
+void ServerRank::run() {
+  const Message startup = start();
   // Memory: an explicit limit, or 80% of what is available now, shared by this node's ranks.
   const auto hosts = detail::bcast_string(join_lines(detail::gather_strings(m_host, MPI_COMM_WORLD)), MPI_COMM_WORLD);
   const auto on_node = std::max<std::size_t>(1, count_line(hosts, m_host));
   m_mem_limit = m_options.mem_limit ? m_options.mem_limit : detail::default_mem_limit(static_cast<int>(on_node));
-  const auto fabric = start_fabric(hosts);
+  const auto fabric = start_transports(hosts);
   auto infos =
       detail::gather_strings(fmt::format("{} {} {} {}", m_host, ::getpid(), m_mem_limit, fabric), MPI_COMM_WORLD);
   record_memory();  // what a status answered during the first command reports
-  if (is_root()) {
-    m_descriptor.id = m_store_id;
-    m_descriptor.control = m_control->address();
-    m_descriptor.started = detail::utc_now();
-    for (std::size_t r = 0; r < infos.size(); ++r) {
-      std::istringstream in(infos[r]);
-      RankInfo info{static_cast<int>(r)};
-      in >> info.host >> info.pid >> info.memory_limit >> info.fabric_provider >> info.fabric_address;
-      info.transports = {"local", "shm"};
-      if (info.fabric_provider == "-") {
-        info.fabric_provider.clear();
-        info.fabric_address.clear();
-      } else {
-        info.transports.push_back("fabric");
-      }
-      m_descriptor.ranks.push_back(info);
+  // From here on an error has no caller to go to that could keep the ranks in step (MPI_Finalize
+  // would wait for ranks still serving): the rank frees what it holds and ends.
+  try {
+    if (is_root()) {
+      describe(infos);
+      publish();
+      spdlog::info("serving {} rank(s) at {} (control {})", m_mpi.size(), m_options.dir.string(),
+                   m_descriptor.control);
+      serve_rank0();
+    } else {
+      const auto control = startup["control"].as<std::string>();
+      const auto rank0_host = hosts.substr(0, hosts.find('\n'));
+      m_heartbeat.emplace(control, startup["token"].as<std::string>(), m_mpi.rank(), m_peer_timeout,
+                          [this, control, rank0_host](std::chrono::milliseconds silence) {
+                            lost(fmt::format("lost rank 0 on {} (control {}: no answer for {:.0f} s)", rank0_host,
+                                             control, silence.count() / 1000.0));
+                          });
+      serve_others();
     }
-    publish();
-    spdlog::info("serving {} rank(s) at {} (control {})", m_mpi.size(), m_options.dir.string(), m_descriptor.control);
-    serve_rank0();
-  } else {
-    serve_others();
+  } catch (const std::exception& e) {
+    lost(fmt::format("rank {} on {} cannot go on serving: {}", m_mpi.rank(), m_host, e.what()));
   }
 }
 
 }  // namespace
 
 void run_store_server(const ServeOptions& options, int* argc, char*** argv) {
-  std::signal(SIGTERM, on_signal);
-  std::signal(SIGINT, on_signal);
+  detail::RankExit exit;
+  // Before MPI_Init: the threads MPI starts inherit the blocked signals, so only the watch
+  // takes them, whatever the main thread is blocked in.
+  detail::SignalWatch signals([&exit](int sig) {
+    spdlog::info("signal {} ({}): freeing this rank's memory and ending", sig, ::strsignal(sig));
+    exit.leave(0);
+  });
   detail::MpiSession mpi(argc, argv);
-  ServerRank(options, mpi).run();
+  ServerRank(options, mpi, exit).run();
 }
 
 }  // namespace ddstage

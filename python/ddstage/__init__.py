@@ -2,6 +2,7 @@
 
     import ddstage
     train = ddstage.Client("/scratch/store").open("train")   # a store started by `ddstage serve`
+                                                              # (Client() alone: $DDSTAGE_STORE)
     x = train.get_batch("x", [5, 99, 1000])                   # array (3, *shape of x)
 
 Fixed-size fields come back as one array of shape (len(ids), *field shape) in the field's
@@ -17,7 +18,9 @@ with verify=True is ddstage.ChecksumError. The message is libcore's.
 Without verify=True no byte is checked: bit rot, or an origin file edited in place keeping
 its size and mtime, is returned silently. A dataset replaced by `ddstage load --replace`
 after it was opened makes every get_batch raise ddstage.Error ("dataset 'X' was replaced
-...; reopen it"): Client.open() it again.
+...; reopen it"), over shared memory and libfabric alike: Client.open() it again. It is never
+reopened behind the caller's back: the new load may hold other samples than the sampler
+was built for.
 
 Readers are per thread: a Dataset keeps one reader per thread that uses it, and a thread
 that wants its own explicitly takes dataset.reader(). An MPI job can hold the data itself:
@@ -109,11 +112,15 @@ class Client:
     holds no running store, or when DIR or DIR/store.yaml is not the caller's own (owned by
     another uid, writable by group or others, or a symbolic link): see ddstage-serve(1).
 
+    store: the store directory; None (the default) takes the setting `store`, i.e.
+    $DDSTAGE_STORE as a job script exports it (or settings={"store": DIR}), and is a
+    UsageError when that is not set either.
     settings: setting key -> value (ddstage-settings(7)), e.g. {"transport": "fabric",
     "read_timeout": "5s"}, over the DDSTAGE_* environment and the user's config file."""
 
-    def __init__(self, store, settings=None):
-        self._client = _ddstage.Client(os.fspath(store), {k: str(v) for k, v in (settings or {}).items()})
+    def __init__(self, store=None, settings=None):
+        self._client = _ddstage.Client(None if store is None else os.fspath(store),
+                                       {k: str(v) for k, v in (settings or {}).items()})
 
     def open(self, name):
         """A loaded dataset by name (UsageError listing the loaded ones when there is none).
@@ -138,9 +145,12 @@ class Store:
 
     comm: an mpi4py communicator (default MPI.COMM_WORLD) or a Fortran handle (int).
     max_round_bytes, direct_on_node, allow_stale, mem_limit (bytes of shards per rank; 0: 80%
-    of the node's available memory shared by its ranks), transport ("mpi" or "fabric") and
-    settings (a dict, as for Client: fabric.provider, read_timeout...): as StoreOptions in
-    ddstage/store.hpp.
+    of the node's available memory, or the free space of /dev/shm if less, shared by its ranks),
+    transport ("mpi" or "fabric") and settings (a dict, as for Client: fabric.provider,
+    read_timeout...): as StoreOptions in ddstage/store.hpp. transport="fabric" makes no MPI
+    window (shards are plain memory registered with libfabric), so it runs where MPI reaches
+    other nodes over TCP only, under mpi4py's default MPI_THREAD_MULTIPLE; "mpi" there needs
+    OMPI_MCA_osc=pt2pt and a lower thread level (pt2pt refuses MPI_THREAD_MULTIPLE).
     Close it before MPI is finalized: `with ddstage.Store(comm) as store:`, close(), or at
     interpreter exit, which closes every open Store before mpi4py finalizes MPI."""
 

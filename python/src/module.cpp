@@ -5,6 +5,8 @@
 #include <pybind11/stl.h>
 #include <pybind11/stl/filesystem.h>
 
+#include <optional>
+
 #include "batch.hpp"
 #include "ddstage/client.hpp"
 #include "ddstage/config.hpp"
@@ -61,6 +63,17 @@ std::vector<FieldInfo> fields_of(const Index& index) {
 
 using ClientReader = Guarded<Reader>;
 
+/// The store directory a Client without one reads: the `store` setting (DDSTAGE_STORE, as for
+/// the CLI's --store), or a UsageError saying how to name one.
+std::filesystem::path store_of(const Settings& settings) {
+  std::string dir = settings.get_string("store");
+  if (dir.empty()) {
+    throw UsageError(
+        "no store given: pass Client(store=DIR), or set DDSTAGE_STORE (the setting 'store')");
+  }
+  return dir;
+}
+
 void bind_client(py::module_& m) {
   py::class_<ClientReader>(m, "Reader", "Reads batches of one served dataset; one per thread.")
       .def("batch_bytes", &batch_bytes<Reader>, py::arg("field"), py::arg("ids"))
@@ -82,10 +95,14 @@ void bind_client(py::module_& m) {
       .def("reader", [](const Dataset& d) { return std::make_unique<ClientReader>(d.reader(), d.index()); });
 
   py::class_<Client>(m, "Client", "A client of a store started by `ddstage serve`; needs no MPI.")
-      .def(py::init([](const std::filesystem::path& store, const std::map<std::string, std::string>& settings) {
-             return Client(store, settings_of(settings));
+      .def(py::init([](const std::optional<std::filesystem::path>& store,
+                       const std::map<std::string, std::string>& settings) {
+             Settings resolved = settings_of(settings);
+             const auto dir = store ? *store : store_of(resolved);
+             return Client(dir, std::move(resolved));
            }),
-           py::arg("store"), py::arg("settings") = std::map<std::string, std::string>{})
+           py::arg("store") = py::none(),
+           py::arg("settings") = std::map<std::string, std::string>{})
       .def("open", &Client::open, py::arg("name"));
 }
 

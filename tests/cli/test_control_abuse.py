@@ -193,7 +193,9 @@ def test_segment_names_carry_no_token_bits(ddstage, serve, datasets):
     assert len(store_id) >= 8 and store_id not in token
     ddstage.ok("load", "--store", store.dir, datasets["files"], "--name", "f")
     names = sorted(p.name for p in Path("/dev/shm").glob("ddstage-*") if store_id in p.name)
-    assert len(names) == 2 and all(n.startswith(f"ddstage-{store_id}-f-") for n in names), names
+    segments = [n for n in names if not n.endswith(".lock")]
+    assert len(segments) == 2 and all(n.startswith(f"ddstage-{store_id}-f-") for n in segments), names
+    assert sorted(set(names) - set(segments)) == [f"ddstage-{store_id}-r{r}.lock" for r in range(2)], names
     for name in names:
         # No 8 digits of it (the old names had its first 8); by chance: ~1e-7.
         assert not any(token[i:i + 8] in name for i in range(len(token) - 7)), (name, token)

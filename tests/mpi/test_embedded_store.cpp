@@ -275,6 +275,32 @@ void test_mem_limit(const fs::path& dir, const Index& index) {
                            "rank " + std::to_string(g_size - 1) + " on ");
 }
 
+/// Other ranks' rows over libfabric (tcp on loopback) instead of MPI_Get. The shards are then
+/// plain memory registered with libfabric, in no MPI window: the Store works where MPI has no
+/// one-sided support (OpenMPI with only the tcp BTL: MPI_Win_allocate fails with MPI_ERR_WIN),
+/// and get_batch makes no MPI call, so readers in several threads need no
+/// MPI_THREAD_MULTIPLE.
+void run_fabric([[maybe_unused]] const fs::path& dir) {
+#if DDSTAGE_HAVE_FABRIC
+  const auto index = Index::open(dir / "d.ddx");
+  StoreOptions options{.direct_on_node = false, .transport = "fabric"};
+  options.settings = Settings::resolve({{"fabric.provider", "tcp"}, {"fabric.domain", "lo"}}, {},
+                                       std::nullopt, false);
+  Store fabric = make_store(MPI_COMM_WORLD, options);
+  fabric.load(dir / "d.ddx", "", /*verify=*/true);
+  test_rma(fabric, index);
+  test_threads(fabric, index);
+  test_collective(fabric, index, 2);
+  test_bad_input(fabric);
+  // Every rank on one node, direct_on_node: still no window, this rank's rows by memcpy and the
+  // others' over the network.
+  options.direct_on_node = true;
+  Store shared = make_store(MPI_COMM_WORLD, options);
+  shared.load(dir / "d.ddx");
+  test_rma(shared, index);
+#endif
+}
+
 void run(const fs::path& dir) {
   const auto index = Index::open(dir / "d.ddx");
   // Shards in a shared window read by memcpy (all ranks here share a node), then in a plain
@@ -299,22 +325,7 @@ void run(const fs::path& dir) {
     test_collective(other, index, 2);
   }
   test_mem_limit(dir, index);
-#if DDSTAGE_HAVE_FABRIC
-  // Other ranks' rows over libfabric (tcp on loopback) instead of MPI_Get; get_batch then makes
-  // no MPI call, so readers in several threads need no MPI_THREAD_MULTIPLE.
-  StoreOptions options{.direct_on_node = false, .transport = "fabric"};
-  options.settings = Settings::resolve({{"fabric.provider", "tcp"}, {"fabric.domain", "lo"}}, {}, std::nullopt, false);
-  Store fabric = make_store(MPI_COMM_WORLD, options);
-  fabric.load(dir / "d.ddx", "", /*verify=*/true);
-  test_rma(fabric, index);
-  test_threads(fabric, index);
-  test_collective(fabric, index, 2);
-  // Every rank in one shared window: nothing goes over the network, readers still work.
-  options.direct_on_node = true;
-  Store shared = make_store(MPI_COMM_WORLD, options);
-  shared.load(dir / "d.ddx");
-  test_rma(shared, index);
-#endif
+  run_fabric(dir);
 }
 
 /// The reason no built GPU runtime has a device, or empty when one has.
@@ -330,16 +341,24 @@ std::string no_gpu_reason() {
 }  // namespace
 
 /// Without arguments: the embedded Store's checks. With --gpu (label hardware): only the
-/// device-destination checks, skipped (exit 77) before MPI_Init where there is no GPU.
+/// device-destination checks, skipped (exit 77) before MPI_Init where there is no GPU. With
+/// --fabric: only the libfabric Store's checks, under MPI_THREAD_MULTIPLE (what mpi4py asks
+/// for), for a job whose MPI has no one-sided support; skipped (exit 77) without libfabric.
 int main(int argc, char** argv) {
-  const bool gpu = argc > 1 && std::string(argv[1]) == "--gpu";
-  if (gpu) {
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode == "--gpu") {
     if (const auto why = no_gpu_reason(); !why.empty()) {
       std::printf("skipped: no GPU (%s)\n", why.c_str());
       return 77;
     }
   }
-  MPI_Init(&argc, &argv);
+  if (mode == "--fabric" && !DDSTAGE_HAVE_FABRIC) {
+    std::printf("skipped: built without libfabric\n");
+    return 77;
+  }
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, mode == "--fabric" ? MPI_THREAD_MULTIPLE : MPI_THREAD_SINGLE,
+                  &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &g_size);
   const fs::path dir = shared_dir();
@@ -350,8 +369,11 @@ int main(int argc, char** argv) {
       fs::remove(dir / "b-src" / "x2.bin");
     }
     MPI_Barrier(MPI_COMM_WORLD);
-    if (gpu) {
+    if (mode == "--gpu") {
       test_gpu(dir);
+    } else if (mode == "--fabric") {
+      CHECK(provided == MPI_THREAD_MULTIPLE);
+      run_fabric(dir);
     } else {
       run(dir);
     }

@@ -23,6 +23,9 @@ BIN = os.environ.get("DDSTAGE_BIN", "ddstage")
 GEN = os.environ.get("DDSTAGE_GEN", "ddstage-gen")
 TIMEOUT_S = 120
 ROWS, GRAPHS, FILES, SEQ = 500, 120, 150, 500
+# libfabric over tcp on loopback only, for servers and for clients (as settings).
+FABRIC_ENV = {"DDSTAGE_FABRIC_PROVIDER": "tcp", "DDSTAGE_FABRIC_DOMAIN": "lo", "FI_TCP_IFACE": "lo"}
+FABRIC_SETTINGS = {"fabric.provider": "tcp", "fabric.domain": "lo"}
 
 
 def run(*args, env=None):
@@ -32,10 +35,10 @@ def run(*args, env=None):
     return proc.stdout
 
 
-def mpiexec(ranks, *args, timeout=TIMEOUT_S):
+def mpiexec(ranks, *args, timeout=TIMEOUT_S, env=None):
     """Runs `mpiexec -n RANKS ARGS` to the end (bounded); returns CompletedProcess, text."""
     return subprocess.run(["mpiexec", "-n", str(ranks), *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **MPI_ENV})
+                          timeout=timeout, env={**os.environ, **MPI_ENV, **(env or {})})
 
 
 class Data:
@@ -72,12 +75,13 @@ def data(tmp_path_factory):
 class ServedStore:
     """`mpiexec -n RANKS ddstage serve` in its own process group, with the datasets loaded."""
 
-    def __init__(self, directory: Path, data: Data, ranks=2):
+    def __init__(self, directory: Path, data: Data, ranks=2, transport="auto"):
         self.dir = directory
         self.log = open(f"{directory}.log", "w+")
+        self.env = {**os.environ, **MPI_ENV, **(FABRIC_ENV if transport == "fabric" else {})}
         self.proc = subprocess.Popen(["mpiexec", "-n", str(ranks), BIN, "serve", "--store", str(directory),
-                                      "--listen", "127.0.0.1:0"], stdout=self.log, stderr=subprocess.STDOUT,
-                                     env={**os.environ, **MPI_ENV}, start_new_session=True)
+                                      "--listen", "127.0.0.1:0", "--transport", transport],
+                                     stdout=self.log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
         deadline = time.monotonic() + 60
         while not (directory / "store.yaml").exists():
             assert self.proc.poll() is None, f"serve exited {self.proc.returncode}: {self.output()}"
@@ -87,7 +91,10 @@ class ServedStore:
         self.pids = [r["pid"] for r in descriptor["ranks"]]
         self.segment_prefix = "ddstage-" + descriptor["id"]
         for name, ddx in data.ddx.items():
-            run(BIN, "load", "--store", directory, ddx, "--name", name)
+            self.load(ddx, name)
+
+    def load(self, ddx, name, *flags):
+        run(BIN, "load", "--store", self.dir, ddx, "--name", name, *flags, env=self.env)
 
     def output(self):
         self.log.flush()
@@ -127,6 +134,32 @@ def fresh_store(data, tmp_path):
     """A store of this test's own, for tests that stop it."""
     s = ServedStore(tmp_path / "store", data)
     yield s
+    s.close()
+
+
+def served_over(transport, data, directory, monkeypatch):
+    """A store served and read over transport: (store, client settings). shm: the default
+    serve, read through shared memory; fabric: serve --transport fabric, read over tcp on
+    loopback."""
+    fabric = transport == "fabric"
+    monkeypatch.setenv("FI_TCP_IFACE", "lo")  # the client's own endpoint, in this process
+    s = ServedStore(directory, data, transport="fabric" if fabric else "auto")
+    return s, {"transport": transport, **(FABRIC_SETTINGS if fabric else {})}
+
+
+@pytest.fixture(params=["shm", "fabric"])
+def fresh_store_by_transport(request, data, tmp_path, monkeypatch):
+    """A store of this test's own for each transport: (store, client settings)."""
+    s, settings = served_over(request.param, data, tmp_path / "store", monkeypatch)
+    yield s, settings
+    s.close()
+
+
+@pytest.fixture
+def fresh_fabric_store(data, tmp_path, monkeypatch):
+    """A store of this test's own, served and read over libfabric: (store, client settings)."""
+    s, settings = served_over("fabric", data, tmp_path / "store", monkeypatch)
+    yield s, settings
     s.close()
 
 

@@ -23,6 +23,19 @@ def test_embedded_store_under_mpiexec(data):
     assert proc.stdout.count("embedded OK") == 2, proc.stdout + proc.stderr
 
 
+def test_embedded_fabric_store_needs_no_mpi_window(data):
+    """transport="fabric" under MPI over TCP alone with osc/rdma, as across TCP-only nodes (on
+    one node osc/sm would serve any window): MPI_Win_allocate would fail with MPI_ERR_WIN, so
+    the Store must create none; mpi4py's MPI_THREAD_MULTIPLE is fine."""
+    pytest.importorskip("mpi4py")
+    tcp_only = {"OMPI_MCA_btl": "self,tcp", "OMPI_MCA_btl_tcp_if_include": "lo", "OMPI_MCA_osc": "rdma",
+                "FI_TCP_IFACE": "lo"}
+    proc = mpiexec(2, PYTHON, HERE / "embedded_fabric_check.py", data.root / "rows.h5", data.ddx["rows"],
+                   env=tcp_only)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("embedded fabric OK") == 2, proc.stdout + proc.stderr
+
+
 @pytest.fixture(scope="module")
 def demo(data, tmp_path_factory):
     """The demo's dataset, smaller: hdf5-rows of 28x28 float32 with labels 0-9."""

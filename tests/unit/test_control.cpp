@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "control/control_server.hpp"
+#include "loopback.hpp"
 #include "ddstage/error.hpp"
 
 using namespace ddstage;
@@ -28,14 +29,17 @@ namespace {
 const std::string token = "0123456789abcdef0123456789abcdef";
 const std::string other_token = "0123456789abcdef0123456789abcdee";
 
-/// A control server on loopback with the test token; while busy it answers {busy: true}.
+/// A control server on loopback with the test token, whose front desk answers as a store's
+/// does: a heartbeat at once, idle or busy; anything else with {busy: true} while busy.
 ControlServer make_server(ControlServerLimits limits = {}) {
   return ControlServer(
       "127.0.0.1:0", token,
-      [](const Message&) -> std::optional<Message> {
+      [](const Message& request, bool busy) -> std::optional<Message> {
+        const bool heartbeat = request["op"].as<std::string>() == "heartbeat";
+        if (!busy && !heartbeat) return std::nullopt;
         Message reply;
         reply["ok"] = true;
-        reply["busy"] = true;
+        reply[heartbeat ? "heartbeat" : "busy"] = true;
         return reply;
       },
       limits);
@@ -346,4 +350,74 @@ TEST_CASE("while a request runs, others get the busy answer at once", "[control]
   Message reply;
   reply["ok"] = true;
   running->connection.send(reply);
+}
+
+TEST_CASE("heartbeats are answered at once, idle and while a command runs", "[control][heartbeat]") {
+  auto server = make_server();
+  Message beat;
+  beat["op"] = "heartbeat";
+  beat["rank"] = 1;
+  // Idle: nothing takes requests from the queue, so only the front desk can answer.
+  REQUIRE(detail::control_request(server.address(), token, beat, 2s)["heartbeat"].as<bool>());
+  std::jthread first_client([&] {
+    try {
+      detail::control_request(server.address(), token, status_request(), 5s);
+    } catch (const Error&) {
+      // Its reply is not the point; it may time out when the test fails early.
+    }
+  });
+  auto running = server.next(2s);
+  REQUIRE(running);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 5; ++i) {
+    REQUIRE(detail::control_request(server.address(), token, beat, 2s)["heartbeat"].as<bool>());
+  }
+  // Generous on a loaded machine; queued behind the command they would never come at all.
+  REQUIRE(std::chrono::steady_clock::now() - t0 < 5s);
+  server.done();
+  Message reply;
+  reply["ok"] = true;
+  running->connection.send(reply);
+}
+
+namespace {
+
+sockaddr_storage ip(const char* text) {
+  sockaddr_storage out{};
+  if (std::strchr(text, ':')) {
+    auto& in6 = reinterpret_cast<sockaddr_in6&>(out);
+    in6.sin6_family = AF_INET6;
+    REQUIRE(::inet_pton(AF_INET6, text, &in6.sin6_addr) == 1);
+  } else {
+    auto& in = reinterpret_cast<sockaddr_in&>(out);
+    in.sin_family = AF_INET;
+    REQUIRE(::inet_pton(AF_INET, text, &in.sin_addr) == 1);
+  }
+  return out;
+}
+
+bool loopback(const char* text) {
+  const auto addr = ip(text);
+  return detail::is_loopback(reinterpret_cast<const sockaddr&>(addr));
+}
+
+}  // namespace
+
+TEST_CASE("loopback addresses are told from the ones other hosts reach", "[control][loopback]") {
+  for (const char* lo : {"127.0.0.1", "127.0.1.1", "127.255.255.254", "::1", "::ffff:127.0.1.1"}) {
+    INFO(lo);
+    REQUIRE(loopback(lo));
+  }
+  for (const char* other : {"10.9.0.2", "128.0.0.1", "126.255.255.255", "0.0.0.0", "::", "fe80::1", "::ffff:10.0.0.1",
+                            "::2"}) {
+    INFO(other);
+    REQUIRE_FALSE(loopback(other));
+  }
+  const auto addr = ip("::ffff:127.0.1.1");
+  REQUIRE(detail::numeric_host(reinterpret_cast<const sockaddr&>(addr)) == "::ffff:127.0.1.1");
+  REQUIRE(detail::loopback_address_of("127.0.1.1") == "127.0.1.1");
+  const auto localhost = detail::loopback_address_of("localhost");
+  REQUIRE((localhost == "127.0.0.1" || localhost == "::1"));
+  REQUIRE(detail::loopback_address_of("10.9.0.2").empty());
+  REQUIRE(detail::loopback_address_of("no-such-host.invalid").empty());
 }

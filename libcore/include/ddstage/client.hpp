@@ -40,7 +40,9 @@ class Reader {
   /// progress for read_timeout fail the batch naming them; a rank on another host that serves
   /// no libfabric endpoint is a UsageError. The reader stays usable for the other ranks. A
   /// dataset replaced (`load --replace`) or unloaded since open() fails every later batch with
-  /// a run-time Error saying so ("was replaced ...; reopen it"): open it again. Without verify,
+  /// a run-time Error saying so ("was replaced ...; reopen it"): open it again (never reopened
+  /// behind the caller's back: the new load may hold other samples). A batch that meets the
+  /// replace half-way waits up to read_timeout for store.yaml to say so. Without verify,
   /// bytes that rotted on disk with an unchanged size and mtime come back as they are.
   void get_batch(const std::string& field, std::span<const uint64_t> ids, std::span<std::byte> dest,
                  bool verify = false);

@@ -25,17 +25,24 @@ struct StoreOptions {
   /// (MPI_Win_allocate_shared) and read any rank's rows with a plain memcpy. false, or ranks on
   /// several nodes: MPI_Win_allocate and MPI_Get (the MPI library's own path: with OpenMPI's
   /// osc/rdma a same-node get costs ~1 µs unloaded, ~100 µs when ranks outnumber cores).
+  /// Transport "mpi" only: a fabric Store makes no MPI window.
   bool direct_on_node = true;
   /// load: skip the origin files' size/mtime check.
   bool allow_stale = false;
   /// Bytes of shard regions each rank may hold, over all its datasets; a load that would pass
   /// it is refused on every rank before anything is allocated. 0: 80% of the node's available
-  /// memory at construction, divided by the Store's ranks on that node.
+  /// memory at construction, or the free space of /dev/shm if less, divided by the Store's
+  /// ranks on that node (the refusal says which bound applied).
   uint64_t mem_limit = 0;
   /// How get_batch reaches rows this process does not address directly: "mpi" (MPI_Get) or
   /// "fabric" (libfabric fi_read: every rank opens an endpoint and registers its shards, the
   /// addresses and keys are allgathered; provider, domain, window and read_timeout come from
-  /// `settings`). get_batch_collective always uses MPI.
+  /// `settings`). get_batch_collective always uses MPI (two-sided). With "fabric" the shards
+  /// are plain memory registered with libfabric and the Store creates no MPI window, so it
+  /// needs no one-sided MPI: it works across nodes where MPI reaches only over TCP (OpenMPI's
+  /// tcp BTL: osc/rdma fails MPI_Win_allocate with MPI_ERR_WIN, and osc/pt2pt refuses
+  /// MPI_THREAD_MULTIPLE, which mpi4py asks for), at any thread level. This rank's rows are
+  /// copied; every other rank's, on this node or not, come over libfabric.
   std::string transport = "mpi";
   Settings settings;
 };
@@ -62,7 +69,7 @@ class Store {
   explicit Store(int fortran_comm, StoreOptions options = {});
   Store(Store&&) noexcept;
   Store& operator=(Store&&) noexcept;
-  /// Collective: frees every dataset's window.
+  /// Collective: frees every dataset's window (transport mpi).
   ~Store();
 
   int rank() const noexcept;
@@ -71,12 +78,12 @@ class Store {
   int thread_level() const noexcept;
 
   /// Collective. Every rank opens the index, takes its contiguous byte-balanced share
-  /// (ShardPlan::balance over the communicator's size), allocates it in an MPI window and
-  /// fills it from origin (with verify, checking every entry's checksum). A shard that would
-  /// pass a rank's mem_limit is a UsageError naming rank, host, bytes needed and free, raised
-  /// before any rank allocates. If any rank fails, every rank throws the first failing rank's
-  /// error and nothing of the dataset remains.
-  /// name defaults to the index's dataset name; a name already loaded is a UsageError.
+  /// (ShardPlan::balance over the communicator's size), allocates it (in an MPI window for
+  /// transport mpi, plain memory for fabric) and fills it from origin (with verify, checking every
+  /// entry's checksum). A shard that would pass a rank's mem_limit is a UsageError naming rank,
+  /// host, bytes needed and free, raised before any rank allocates. If any rank fails, every rank
+  /// throws the first failing rank's error and nothing of the dataset remains. name defaults to the
+  /// index's dataset name; a name already loaded is a UsageError.
   void load(const std::filesystem::path& index, const std::string& name = "", bool verify = false);
   /// A loaded dataset's index; UsageError listing the loaded names when there is none.
   const Index& index(const std::string& name) const;

@@ -198,11 +198,11 @@ class FrontDesk {
 
 }  // namespace
 
-ControlServer::ControlServer(const std::string& listen, std::string token, BusyAnswer while_busy,
+ControlServer::ControlServer(const std::string& listen, std::string token, FrontAnswer answer,
                              ControlServerLimits limits)
     : m_listener(listen),
       m_token(std::move(token)),
-      m_while_busy(std::move(while_busy)),
+      m_answer(std::move(answer)),
       m_limits(limits),
       m_thread([this](std::stop_token stop) { run(stop); }) {}
 
@@ -227,9 +227,9 @@ void ControlServer::hand_over(ControlRequest request) {
     busy = m_busy;
   }
   std::optional<Message> reply;
-  if (busy && m_while_busy) {
+  if (m_answer) {
     try {
-      reply = m_while_busy(request.message);
+      reply = m_answer(request.message, busy);
     } catch (const std::exception& e) {
       // It has its turn later, where a bad request gets its error reply.
       spdlog::warn("could not answer {} at once: {}", request.connection.peer(), e.what());

@@ -37,13 +37,14 @@ struct ControlServerLimits {
 
 class ControlServer {
  public:
-  /// Called on the front desk's thread for a request that comes while one handed out by
-  /// next() still runs: a reply to send at once, or nullopt to queue the request behind it.
-  using BusyAnswer = std::function<std::optional<Message>(const Message& request)>;
+  /// Called on the front desk's thread for every authenticated request, with `busy` true while
+  /// one handed out by next() still runs: a reply to send at once (a heartbeat, a status), or
+  /// nullopt to queue the request for next().
+  using FrontAnswer = std::function<std::optional<Message>(const Message& request, bool busy)>;
 
   /// Listens on `listen` (see ControlListener) and starts reading requests. Only requests
   /// whose header carries `token` are read beyond their header.
-  ControlServer(const std::string& listen, std::string token, BusyAnswer while_busy,
+  ControlServer(const std::string& listen, std::string token, FrontAnswer answer,
                 ControlServerLimits limits = {});
   ControlServer(const ControlServer&) = delete;
   ControlServer& operator=(const ControlServer&) = delete;
@@ -52,7 +53,7 @@ class ControlServer {
   const std::string& address() const noexcept { return m_listener.address(); }
 
   /// The oldest queued request, waiting up to timeout for one. From then until done(), the
-  /// server is busy: requests that come are offered to while_busy first.
+  /// server is busy (see FrontAnswer).
   std::optional<ControlRequest> next(std::chrono::milliseconds timeout);
   void done();
 
@@ -62,7 +63,7 @@ class ControlServer {
 
   ControlListener m_listener;
   std::string m_token;
-  BusyAnswer m_while_busy;
+  FrontAnswer m_answer;
   ControlServerLimits m_limits;
   std::mutex m_mutex;
   std::condition_variable m_ready;

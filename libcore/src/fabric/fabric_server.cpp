@@ -1,10 +1,13 @@
 #include "fabric/fabric_server.hpp"
 
+#include <algorithm>
 #include <array>
+#include <cstring>
 
 #include <spdlog/spdlog.h>
 
 #include "fabric/fabric_provider.hpp"
+#include "loopback.hpp"
 
 namespace ddstage::detail {
 namespace {
@@ -40,6 +43,15 @@ FabricServer::~FabricServer() {
 }
 
 FabricPeer FabricServer::peer() const { return {m_endpoint.provider(), to_hex(m_address)}; }
+
+std::string FabricServer::ip_address() const {
+  const auto format = m_endpoint.info().addr_format;
+  const bool sockaddr_format = format == FI_SOCKADDR || format == FI_SOCKADDR_IN || format == FI_SOCKADDR_IN6;
+  if (!sockaddr_format || m_address.size() < sizeof(sockaddr)) return {};
+  sockaddr_storage addr{};
+  std::memcpy(&addr, m_address.data(), std::min(m_address.size(), sizeof addr));
+  return numeric_host(reinterpret_cast<const sockaddr&>(addr));
+}
 
 uint64_t FabricServer::add_region(std::span<const std::byte> memory) {
   const auto lock = lock_out_progress();

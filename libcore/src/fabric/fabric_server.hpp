@@ -35,6 +35,9 @@ class FabricServer {
 
   /// Provider and endpoint address, for readers.
   FabricPeer peer() const;
+  /// The endpoint's IP address, numeric, for providers that name endpoints by socket address
+  /// (tcp, net, udp); empty for the others (shm, cxi, verbs).
+  std::string ip_address() const;
   /// Registers `memory` (which must outlive its registration) and returns its id.
   uint64_t add_region(std::span<const std::byte> memory);
   /// Key, base and length of a region add_region returned.

@@ -4,6 +4,7 @@
 #include <array>
 #include <cstdlib>
 #include <set>
+#include <thread>
 
 #include <spdlog/spdlog.h>
 
@@ -140,6 +141,8 @@ void FabricTransport::post_one(const Chunk& chunk, const Chunk* next) {
     // Reads we deferred with FI_MORE must go out before the queue can drain.
     flags &= ~FI_MORE;
     progress(false);
+    // rxm connects lazily: against a hung server the first read is refused until read_timeout.
+    pause_while_idle();
   }
 }
 
@@ -180,7 +183,21 @@ void FabricTransport::progress(bool block) {
     if (n != -FI_EAGAIN) throw FabricError("fi_cq_read", m_provider, static_cast<int>(n));
     check_deadline();
     if (!block) return;
+    pause_while_idle();
   }
+}
+
+void FabricTransport::pause_while_idle() const {
+  // Not fi_cq_sread: shm and ofi_rxm progress only inside fi_cq_read calls, so a reader that
+  // blocked in the kernel would stall the very reads it waits for. Instead: spin while reads
+  // are young (on a live link they complete within microseconds, and a sleep would add its own
+  // latency), then sleep a sixteenth of the time already waited (at most 1 ms), which costs a
+  // late completion at most ~6% and keeps a reader waiting on a hung server off the CPU.
+  constexpr auto spin = std::chrono::milliseconds(1);
+  constexpr auto longest = std::chrono::milliseconds(1);
+  const auto idle = std::chrono::steady_clock::now() - m_last_progress;
+  if (idle < spin) return;
+  std::this_thread::sleep_for(std::min<std::chrono::nanoseconds>(idle / 16, longest));
 }
 
 void FabricTransport::check_deadline() {

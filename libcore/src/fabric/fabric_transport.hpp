@@ -73,6 +73,9 @@ class FabricTransport final : public Transport {
   bool has_room(uint64_t bytes) const noexcept;
   /// Reaps completions; with `block`, until at least one landed. Throws on time-out.
   void progress(bool block);
+  /// Between empty polls of a blocking progress() or refused posts: returns at once while the
+  /// wait is young, sleeps once it has lasted.
+  void pause_while_idle() const;
   void release(Slot* slot) noexcept;
   void check_deadline();
   [[noreturn]] void time_out();

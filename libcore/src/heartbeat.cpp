@@ -1,0 +1,49 @@
+#include "heartbeat.hpp"
+
+#include <algorithm>
+#include <mutex>
+
+#include "control/control_channel.hpp"
+#include "ddstage/error.hpp"
+#include "peer_watch.hpp"
+
+namespace ddstage::detail {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+Heartbeat::Heartbeat(std::string control, std::string token, int rank, milliseconds peer_timeout, OnLost on_lost)
+    : m_control(std::move(control)),
+      m_token(std::move(token)),
+      m_rank(rank),
+      m_timeout(peer_timeout),
+      m_on_lost(std::move(on_lost)),
+      m_thread([this](std::stop_token stop) { run(stop); }) {}
+
+void Heartbeat::run(const std::stop_token& stop) {
+  const auto interval = heartbeat_interval(m_timeout);
+  Message beat;
+  beat["op"] = "heartbeat";
+  beat["rank"] = m_rank;
+  auto answered = Clock::now();
+  std::mutex sleep_mutex;
+  std::unique_lock sleep_lock(sleep_mutex);
+  for (;;) {
+    try {
+      // A stopped or cut-off rank 0 may accept the connection and never answer: bounded wait.
+      const auto reply = control_request(m_control, m_token, beat, std::min(m_timeout, 2 * interval));
+      if (reply["ok"] && reply["ok"].as<bool>()) answered = Clock::now();
+    } catch (const std::exception&) {
+      // Not answered: the silence grows until it reaches peer_timeout.
+    }
+    const auto silence = Clock::now() - answered;
+    if (silence >= m_timeout && !stop.stop_requested()) {
+      m_on_lost(std::chrono::duration_cast<milliseconds>(silence));
+      return;
+    }
+    m_wake.wait_for(sleep_lock, stop, interval, [] { return false; });
+    if (stop.stop_requested()) return;
+  }
+}
+
+}  // namespace ddstage::detail

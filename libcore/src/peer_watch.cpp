@@ -1,0 +1,77 @@
+#include "peer_watch.hpp"
+
+#include <algorithm>
+
+namespace ddstage::detail {
+
+using std::chrono::milliseconds;
+
+milliseconds heartbeat_interval(milliseconds peer_timeout) { return std::max(milliseconds(500), peer_timeout / 10); }
+
+PeerWatch::PeerWatch(int ranks, milliseconds peer_timeout, OnLost on_lost)
+    : m_timeout(peer_timeout),
+      m_on_lost(std::move(on_lost)),
+      m_last(static_cast<std::size_t>(ranks), Clock::now()) {}
+
+void PeerWatch::watch() {
+  {
+    std::lock_guard lock(m_mutex);
+    std::fill(m_last.begin(), m_last.end(), Clock::now());
+  }
+  m_thread = std::jthread([this](std::stop_token stop) { run(stop); });
+}
+
+bool PeerWatch::heard(int rank) {
+  std::lock_guard lock(m_mutex);
+  if (rank <= 0 || static_cast<std::size_t>(rank) >= m_last.size()) return false;
+  m_last[static_cast<std::size_t>(rank)] = Clock::now();
+  return true;
+}
+
+std::vector<double> PeerWatch::silence_seconds() const {
+  const auto now = Clock::now();
+  std::lock_guard lock(m_mutex);
+  std::vector<double> out;
+  for (std::size_t r = 0; r < m_last.size(); ++r) {
+    out.push_back(r == 0 ? 0.0 : std::chrono::duration<double>(now - m_last[r]).count());
+  }
+  return out;
+}
+
+std::vector<int> PeerWatch::silent_for(milliseconds limit) const {
+  const auto now = Clock::now();
+  std::lock_guard lock(m_mutex);
+  std::vector<int> out;
+  for (std::size_t r = 1; r < m_last.size(); ++r) {
+    if (now - m_last[r] > limit) out.push_back(static_cast<int>(r));
+  }
+  return out;
+}
+
+void PeerWatch::run(const std::stop_token& stop) {
+  const auto check_every = heartbeat_interval(m_timeout) / 2;
+  std::mutex sleep_mutex;
+  std::unique_lock sleep_lock(sleep_mutex);
+  for (;;) {
+    m_wake.wait_for(sleep_lock, stop, check_every, [] { return false; });
+    if (stop.stop_requested()) return;
+    const auto now = Clock::now();
+    int lost = -1;
+    Clock::duration silence{};
+    {
+      std::lock_guard lock(m_mutex);
+      for (std::size_t r = 1; r < m_last.size() && lost < 0; ++r) {
+        if (now - m_last[r] > m_timeout) {
+          lost = static_cast<int>(r);
+          silence = now - m_last[r];
+        }
+      }
+    }
+    if (lost > 0) {
+      m_on_lost(lost, std::chrono::duration_cast<milliseconds>(silence));
+      return;
+    }
+  }
+}
+
+}  // namespace ddstage::detail

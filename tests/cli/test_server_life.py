@@ -1,0 +1,349 @@
+"""A server rank's whole life under real mpiexec jobs (2-3 ranks on 2 cores): every way out a
+rank can see (a signal, a lost peer, a stop) frees its memory, whatever its main thread is
+blocked in; what a SIGKILL leaves is only the killed rank's, and its peers sweep it on their
+way out. Control replies (stop, status, heartbeat) are checked at the protocol level, so these
+tests do not depend on how the CLI prints them."""
+import os
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import assert_runtime_error, flatten
+from test_store import fill_up, serve, wait_dead  # noqa: F401  (fixture: a served store)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: shared helpers
+from local_mpi import MPI_ENV, pid_alive  # noqa: E402
+
+PEER_TIMEOUT = {"DDSTAGE_PEER_TIMEOUT": "3s"}
+# What every bound below allows on a loaded 2-core machine beyond what it measures.
+SLACK_S = 12
+
+
+# ---- the control protocol, spoken directly ---------------------------------------------------
+
+def control(store, request, timeout=30):
+    """One control request (protocol v2: magic, version, token, length, YAML body); the reply."""
+    d = yaml.safe_load((store.dir / "store.yaml").read_text())
+    host, port = d["control"].rsplit(":", 1)
+    body = yaml.safe_dump(request).encode()
+    with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as s:
+        s.sendall(b"DDSC" + struct.pack("<I", 2) + d["token"].encode() + struct.pack("<I", len(body)) + body)
+        head = recv_exact(s, 44)
+        assert head[:4] == b"DDSC", head
+        return yaml.safe_load(recv_exact(s, struct.unpack("<I", head[40:44])[0]))
+
+
+def recv_exact(s, n):
+    out = b""
+    while len(out) < n:
+        chunk = s.recv(n - len(out))
+        assert chunk, "the store closed the connection"
+        out += chunk
+    return out
+
+
+# ---- what a store leaves ---------------------------------------------------------------------
+
+def store_files(store):
+    """This store's names in /dev/shm: segments and rank locks."""
+    return sorted(p.name for p in Path("/dev/shm").glob(store.prefix + "-*"))
+
+
+def fabric_queues(pids):
+    return sorted(p.name for p in Path("/dev/shm").iterdir() if p.name.split(":")[0] in {str(x) for x in pids})
+
+
+def wait_gone(store, pids, timeout):
+    """Waits (bounded) until mpiexec and every rank ended; the seconds it took."""
+    t0 = time.monotonic()
+    try:
+        store.proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pass
+    assert wait_dead(pids, timeout=max(0.1, timeout - (time.monotonic() - t0))), \
+        f"ranks still running after {timeout} s:\n{store.output()}"
+    assert store.proc.poll() is not None, "mpiexec still running:\n" + store.output()
+    return time.monotonic() - t0
+
+
+def lock_pid(path):
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
+
+
+def assert_nothing_left(store, pids):
+    assert store_files(store) == [], store.output()
+    assert fabric_queues(pids) == []
+    assert not (store.dir / "store.yaml").exists()
+
+
+@pytest.fixture
+def big(ddstage, gen, tmp_path):
+    """~256 MB of rows: a verified load with one stream takes seconds on this machine."""
+    gen.ok("npy", tmp_path / "big.npy", "--samples", "4096", "--shape", "16384", "--dtype", "float32")
+    return flatten(ddstage, tmp_path / "big.ddx", tmp_path / "big.npy")
+
+
+@pytest.fixture
+def small(ddstage, gen, tmp_path):
+    gen.ok("files", tmp_path / "tree", "--samples", "200", "--min-bytes", "1", "--max-bytes", "5000")
+    return flatten(ddstage, tmp_path / "small.ddx", tmp_path / "tree")
+
+
+# ---- signals ---------------------------------------------------------------------------------
+
+def test_every_rank_holds_a_lock_and_sigterm_to_an_idle_rank_frees_everything(ddstage, serve, small):
+    store = serve(3)
+    ddstage.ok("load", "--store", store.dir, small, "--name", "s")
+    pids = store.pids()
+    locks = [f for f in store_files(store) if f.endswith(".lock")]
+    assert locks == [f"{store.prefix}-r{r}.lock" for r in range(3)]
+    assert len(store_files(store)) == 6  # a segment per rank
+    os.kill(pids[1], signal.SIGTERM)
+    assert wait_gone(store, pids, 5 + SLACK_S) < 5 + SLACK_S
+    assert "freeing this rank's memory" in store.output()
+    assert_nothing_left(store, pids)
+
+
+def test_sigterm_during_a_load_frees_the_segment_being_filled(ddstage, serve, big):
+    """Rank 1 is signalled as soon as the segment it fills appears (not in the descriptor yet,
+    rank 0 in the middle of the load's collectives): every rank ends, nothing is left, and the
+    load's client ends too (with an error, or with the load's success when the ranks finished
+    it during their last moment)."""
+    store = serve(3)
+    pids = store.pids()
+    load = subprocess.Popen([ddstage.path, "load", "--store", store.dir, big, "--verify", "--streams", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not any(f.endswith("-g1-r1") for f in store_files(store)):
+            assert time.monotonic() < deadline and load.poll() is None, "the load never started"
+            time.sleep(0.005)
+        os.kill(pids[1], signal.SIGTERM)
+        wait_gone(store, pids, 5 + SLACK_S)
+        assert_nothing_left(store, pids)
+        out, err = load.communicate(timeout=60)
+        if load.returncode != 0:
+            assert_runtime_error(load, "")
+        else:
+            assert "loaded 'big'" in out
+    finally:
+        if load.poll() is None:
+            load.kill()
+            load.wait()
+
+
+def test_sigint_to_a_one_rank_store_exits_0_and_frees_everything(ddstage, serve, small):
+    store = serve(ranks=0)
+    ddstage.ok("load", "--store", store.dir, small, "--name", "s")
+    pids = store.pids()
+    assert len(store_files(store)) == 2
+    store.proc.send_signal(signal.SIGINT)
+    assert store.proc.wait(timeout=5 + SLACK_S) == 0, store.output()
+    assert_nothing_left(store, pids)
+
+
+# ---- peers lost without a signal -------------------------------------------------------------
+
+def test_sigkill_of_rank_1_leaves_nothing_once_the_others_are_gone(ddstage, serve, small):
+    """SIGKILL cannot be seen by rank 1: the others end (mpiexec's SIGTERM, or their heartbeats
+    within peer_timeout) and, finding rank 1's lock unheld on their node, remove its files."""
+    store = serve(3, env=PEER_TIMEOUT)
+    ddstage.ok("load", "--store", store.dir, small, "--name", "s")
+    pids = store.pids()
+    os.kill(pids[1], signal.SIGKILL)
+    wait_gone(store, pids, 3 + SLACK_S)
+    assert_nothing_left(store, pids)
+
+
+def test_a_stopped_rank_is_lost_and_the_rest_end_within_peer_timeout(ddstage, serve, small):
+    """SIGSTOP: no signal, no exit, no MPI error; only rank 0's heartbeat watch notices."""
+    store = serve(3, env=PEER_TIMEOUT)
+    ddstage.ok("load", "--store", store.dir, small, "--name", "s")
+    pids = store.pids()
+    os.kill(pids[1], signal.SIGSTOP)
+    try:
+        wait_gone(store, pids, 3 + SLACK_S)
+        out = store.output()
+        assert "lost rank 1 on" in out and "freeing this rank's memory and ending" in out, out
+        assert_nothing_left(store, pids)
+    finally:
+        if pid_alive(pids[1]):
+            os.kill(pids[1], signal.SIGCONT)
+
+
+def test_a_stopped_rank_0_is_lost_by_the_others(ddstage, serve, small):
+    store = serve(3, env=PEER_TIMEOUT)
+    ddstage.ok("load", "--store", store.dir, small, "--name", "s")
+    pids = store.pids()
+    os.kill(pids[0], signal.SIGSTOP)
+    try:
+        wait_gone(store, pids, 3 + SLACK_S)
+        assert "lost rank 0 on" in store.output(), store.output()
+        assert_nothing_left(store, pids)
+    finally:
+        if pid_alive(pids[0]):
+            os.kill(pids[0], signal.SIGCONT)
+
+
+# ---- the control protocol ---------------------------------------------------------------------
+
+def test_status_reply_carries_last_heard_and_heartbeats_are_answered(ddstage, serve):
+    store = serve(2, env=PEER_TIMEOUT)
+    time.sleep(1.5)  # a heartbeat interval (0.5 s for a 3 s peer_timeout) has passed, or three
+    reply = control(store, {"op": "status"})
+    assert reply["ok"] is True
+    heard = reply["last_heard"]
+    assert len(heard) == 2 and heard[0] == 0 and 0 <= heard[1] < 3, reply
+    assert control(store, {"op": "heartbeat", "rank": 1}) == {"ok": True}
+    for bad in ({"op": "heartbeat", "rank": 7}, {"op": "heartbeat", "rank": 0}, {"op": "heartbeat"}):
+        reply = control(store, bad)
+        assert reply["ok"] is False and "heartbeat" in reply["error"], reply
+    store.stop()
+
+
+def test_stop_of_a_healthy_store_names_every_rank_stopped(ddstage, serve, small):
+    store = serve(3)
+    ddstage.ok("load", "--store", store.dir, small, "--name", "s")
+    pids = store.pids()
+    reply = control(store, {"op": "stop"})
+    assert reply == {"ok": True, "stopped": [0, 1, 2], "unreachable": []}, reply
+    assert not (store.dir / "store.yaml").exists()  # before the reply
+    assert store.proc.wait(timeout=30) == 0, store.output()
+    assert wait_dead(pids)
+    assert_nothing_left(store, pids)
+
+
+def test_stop_with_a_stopped_rank_is_honest_and_quick(ddstage, serve, small):
+    """No collective with a rank that is not answering: rank 0 stops alone, says which rank it
+    could not reach, and the job still ends (that rank within peer_timeout, or by mpiexec)."""
+    store = serve(3, env={"DDSTAGE_PEER_TIMEOUT": "10s"})
+    ddstage.ok("load", "--store", store.dir, small, "--name", "s")
+    pids = store.pids()
+    os.kill(pids[2], signal.SIGSTOP)
+    try:
+        time.sleep(4)  # three heartbeat intervals (1 s each for 10 s) and some
+        t0 = time.monotonic()
+        reply = control(store, {"op": "stop"})
+        assert time.monotonic() - t0 < 5, "stop waited on the stopped rank"
+        assert reply["ok"] is True and reply["stopped"] == [0], reply
+        [lost] = reply["unreachable"]
+        assert lost["rank"] == 2 and lost["host"] and lost["last_heard"] >= 3, reply
+        assert not (store.dir / "store.yaml").exists()
+        wait_gone(store, pids, 10 + SLACK_S)
+        assert_nothing_left(store, pids)
+    finally:
+        if pid_alive(pids[2]):
+            os.kill(pids[2], signal.SIGCONT)
+
+
+# ---- addresses only one host reaches ---------------------------------------------------------
+
+def test_loopback_control_address_is_refused_when_the_ranks_span_hosts(ddstage, tmp_path):
+    """Each rank in a UTS namespace of its own, with its own host name: to ddstage the ranks
+    span two hosts (the network stays this machine's loopback). A control address the other
+    hosts could never reach is refused on every rank, exit 2, before anything is published."""
+    if subprocess.run(["unshare", "--uts", "true"], capture_output=True).returncode != 0:
+        pytest.skip("unshare --uts is not permitted here (needs root or user namespaces)")
+    for listen in (["--listen", "127.0.0.1:0"], []):
+        store_dir = tmp_path / f"store{len(listen)}"
+        # exec keeps the pid: the lines "rank pid N" name the ranks' processes.
+        script = 'hostname "fake-node$OMPI_COMM_WORLD_RANK" && echo "rank pid $$" && exec "$@"'
+        cmd = ["mpiexec", "-n", "2", "unshare", "--uts", "sh", "-c", script, "sh", ddstage.path, "serve",
+               "--store", str(store_dir), "--transport", "shm", *listen]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env={**os.environ, **MPI_ENV}, start_new_session=True)
+        try:
+            out, _ = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:  # it served: end the whole job, then fail
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        assert proc.returncode != 0, out
+        errors = [line for line in out.splitlines() if line.startswith("ddstage: error:")]
+        assert errors and all("is loopback (127." in e and "span 2 hosts" in e and "--listen" in e
+                              for e in errors), out
+        assert not (store_dir / "store.yaml").exists()
+        pids = {line.split()[-1] for line in out.splitlines() if line.startswith("rank pid ")}
+        assert len(pids) == 2, out
+        left = [p.name for p in Path("/dev/shm").glob("ddstage-*.lock") if lock_pid(p) in pids]
+        assert left == [], "a refused rank left its lock file"
+
+
+def test_loopback_fabric_address_is_refused_when_the_ranks_span_hosts(ddstage, tmp_path):
+    """The same two fake hosts, in a network namespace of their own with a veth address
+    (10.99.0.1, gone with the namespace) for the control socket, so that only the fabric
+    endpoint is on loopback (FI_TCP_IFACE=lo): refused, naming the rank, the address and the
+    settings to change."""
+    probe = subprocess.run(["unshare", "--net", "--uts", "sh", "-c", "ip link add v0 type veth peer name v1"],
+                           capture_output=True)
+    if probe.returncode != 0:
+        pytest.skip("network namespaces with veth links are not permitted here: " + probe.stderr.decode())
+    inner = ('hostname "fake-node$OMPI_COMM_WORLD_RANK" && echo "rank pid $$" && exec "$@"')
+    outer = ('ip link set lo up && ip link add v0 type veth peer name v1 && ip addr add 10.99.0.1/24 dev v0 && '
+             'ip link set v0 up && ip link set v1 up && '
+             f'exec mpiexec -n 2 unshare --uts sh -c \'{inner}\' sh "$@"')
+    cmd = ["unshare", "--net", "sh", "-c", outer, "sh", ddstage.path, "serve", "--store", str(tmp_path / "store"),
+           "--listen", "10.99.0.1:0", "--transport", "fabric"]
+    env = {**os.environ, **MPI_ENV, "FI_PROVIDER": "tcp", "FI_TCP_IFACE": "lo"}
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:  # it served: end the whole job, then fail
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode != 0, out
+    errors = [line for line in out.splitlines() if line.startswith("ddstage: error:")]
+    assert errors, out
+    for e in errors:
+        for words in ("rank 0 on fake-node0", "libfabric address 127.0.0.1", "loopback", "span 2 hosts",
+                      "FI_TCP_IFACE", "fabric.domain"):
+            assert words in e, (words, e)
+    assert not (tmp_path / "store" / "store.yaml").exists()
+    pids = {line.split()[-1] for line in out.splitlines() if line.startswith("rank pid ")}
+    assert len(pids) == 2, out
+    assert [p.name for p in Path("/dev/shm").glob("ddstage-*.lock") if lock_pid(p) in pids] == []
+
+
+# ---- errors while serving ---------------------------------------------------------------------
+
+def test_an_error_while_serving_ends_every_rank_and_frees_everything(ddstage, tmp_path):
+    """store.yaml cannot be written when the store is ready (its disk is full): no caller can
+    keep the ranks in step any more, so rank 0 frees what it holds and ends (exit 1), and the
+    others end with it instead of waiting in a broadcast or in MPI_Finalize."""
+    small = tmp_path / "small"
+    small.mkdir(mode=0o700)
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k,mode=0700", "tmpfs", small]).returncode != 0:
+        pytest.skip("cannot mount a tmpfs here (needs root and CAP_SYS_ADMIN)")
+    try:
+        (small / "store").mkdir(mode=0o700)
+        fill_up(small)
+        cmd = ["mpiexec", "-n", "2", "sh", "-c", 'echo "rank pid $$" && exec "$@"', "sh", ddstage.path, "serve",
+               "--store", str(small / "store"), "--listen", "127.0.0.1:0"]
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                env={**os.environ, **MPI_ENV, **PEER_TIMEOUT}, start_new_session=True)
+        try:
+            out, _ = proc.communicate(timeout=3 + SLACK_S)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        assert proc.returncode != 0, out
+        assert "rank 0 on" in out and "cannot go on serving" in out and "store.yaml" in out, out
+        pids = {line.split()[-1] for line in out.splitlines() if line.startswith("rank pid ")}
+        assert len(pids) == 2, out
+        assert wait_dead([int(p) for p in pids])
+        assert [p.name for p in Path("/dev/shm").glob("ddstage-*.lock") if lock_pid(p) in pids] == []
+    finally:
+        subprocess.run(["umount", "-l", small])

@@ -1,0 +1,147 @@
+// A server rank's life without MPI: its way out (in a child process, which it ends), rank 0's
+// watch over heartbeats, and a rank's heartbeat to a real control socket.
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "control/control_server.hpp"
+#include "ddstage/shm_segment.hpp"
+#include "heartbeat.hpp"
+#include "peer_watch.hpp"
+#include "rank_exit.hpp"
+
+using namespace ddstage;
+using namespace std::chrono_literals;
+namespace fs = std::filesystem;
+
+namespace {
+
+/// A store id no real store has: 12 hex digits from this test process's pid.
+std::string test_store_id() {
+  char id[13];
+  std::snprintf(id, sizeof id, "%012x", static_cast<unsigned>(::getpid()) * 16u + 0xd);
+  return id;
+}
+
+fs::path shm(const std::string& name) { return detail::shm_directory() / name; }
+
+/// Waits for child; its exit code, or -1 when it did not exit normally.
+int exit_code_of(pid_t child) {
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+}  // namespace
+
+TEST_CASE("leaving frees the rank's segments, the one being filled, its lock and dead peers' files",
+          "[rank_exit]") {
+  const auto id = test_store_id();
+  const auto loaded = "/ddstage-" + id + "-a-g1-r0";
+  const auto filling = "/ddstage-" + id + "-b-g2-r0";
+  const auto untracked = "/ddstage-" + id + "-c-g3-r0";
+  // What a rank 3 that was SIGKILLed on this node leaves: a lock file nobody holds, a segment.
+  std::ofstream(shm(detail::RankLock::file_name(id, 3))) << "1\n";
+  const auto dead_segment = "/ddstage-" + id + "-a-g1-r3";
+  auto dead_memory = ShmSegment::create(dead_segment, 4096);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    detail::RankExit exit;
+    exit.claim(id, 0, {});
+    auto tracked = exit.track(loaded);
+    auto memory = ShmSegment::create(loaded, 4096);
+    auto being_filled = exit.track(filling);  // as a load does: tracked, then created
+    auto partial = ShmSegment::create(filling, 4096);
+    auto other = ShmSegment::create(untracked, 4096);
+    {
+      auto gone = exit.track(untracked);  // tracked and forgotten again: not this rank's to free
+    }
+    exit.leave(7);
+  }
+  REQUIRE(exit_code_of(child) == 7);
+  CHECK_FALSE(fs::exists(shm(loaded.substr(1))));
+  CHECK_FALSE(fs::exists(shm(filling.substr(1))));
+  CHECK_FALSE(fs::exists(shm(detail::RankLock::file_name(id, 0))));
+  CHECK_FALSE(fs::exists(shm(detail::RankLock::file_name(id, 3))));
+  CHECK_FALSE(fs::exists(shm(dead_segment.substr(1))));
+  // Never tracked while the rank left: it stays (the test removes it).
+  CHECK(fs::exists(shm(untracked.substr(1))));
+  ::shm_unlink(untracked.c_str());
+  dead_memory.unlink();
+  fs::remove(shm(detail::RankLock::file_name(id, 3)));
+}
+
+TEST_CASE("leaving removes store.yaml only while it names this store", "[rank_exit]") {
+  const auto id = test_store_id();
+  const auto dir = fs::temp_directory_path() / ("ddstage-rank-exit-" + id);
+  fs::create_directories(dir);
+  const auto descriptor = dir / "store.yaml";
+  for (const std::string& written_id : {id, std::string("0123456789ab")}) {
+    std::ofstream(descriptor) << "id: \"" << written_id << "\"\n";
+    const pid_t child = ::fork();
+    REQUIRE(child >= 0);
+    if (child == 0) {
+      detail::RankExit exit;
+      exit.claim(id, 0, descriptor);
+      exit.leave(0);
+    }
+    REQUIRE(exit_code_of(child) == 0);
+    CHECK(fs::exists(descriptor) == (written_id != id));
+  }
+  fs::remove_all(dir);
+}
+
+TEST_CASE("rank 0's watch names the rank that went silent, and only once watching", "[peer_watch]") {
+  std::atomic<int> lost{-1};
+  std::atomic<long> silence_ms{0};
+  detail::PeerWatch watch(3, 400ms, [&](int rank, std::chrono::milliseconds silence) {
+    silence_ms = silence.count();
+    lost = rank;
+  });
+  std::this_thread::sleep_for(600ms);  // before watch(): start-up time is no silence
+  REQUIRE(lost == -1);
+  watch.watch();
+  REQUIRE_FALSE(watch.heard(0));
+  REQUIRE_FALSE(watch.heard(3));
+  const auto t0 = std::chrono::steady_clock::now();
+  while (lost == -1 && std::chrono::steady_clock::now() - t0 < 10s) {
+    REQUIRE(watch.heard(1));
+    std::this_thread::sleep_for(50ms);
+  }
+  REQUIRE(lost == 2);
+  REQUIRE(silence_ms >= 400);
+  const auto silence = watch.silence_seconds();
+  REQUIRE(silence.size() == 3);
+  REQUIRE(silence[0] == 0.0);
+  REQUIRE(silence[1] < silence[2]);
+  REQUIRE(watch.silent_for(300ms) == std::vector<int>{2});
+}
+
+TEST_CASE("heartbeats keep a rank quiet while rank 0 answers, and report it gone once it does not",
+          "[heartbeat]") {
+  const std::string token = "0123456789abcdef0123456789abcdef";
+  std::optional<detail::ControlServer> rank0;
+  rank0.emplace("127.0.0.1:0", token, [](const detail::Message& request, bool) -> std::optional<detail::Message> {
+    detail::Message reply;
+    reply["ok"] = request["op"].as<std::string>() == "heartbeat" && request["rank"].as<int>() == 1;
+    return reply;
+  });
+  std::atomic<bool> lost{false};
+  detail::Heartbeat beat(rank0->address(), token, 1, 1000ms, [&](std::chrono::milliseconds) { lost = true; });
+  std::this_thread::sleep_for(2500ms);
+  REQUIRE_FALSE(lost);
+  rank0.reset();
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!lost && std::chrono::steady_clock::now() - t0 < 15s) std::this_thread::sleep_for(20ms);
+  REQUIRE(lost);
+}
