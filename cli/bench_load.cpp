@@ -13,6 +13,7 @@
 #include "json_writer.hpp"
 #include "output_file.hpp"
 #include "page_cache.hpp"
+#include "store_cmds.hpp"
 
 namespace ddstage::cli {
 namespace {
@@ -38,10 +39,10 @@ struct LoadFigures {
 
 /// The baseline first, then the load, each after dropping the files' pages unless warm (then
 /// the baseline warms them for the load).
-LoadFigures measure(const BenchLoadOptions& opts, const std::string& name) {
+LoadFigures measure(const BenchLoadOptions& opts, const std::string& name, const Settings& settings) {
   const auto index = Index::open(opts.index);
   const auto files = index_files(index, {FileKind::source, FileKind::pack});
-  StoreControl control(opts.store);
+  auto control = store_control(opts.store, settings);
   LoadFigures f;
   if (!opts.warm) drop_cached_pages(files);
   const auto t0 = Clock::now();
@@ -54,10 +55,11 @@ LoadFigures measure(const BenchLoadOptions& opts, const std::string& name) {
   return f;
 }
 
-void run_bench_load(const BenchLoadOptions& opts, const CliContext& ctx) {
-  ctx.resolve_settings();
+void run_bench_load(BenchLoadOptions opts, const CliContext& ctx) {
+  const auto settings = ctx.resolve_settings();
+  opts.store = store_dir(opts.store, settings);
   const std::string name = opts.name.empty() ? fmt::format("ddstage-bench-load-{}", ::getpid()) : opts.name;
-  const auto f = measure(opts, name);
+  const auto f = measure(opts, name, settings);
   const unsigned streams = opts.streams ? opts.streams : ShardLoadOptions{}.streams;
   const auto ranks = StoreDescriptor::read(opts.store).ranks.size();
   const double ratio = f.load_mbs() / f.cat_mbs();
@@ -85,7 +87,7 @@ void run_bench_load(const BenchLoadOptions& opts, const CliContext& ctx) {
 void setup_bench_load(CLI::App& bench, CliContext& ctx) {
   auto opts = std::make_shared<BenchLoadOptions>();
   auto* sub = bench.add_subcommand("load", "A store's load bandwidth vs a sequential read (cat) of the same files");
-  sub->add_option("--store", opts->store, "The store directory (holds store.yaml)")->required();
+  sub->add_option("--store", opts->store, "The store directory (holds store.yaml); default: DDSTAGE_STORE");
   sub->add_option("dataset", opts->index, "The index directory (DATASET.ddx)")->required();
   sub->add_option("--name", opts->name, "Name to load under, unloaded afterwards (default: a temporary one)");
   sub->add_option("--streams", opts->streams, "Reader threads per rank (default: the server's)")

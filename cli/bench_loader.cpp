@@ -16,6 +16,7 @@
 #include "ddstage/origin_reader.hpp"
 #include "page_cache.hpp"
 #include "progress_line.hpp"
+#include "store_cmds.hpp"
 #include "training_loop.hpp"
 #if DDSTAGE_HAVE_HDF5
 #include "ddstage/formats/hdf5_sample_reader.hpp"
@@ -332,7 +333,7 @@ void run_bench_loader(const BenchLoaderOptions& opts, const CliContext& ctx) {
 void setup_bench_loader(CLI::App& bench, CliContext& ctx) {
   auto opts = std::make_shared<BenchLoaderOptions>();
   auto* sub = bench.add_subcommand("loader", "A training loop's DataLoader wait per step: store vs origin, same ids");
-  sub->add_option("--store", opts->store, "The store directory (holds store.yaml)");
+  sub->add_option("--store", opts->store, "The store directory (default with --dataset: DDSTAGE_STORE)");
   sub->add_option("--dataset", opts->dataset, "The loaded dataset");
   sub->add_option("--index", opts->index, "DATASET.ddx: without a store, run the origin modes only");
   sub->add_option("--field", opts->fields, "Fields to read per step, comma-separated (default: all)")
@@ -355,7 +356,10 @@ void setup_bench_loader(CLI::App& bench, CliContext& ctx) {
                 "Keep origin files in the page cache (default: drop them before each origin mode)");
   sub->add_flag("--allow-stale", opts->allow_stale, "Read sources that changed after flattening");
   add_bench_output_options(*sub, opts->outputs);
-  sub->callback([opts, &ctx] { run_bench_loader(*opts, ctx); });
+  sub->callback([opts, &ctx] {
+    opts->store = store_for_dataset(opts->store, opts->dataset, ctx);
+    run_bench_loader(*opts, ctx);
+  });
 }
 
 }  // namespace ddstage::cli

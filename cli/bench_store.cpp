@@ -17,6 +17,7 @@
 #include "ddstage/gpu_info.hpp"
 #include "ddstage/profile.hpp"
 #include "ddstage/settings.hpp"
+#include "store_cmds.hpp"
 
 namespace ddstage::cli {
 namespace {
@@ -376,7 +377,7 @@ void run_bench_store(const BenchStoreOptions& opts, const CliContext& ctx) {
 void setup_bench_store(CLI::App& bench, CliContext& ctx) {
   auto opts = std::make_shared<BenchStoreOptions>();
   auto* s = bench.add_subcommand("store", "get_batch over transports, row sizes, batches, threads vs same-run floors");
-  s->add_option("--store", opts->store, "Served: the running store's directory");
+  s->add_option("--store", opts->store, "Served: the running store's directory (default with --dataset: DDSTAGE_STORE)");
   s->add_option("--dataset", opts->dataset, "Served: the loaded dataset");
   s->add_option("--field", opts->field, "Field (required when the dataset has several)");
   s->add_option("--synthetic", opts->synthetic, "Embedded: generate datasets of these row sizes (3K,12.5K,200K,1M)")
@@ -408,7 +409,10 @@ void setup_bench_store(CLI::App& bench, CliContext& ctx) {
   s->add_flag("--profile", opts->profile,
               "Read profile per cell (where get_batch's time goes), and its overhead at batch 128");
   add_bench_output_options(*s, opts->out);
-  s->callback([opts, &ctx] { run_bench_store(*opts, ctx); });
+  s->callback([opts, &ctx] {
+    opts->store = store_for_dataset(opts->store, opts->dataset, ctx);
+    run_bench_store(*opts, ctx);
+  });
 }
 
 }  // namespace ddstage::cli

@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "bench_cmd.hpp"
+#include "clean_cmd.hpp"
 #include "cli_context.hpp"
 #include "ddstage/config.hpp"
 #include "ddstage/error.hpp"
@@ -14,6 +15,7 @@
 #include "info_cmd.hpp"
 #include "read_cmd.hpp"
 #include "store_cmds.hpp"
+#include "wait_cmd.hpp"
 
 namespace {
 
@@ -49,9 +51,11 @@ int main(int argc, char** argv) {
   ddstage::cli::setup_info(app, ctx);
   ddstage::cli::setup_read(app, ctx);
   ddstage::cli::setup_serve(app, ctx);
+  ddstage::cli::setup_wait(app, ctx);
   ddstage::cli::setup_load(app, ctx);
   ddstage::cli::setup_status(app, ctx);
   ddstage::cli::setup_stop(app, ctx);
+  ddstage::cli::setup_clean(app, ctx);
   ddstage::cli::setup_bench(app, ctx);
 
   try {
@@ -60,7 +64,7 @@ int main(int argc, char** argv) {
     if (e.get_exit_code() == 0) return app.exit(e);
     if (app.get_subcommands().empty() && !app.remaining().empty()) {
       return fail("unknown command '" + app.remaining().front() +
-                      "' (commands: flatten, info, read, serve, load, status, stop, bench)", 2);
+                      "' (commands: flatten, info, read, serve, wait, load, status, stop, clean, bench)", 2);
     }
     return fail(std::string(e.what()) + " (see ddstage --help)", 2);
   } catch (const ddstage::Error& e) {

@@ -9,6 +9,7 @@
 #include "ddstage/index.hpp"
 #include "ddstage/origin_reader.hpp"
 #include "output_file.hpp"
+#include "store_cmds.hpp"
 
 namespace ddstage::cli {
 namespace {
@@ -110,8 +111,10 @@ void read_store(const ReadOptions& opts, const Settings& settings) {
   out.commit();
 }
 
-void run_read(const ReadOptions& opts, const CliContext& ctx) {
+void run_read(ReadOptions opts, const CliContext& ctx) {
   auto settings = ctx.resolve_settings();
+  // A loaded dataset's name without --store: the store is the setting's (DDSTAGE_STORE).
+  if (opts.store.empty() && opts.dataset.empty() && !opts.name.empty()) opts.store = store_dir({}, settings);
   if (!opts.store.empty()) return read_store(opts, settings);
   if (opts.dataset.empty()) throw UsageError("read needs DATASET.ddx, or --store DIR --dataset NAME");
   if (opts.gpu >= 0) throw UsageError("--gpu reads from a store: give --store DIR --dataset NAME");
@@ -124,7 +127,9 @@ void setup_read(CLI::App& app, CliContext& ctx) {
   auto opts = std::make_shared<ReadOptions>();
   auto* sub = app.add_subcommand("read", "Write samples' raw bytes, concatenated in the order asked, from origin or a store");
   sub->add_option("dataset", opts->dataset, "The index directory (DATASET.ddx): read straight from origin");
-  sub->add_option("--store", opts->store, "Read from the running store in this directory instead");
+  sub->add_option("--store", opts->store,
+                  "Read from the running store in this directory instead (default with --dataset: the setting "
+                  "store, DDSTAGE_STORE)");
   sub->add_option("--dataset", opts->name, "With --store: the loaded dataset's name");
   sub->add_option("--ids", opts->ids, "Sample ids: 0,7,10-19 (inclusive ranges) or @FILE (one per line)")->required();
   sub->add_option("--field", opts->field, "Field to read (required when the dataset has several)");

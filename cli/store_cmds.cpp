@@ -1,10 +1,10 @@
 #include "store_cmds.hpp"
 
+#include <algorithm>
 #include <chrono>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <spdlog/spdlog.h>
 
 #include "ddstage/config.hpp"
 #include "ddstage/error.hpp"
@@ -42,9 +42,10 @@ uint64_t parse_mem_limit(const std::string& text) {
 
 void run_serve(const StoreOptions& opts, const CliContext& ctx) {
   auto settings = ctx.resolve_settings();
+  const auto dir = store_dir(opts.store, settings);
 #if DDSTAGE_HAVE_MPI
   const auto transport = settings.get_string("transport");
-  run_store_server({opts.store, opts.listen, transport, parse_mem_limit(opts.mem_limit), std::move(settings)}, ctx.argc,
+  run_store_server({dir, opts.listen, transport, parse_mem_limit(opts.mem_limit), std::move(settings)}, ctx.argc,
                    ctx.argv);
 #else
   throw UsageError("this ddstage was built without MPI (DDSTAGE_WITH_MPI=OFF): it cannot serve a store");
@@ -60,7 +61,7 @@ ProgressUpdate load_update(const LoadProgress& p, double seconds) {
 
 void run_load(const StoreOptions& opts, const CliContext& ctx) {
   const auto settings = ctx.resolve_settings();
-  StoreControl control(opts.store);
+  auto control = store_control(store_dir(opts.store, settings), settings);
   LoadRequest request{opts.index, opts.name, opts.verify, opts.replace, opts.allow_stale,
                       parse_mem_limit(opts.mem_limit), opts.streams};
   const ProgressLine line("load", settings);
@@ -90,6 +91,7 @@ void print_status_json(const StoreStatus& s) {
   for (const auto& r : s.ranks) {
     j.begin_object().field("rank", r.info.rank).field("host", r.info.host).field("pid", r.info.pid);
     j.field("state", std::string(state_name(r.state))).field("memory_used", r.memory_used).field("memory_limit", r.info.memory_limit);
+    if (r.last_heard >= 0) j.field("last_heard", r.last_heard);
     j.key("transports").begin_array();
     for (const auto& t : r.info.transports) j.value(t);
     j.end_array().end_object();
@@ -109,7 +111,7 @@ void print_status_json(const StoreStatus& s) {
 
 void print_status_text(const StoreStatus& s) {
   fmt::print("store     control {} since {}{}{}\n", s.control, s.started,
-             s.error.empty() ? "" : "  (NOT ANSWERING: " + s.error + ")",
+             s.error.empty() ? "" : (s.answered ? "  (UNHEALTHY: " : "  (NOT ANSWERING: ") + s.error + ")",
              s.busy.empty() ? "" : "  (busy: " + s.busy + "; memory as of before it)");
   fmt::print("ranks\n  {:<5} {:<20} {:<8} {:<13} {:<12} {:<12} {}\n", "rank", "host", "pid", "state", "memory used",
              "limit", "transports");
@@ -127,24 +129,78 @@ void print_status_text(const StoreStatus& s) {
 }
 
 void run_status(const StoreOptions& opts, const CliContext& ctx) {
-  ctx.resolve_settings();
-  auto status = StoreControl(opts.store).status();
+  const auto settings = ctx.resolve_settings();
+  const auto dir = store_dir(opts.store, settings);
+  auto status = store_control(dir, settings).status();
   opts.json ? print_status_json(status) : print_status_text(status);
-  if (!status.error.empty()) throw Error(ErrorKind::runtime, "the store at " + opts.store + " is not answering: " + status.error);
+  if (!status.error.empty()) {
+    throw Error(ErrorKind::runtime,
+                "the store at " + dir + (status.answered ? " has lost a rank: " : " is not answering: ") + status.error);
+  }
+}
+
+/// What stop did, one line per fact; the error (exit 1) when some rank may still run.
+void report_stop(const StopResult& r, const std::string& dir) {
+  for (const auto& file : r.cleaned.removed) fmt::print("removed {}\n", file.path.string());
+  if (r.descriptor_removed) fmt::print("removed {}\n", StoreDescriptor::path_in(dir).string());
+  if (!r.stopped.empty()) {
+    fmt::print("stopped rank{} {} of the store at {}{}\n", r.stopped.size() == 1 ? "" : "s", rank_list(r.stopped), dir,
+               r.no_answer.empty() ? "" : " (by signal: rank 0 did not answer)");
+  }
+  std::vector<int> missing;
+  for (const auto& u : r.unreachable) {
+    const auto heard = u.last_heard >= 0 ? fmt::format(" (last heard {:.0f} s ago)", u.last_heard) : "";
+    fmt::print("rank {} on {}: not reachable{}; it ends itself within peer_timeout; if it was killed, run "
+               "`ddstage clean` on {}\n", u.rank, u.host, heard, u.host);
+    missing.push_back(u.rank);
+  }
+  if (!missing.empty()) {
+    throw Error(ErrorKind::runtime, fmt::format("rank{} {} of the store at {} could not be stopped from here",
+                                                missing.size() == 1 ? "" : "s", rank_list(missing), dir));
+  }
 }
 
 void run_stop(const StoreOptions& opts, const CliContext& ctx) {
-  ctx.resolve_settings();
-  if (StoreControl(opts.store).stop()) spdlog::info("stopped the store at {}", opts.store);
+  const auto settings = ctx.resolve_settings();
+  const auto dir = store_dir(opts.store, settings);
+  report_stop(store_control(dir, settings).stop(), dir);
 }
 
 CLI::App* store_subcommand(CLI::App& app, const char* name, const char* help, StoreOptions& opts) {
   auto* sub = app.add_subcommand(name, help);
-  sub->add_option("--store", opts.store, "The store directory (holds store.yaml)")->required();
+  sub->add_option("--store", opts.store, "The store directory (holds store.yaml); default: the setting store (DDSTAGE_STORE)");
   return sub;
 }
 
 }  // namespace
+
+std::string store_dir(const std::string& flag, const Settings& settings) {
+  if (!flag.empty()) return flag;
+  const auto& dir = settings.get_string("store");
+  if (dir.empty()) throw UsageError("no store: pass --store DIR or set DDSTAGE_STORE");
+  return dir;
+}
+
+std::string store_for_dataset(const std::string& flag, const std::string& dataset, const CliContext& ctx) {
+  if (!flag.empty() || dataset.empty()) return flag;
+  return ctx.resolve_settings().get_string("store");
+}
+
+StoreControl store_control(const std::string& dir, const Settings& settings) {
+  return StoreControl(dir, settings.get_duration("control_timeout"), settings.get_duration("peer_timeout"));
+}
+
+std::string rank_list(std::vector<int> ranks) {
+  std::sort(ranks.begin(), ranks.end());
+  std::string out;
+  for (std::size_t i = 0; i < ranks.size();) {
+    std::size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    out += (out.empty() ? "" : ",") + std::to_string(ranks[i]) + (j > i ? "-" + std::to_string(ranks[j]) : "");
+    i = j + 1;
+  }
+  return out;
+}
 
 void setup_serve(CLI::App& app, CliContext& ctx) {
   auto opts = std::make_shared<StoreOptions>();

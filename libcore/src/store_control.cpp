@@ -1,18 +1,21 @@
 #include "ddstage/store_control.hpp"
 
-#include <sys/mman.h>
-#include <unistd.h>
+#include <signal.h>
 
-#include <csignal>
-#include <fstream>
+#include <algorithm>
+#include <thread>
+
+#include <fmt/format.h>
 
 #include <spdlog/spdlog.h>
 
 #include "control/control_channel.hpp"
 #include "process.hpp"
+#include "rank_lock.hpp"
 #include "ddstage/error.hpp"
 #include "ddstage/index.hpp"
 #include "ddstage/shard_plan.hpp"
+#include "ddstage/store_cleanup.hpp"
 
 namespace ddstage {
 namespace {
@@ -41,6 +44,86 @@ DatasetStatus dataset_status(const StoreDataset& d) {
   return s;
 }
 
+/// A list of numbers from a reply of a newer or older server: empty when absent or malformed.
+std::vector<double> numbers(const Message& node) {
+  std::vector<double> out;
+  if (!node || !node.IsSequence()) return out;
+  for (const auto& item : node) {
+    double v = -1;
+    if (item.IsScalar() && YAML::convert<double>::decode(item, v)) out.push_back(v);
+  }
+  return out;
+}
+
+/// map[key] into out when it is there and converts; out is left as it was otherwise.
+template <class T>
+void scalar(const Message& map, const char* key, T& out) {
+  const auto node = map[key];
+  if (node && node.IsScalar()) YAML::convert<T>::decode(node, out);
+}
+
+/// A stop reply: {ok, stopped: [ranks], unreachable: [{rank, host, last_heard}]}. A server from
+/// before those lists answers {ok: true} alone, having stopped every rank.
+StopResult stop_result(const Message& reply, const StoreDescriptor& d) {
+  StopResult result;
+  if (!reply["stopped"] || !reply["stopped"].IsSequence()) {
+    for (const auto& rank : d.ranks) result.stopped.push_back(rank.rank);
+    return result;
+  }
+  for (double r : numbers(reply["stopped"])) result.stopped.push_back(static_cast<int>(r));
+  const auto unreachable = reply["unreachable"];
+  for (std::size_t i = 0; unreachable && unreachable.IsSequence() && i < unreachable.size(); ++i) {
+    const auto item = unreachable[i];
+    if (!item.IsMap()) continue;
+    UnreachableRank u;
+    scalar(item, "rank", u.rank);
+    scalar(item, "host", u.host);
+    scalar(item, "last_heard", u.last_heard);
+    result.unreachable.push_back(u);
+  }
+  return result;
+}
+
+/// The only proof that a rank runs: its lock on this node is held.
+bool rank_live(const StoreDescriptor& d, int rank) {
+  return !d.id.empty() && detail::rank_presence(d.id, rank) == detail::RankPresence::live;
+}
+
+/// Polls (bounded) until none of the ranks holds its lock any more.
+void wait_unlocked(const StoreDescriptor& d, const std::vector<std::pair<int, int64_t>>& ranks,
+                   std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto any_live = [&] {
+    return std::any_of(ranks.begin(), ranks.end(), [&](const auto& r) { return rank_live(d, r.first); });
+  };
+  while (any_live() && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+/// Ends the ranks of d whose lock on this node proves who they are: SIGCONT (a stopped rank
+/// cannot act on SIGTERM), SIGTERM, and SIGKILL for any still holding its lock after 5 s. A pid
+/// is never signalled on the descriptor's word: it may have been reused.
+std::vector<std::pair<int, int64_t>> end_proven_ranks(const StoreDescriptor& d) {
+  std::vector<std::pair<int, int64_t>> ended;
+  for (const auto& rank : d.ranks) {
+    const auto pid = detail::rank_lock_holder(d.id, rank.rank);
+    if (pid <= 0) continue;
+    spdlog::warn("ending rank {} (pid {}) of store {}", rank.rank, pid, d.id);
+    ::kill(static_cast<pid_t>(pid), SIGCONT);
+    ::kill(static_cast<pid_t>(pid), SIGTERM);
+    ended.emplace_back(rank.rank, pid);
+  }
+  wait_unlocked(d, ended, std::chrono::seconds(5));
+  for (const auto& [rank, pid] : ended) {
+    if (detail::rank_lock_holder(d.id, rank) != pid) continue;
+    spdlog::warn("rank {} (pid {}) did not end within 5 s of SIGTERM: SIGKILL", rank, pid);
+    ::kill(static_cast<pid_t>(pid), SIGKILL);
+  }
+  wait_unlocked(d, ended, std::chrono::seconds(5));
+  return ended;
+}
+
 }  // namespace
 
 std::string_view state_name(RankState s) {
@@ -53,8 +136,9 @@ std::string_view state_name(RankState s) {
   return "unknown";
 }
 
-StoreControl::StoreControl(const std::filesystem::path& dir, std::chrono::milliseconds timeout)
-    : m_dir(dir), m_descriptor(StoreDescriptor::read(dir)), m_timeout(timeout) {}
+StoreControl::StoreControl(const std::filesystem::path& dir, std::chrono::milliseconds control_timeout,
+                           std::chrono::milliseconds peer_timeout)
+    : m_dir(dir), m_descriptor(StoreDescriptor::read(dir)), m_timeout(control_timeout), m_peer_timeout(peer_timeout) {}
 
 LoadResult StoreControl::load(const LoadRequest& request) {
   // A damaged index is refused here, where the user asked, before any rank opens it or allocates
@@ -96,7 +180,7 @@ StoreStatus StoreControl::status() {
   Message reply;
   std::string lost;
   try {
-    reply = send(m_descriptor, m, std::min(m_timeout, std::chrono::milliseconds(10000)));
+    reply = send(m_descriptor, m, m_timeout);
   } catch (const Error& e) {
     if (e.kind() == ErrorKind::usage) throw;
     lost = e.what();  // report the ranks as lost rather than failing: that is what status is for
@@ -104,78 +188,91 @@ StoreStatus StoreControl::status() {
   // The descriptor was rewritten by the load/unload that came last: read it again.
   if (lost.empty()) m_descriptor = StoreDescriptor::read(m_dir);
   const auto here = detail::host_name();
+  const auto heard = numbers(reply["last_heard"]);
+  const double peer_timeout = std::chrono::duration<double>(m_peer_timeout).count();
   for (std::size_t r = 0; r < m_descriptor.ranks.size(); ++r) {
     RankStatus rs{m_descriptor.ranks[r]};
     if (lost.empty()) {
-      // Rank 0 answers a status without asking the other ranks: one whose process is gone from
-      // this host is lost even though rank 0 answered.
-      rs.state = rs.info.host != here || detail::process_alive(rs.info.pid) ? RankState::up : RankState::lost;
-      if (rs.state == RankState::lost && status.error.empty()) {
-        status.error = fmt::format("rank {} on {} (pid {}) is gone", r, here, rs.info.pid);
-      }
       if (reply["memory_used"] && r < reply["memory_used"].size()) rs.memory_used = reply["memory_used"][r].as<uint64_t>();
+      if (r < heard.size()) rs.last_heard = heard[r];
+      // Rank 0 answers a status without asking the other ranks: one it has not heard from for
+      // peer_timeout, or one whose lock on this host is free, is lost though rank 0 answered.
+      const bool gone_here = rs.info.host == here && !m_descriptor.id.empty() && !rank_live(m_descriptor, static_cast<int>(r));
+      const bool silent = rs.last_heard > peer_timeout;
+      rs.state = gone_here || silent ? RankState::lost : RankState::up;
+      if (rs.state == RankState::lost && status.error.empty()) {
+        status.error = gone_here ? fmt::format("rank {} on {} (pid {}) is gone", r, here, rs.info.pid)
+                                 : fmt::format("rank 0 has not heard from rank {} on {} for {:.0f} s", r,
+                                               rs.info.host, rs.last_heard);
+      }
     } else if (rs.info.host == here) {
-      // Which rank died is what a user needs to know: its process is gone, the others' are not.
-      rs.state = detail::process_alive(rs.info.pid) ? RankState::not_answering : RankState::lost;
+      // Which rank died is what a user needs to know: its lock is free, the others' are held.
+      rs.state = rank_live(m_descriptor, static_cast<int>(r)) ? RankState::not_answering : RankState::lost;
     }
     status.ranks.push_back(rs);
   }
   for (const auto& d : m_descriptor.datasets) status.datasets.push_back(dataset_status(d));
   if (lost.empty() && reply["busy"]) status.busy = reply["busy"].as<std::string>();
   if (!lost.empty()) status.error = lost;
+  status.answered = lost.empty();
   return status;
 }
 
-bool StoreControl::stop() {
+StopResult StoreControl::stop() {
   Message m;
   m["op"] = "stop";
+  std::string why;
   try {
-    send(m_descriptor, m, m_timeout);
-    return true;
+    auto result = stop_result(send(m_descriptor, m, m_timeout), m_descriptor);
+    remove_empty_store_directory(m_dir);
+    return result;
   } catch (const Error& e) {
     if (e.kind() == ErrorKind::usage) throw;
-    spdlog::warn("the store at {} is not answering ({}); cleaning up after it", m_dir.string(), e.what());
+    why = e.what();
   }
-  clean_up_dead_store(m_dir, m_descriptor);
-  return false;
+  const auto& rank0 = m_descriptor.ranks.front();
+  if (rank0.host != detail::host_name()) {
+    throw Error(ErrorKind::runtime,
+                fmt::format("rank 0 on {} does not answer (control {}); run `ddstage stop --store {}` on {}, or "
+                            "`ddstage clean --store {}` there once it has ended",
+                            rank0.host, m_descriptor.control, m_dir.string(), rank0.host, m_dir.string()));
+  }
+  spdlog::warn("rank 0 of the store at {} does not answer ({}): ending its ranks on this host", m_dir.string(), why);
+  auto cleanup = clean_up_dead_store(m_dir, m_descriptor);
+  remove_empty_store_directory(m_dir);  // whoever removed store.yaml (rank 0 may have, on SIGTERM)
+  StopResult result{.no_answer = why, .signalled = cleanup.signalled, .cleaned = std::move(cleanup.files),
+                    .descriptor_removed = cleanup.descriptor_removed};
+  const auto here = detail::host_name();
+  for (const auto& rank : m_descriptor.ranks) {
+    if (rank.host == here && !rank_live(m_descriptor, rank.rank)) {
+      result.stopped.push_back(rank.rank);
+    } else {
+      result.unreachable.push_back({rank.rank, rank.host, -1});
+    }
+  }
+  return result;
 }
 
-bool store_process_alive(const StoreDescriptor& descriptor) {
-  if (descriptor.ranks.empty()) return false;
-  const auto& r0 = descriptor.ranks.front();
-  return r0.host == detail::host_name() && r0.pid > 0 && detail::is_ddstage_process(r0.pid);
-}
+bool store_process_alive(const StoreDescriptor& descriptor) { return rank_live(descriptor, 0); }
 
 void remove_store_segments(const StoreDescriptor& descriptor) {
-  const auto host = detail::host_name();
-  for (const auto& d : descriptor.datasets) {
-    for (std::size_t r = 0; r < d.segments.size() && r < descriptor.ranks.size(); ++r) {
-      if (descriptor.ranks[r].host == host && ::shm_unlink(d.segments[r].c_str()) == 0) {
-        spdlog::info("removed shared memory {}", d.segments[r]);
-      }
-    }
-  }
+  if (descriptor.id.empty()) return;  // an older ddstage's store: its files carry no id to find them by
+  for (const auto& file : clean_dead_ranks(descriptor.id).removed) spdlog::info("removed {}", file.path.string());
 }
 
-void clean_up_dead_store(const std::filesystem::path& dir, const StoreDescriptor& descriptor) {
-  const auto host = detail::host_name();
-  for (const auto& rank : descriptor.ranks) {
-    if (rank.host != host || rank.pid <= 0 || !detail::is_ddstage_process(rank.pid)) continue;
-    spdlog::warn("ending server rank {} (pid {})", rank.rank, rank.pid);
-    ::kill(static_cast<pid_t>(rank.pid), SIGKILL);
+DeadStoreCleanup clean_up_dead_store(const std::filesystem::path& dir, const StoreDescriptor& descriptor) {
+  DeadStoreCleanup out;
+  if (descriptor.id.empty()) return out;  // no lock names its ranks: nothing proves them gone
+  out.signalled = end_proven_ranks(descriptor);
+  out.files = clean_dead_ranks(descriptor.id);
+  if (!out.files.removed.empty()) {
+    spdlog::info("removed {} file(s) of the store at {} on this node", out.files.removed.size(), dir.string());
   }
-  remove_store_segments(descriptor);
-  // libfabric's shm provider keeps each endpoint's queues in /dev/shm/PID:...; dead ranks
-  // that served over it cannot remove theirs.
-  std::error_code ec;
-  for (const auto& rank : descriptor.ranks) {
-    if (rank.host != host || rank.fabric_provider != "shm" || detail::process_alive(rank.pid)) continue;
-    const std::string prefix = std::to_string(rank.pid) + ":";
-    for (const auto& e : std::filesystem::directory_iterator("/dev/shm", ec)) {
-      if (e.path().filename().string().starts_with(prefix)) std::filesystem::remove(e.path(), ec);
-    }
-  }
-  std::filesystem::remove(StoreDescriptor::path_in(dir), ec);
+  for (const auto& failure : out.files.failures) spdlog::warn("{}", failure);
+  const auto descriptor_cleanup = clean_store_descriptor(dir, descriptor);
+  out.descriptor_removed = descriptor_cleanup.outcome == DescriptorCleanup::Outcome::removed;
+  if (!out.descriptor_removed) spdlog::info("{}", descriptor_cleanup.message);
+  return out;
 }
 
 }  // namespace ddstage

@@ -8,8 +8,10 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
+#include "ddstage/store_cleanup.hpp"
 #include "ddstage/store_descriptor.hpp"
 
 namespace ddstage {
@@ -17,8 +19,10 @@ namespace ddstage {
 /// What a status request learnt of one rank.
 enum class RankState {
   up,             ///< answered (through rank 0)
-  not_answering,  ///< the store did not answer, but this rank's process runs (on this host)
-  lost,           ///< the store did not answer and this rank's process is gone (on this host)
+  not_answering,  ///< the store did not answer, but this rank's lock is held (on this host)
+  /// rank 0 has not heard from it for peer_timeout, or the store did not answer and this
+  /// rank's lock is not held (on this host)
+  lost,
   unknown,        ///< the store did not answer and the rank runs on another host
 };
 std::string_view state_name(RankState s);
@@ -28,6 +32,7 @@ struct RankStatus {
   RankInfo info;
   RankState state = RankState::unknown;
   uint64_t memory_used = 0;  ///< bytes of shard regions it holds
+  double last_heard = -1;    ///< seconds since rank 0 last heard from it; -1: not reported
 };
 
 /// One dataset in a status report.
@@ -42,7 +47,10 @@ struct DatasetStatus {
 struct StoreStatus {
   std::string control;
   std::string started;
-  std::string error;  ///< why the ranks are reported lost (rank 0 did not answer); empty when healthy
+  /// Why the store is not healthy: rank 0 did not answer (answered is false), or a rank is
+  /// lost. Empty when healthy.
+  std::string error;
+  bool answered = true;  ///< rank 0 answered the request
   /// The command the store was running when it answered ("load"): memory_used is then as of
   /// the command before. Empty when it was idle.
   std::string busy;
@@ -80,39 +88,70 @@ struct LoadRequest {
   std::function<void(const LoadProgress&)> progress;
 };
 
+/// A rank that rank 0 could not reach when it was told to stop.
+struct UnreachableRank {
+  int rank = 0;
+  std::string host;
+  double last_heard = -1;  ///< seconds since rank 0 last heard from it; -1: unknown
+};
+
+/// What `stop` did.
+struct StopResult {
+  std::vector<int> stopped;                  ///< ranks known to have ended (or to be ending)
+  std::vector<UnreachableRank> unreachable;  ///< ranks that may still run
+  /// Empty when rank 0 answered. Else why it did not: the ranks on this host were then ended
+  /// by signal (those their lock proves to be this store's) and their files removed.
+  std::string no_answer;
+  std::vector<std::pair<int, int64_t>> signalled;  ///< (rank, pid) ended by signal
+  CleanReport cleaned;                             ///< this store's files removed on this node
+  bool descriptor_removed = false;
+};
+
 /// Sends control requests to the store in DIR. Every call is one request/response over TCP to
-/// rank 0, bounded by `timeout`; errors come back as the server's one-line message.
+/// rank 0; a request fails when the store sends nothing for control_timeout (a load keeps
+/// itself alive with interim messages).
 class StoreControl {
  public:
   /// UsageError if DIR holds no store descriptor.
   explicit StoreControl(const std::filesystem::path& dir,
-                        std::chrono::milliseconds timeout = std::chrono::seconds(600));
+                        std::chrono::milliseconds control_timeout = std::chrono::seconds(30),
+                        std::chrono::milliseconds peer_timeout = std::chrono::seconds(30));
 
   LoadResult load(const LoadRequest& request);
   void unload(const std::string& name);
   StoreStatus status();
-  /// Shuts every rank down; they remove their segments and rank 0 the descriptor. When the
-  /// store does not answer, cleans up after it on this node instead (clean_up_dead_store) and
-  /// returns false; true when the store stopped itself.
-  bool stop();
+  /// Shuts every rank down; they remove their segments and rank 0 the descriptor. When rank 0
+  /// does not answer and runs on this host, ends this store's ranks on this host instead
+  /// (clean_up_dead_store). Error when rank 0 does not answer from another host: only there
+  /// can it be stopped, and the descriptor is kept.
+  StopResult stop();
 
  private:
   std::filesystem::path m_dir;
   StoreDescriptor m_descriptor;
   std::chrono::milliseconds m_timeout;
+  std::chrono::milliseconds m_peer_timeout;
 };
 
-/// What a store that died leaves on this node: ends its server processes still running here
-/// (pids from the descriptor that are still ddstage processes), removes the shared-memory
-/// segments the descriptor names, and removes the descriptor. Logs what it did.
-void clean_up_dead_store(const std::filesystem::path& dir, const StoreDescriptor& descriptor);
+/// What clean_up_dead_store did.
+struct DeadStoreCleanup {
+  std::vector<std::pair<int, int64_t>> signalled;  ///< (rank, pid) ended by signal
+  CleanReport files;
+  bool descriptor_removed = false;
+};
 
-/// Removes the shared-memory segments the descriptor names for ranks on this host (those
-/// already gone are skipped): what a rank that died could not remove itself.
+/// What a store that does not answer leaves on this node: ends its ranks here that their lock
+/// proves to be this store's (SIGCONT and SIGTERM, SIGKILL after 5 s; a pid is never signalled
+/// on the descriptor's word alone), removes this store's files here (clean_dead_ranks), and
+/// removes the descriptor once rank 0 ran here and is gone (clean_store_descriptor).
+DeadStoreCleanup clean_up_dead_store(const std::filesystem::path& dir, const StoreDescriptor& descriptor);
+
+/// Removes the files this store's ranks on this node left when their lock is no longer held
+/// (a live rank removes its own): what a rank that died could not remove itself.
 void remove_store_segments(const StoreDescriptor& descriptor);
 
-/// True if the descriptor's rank 0 runs on this host and its pid is a live ddstage process
-/// (it may be busy, e.g. in a long load, rather than dead).
+/// True if the descriptor's rank 0 runs on this host and holds its rank lock (it may be busy,
+/// e.g. in a long load, rather than dead).
 bool store_process_alive(const StoreDescriptor& descriptor);
 
 }  // namespace ddstage

@@ -1,0 +1,63 @@
+// What stores that died leave on a node, found by name and owner and removed: `ddstage clean`,
+// and `stop` or `serve` meeting a store that does not answer.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "ddstage/store_descriptor.hpp"
+
+namespace ddstage {
+
+/// One file a clean removed (or, for a dry run, would remove).
+struct CleanedFile {
+  enum class Kind { segment, lock, fabric_queue };
+  Kind kind = Kind::segment;
+  std::string store_id;
+  int rank = 0;
+  std::filesystem::path path;
+  uint64_t bytes = 0;
+};
+
+/// A rank whose lock is held: it lives, and its files stay.
+struct KeptRank {
+  std::string store_id;
+  int rank = 0;
+  int64_t pid =
+      0;  ///< the lock's holder, 0 when not visible (another user's, another PID namespace)
+};
+
+struct CleanReport {
+  std::vector<CleanedFile> removed;
+  std::vector<KeptRank> kept;
+  std::vector<std::string> failures;  ///< one line per file that could not be removed
+};
+
+/// Removes, on this node, the files of every rank whose lock nobody holds: its shared-memory
+/// segments, its lock file, and the libfabric shm queues ("PID:...") of the pid the lock
+/// recorded once no process runs under it. Segments with no lock file at all are a dead rank's
+/// too (a rank takes its lock before it creates a segment). Ranks whose lock is held are kept.
+/// store_id empty: every store of this user (every user's, for root); else only that store.
+/// dry_run: reports what it would remove and removes nothing.
+CleanReport clean_dead_ranks(const std::string& store_id = {}, bool dry_run = false);
+
+/// What clean_store_descriptor decided.
+struct DescriptorCleanup {
+  enum class Outcome { removed, kept, failed };
+  Outcome outcome = Outcome::kept;  ///< removed: DIR/store.yaml was (dry run: would be) removed
+  std::string message;  ///< one line for the user: what was removed, why it was kept or failed
+};
+
+/// Removes DIR/store.yaml when it names a store whose rank 0 ran on this host and is proven
+/// gone (its lock is not held). A store whose rank 0 ran on another host is left alone: only
+/// that host can tell whether it still runs.
+DescriptorCleanup clean_store_descriptor(const std::filesystem::path& dir,
+                                         const StoreDescriptor& descriptor, bool dry_run = false);
+
+/// Removes the store directory DIR if it is empty (serve created it; stop and clean must not
+/// leave one per job behind). Anything else in it keeps it.
+void remove_empty_store_directory(const std::filesystem::path& dir) noexcept;
+
+}  // namespace ddstage

@@ -1,0 +1,140 @@
+#include "ddstage/store_cleanup.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <map>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "process.hpp"
+#include "rank_lock.hpp"
+
+namespace ddstage {
+namespace {
+
+namespace fs = std::filesystem;
+using detail::RankPresence;
+using Outcome = DescriptorCleanup::Outcome;
+
+/// One rank's files on this node, as list_store_files() found them.
+struct RankFiles {
+  std::vector<fs::path> segments;
+  fs::path lock;  ///< empty when it has none
+};
+
+struct stat lstat_of(const fs::path& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0) st.st_size = 0;
+  return st;
+}
+
+/// Unlinks path (unless dry_run) and records it; a file someone else removed first is no failure.
+void remove_file(CleanedFile file, bool dry_run, CleanReport& report) {
+  file.bytes = static_cast<uint64_t>(lstat_of(file.path).st_size);
+  if (!dry_run && ::unlink(file.path.c_str()) != 0) {
+    if (errno != ENOENT)
+      report.failures.push_back(
+          fmt::format("cannot remove {}: {}", file.path.string(), std::strerror(errno)));
+    return;
+  }
+  report.removed.push_back(std::move(file));
+}
+
+/// libfabric's shm provider keeps each endpoint's queues in /dev/shm/PID:...; a rank that died
+/// cannot remove its own. Only while no process runs under that pid: a new one may own them.
+void remove_fabric_queues(const std::string& id, int rank, const fs::path& lock, bool dry_run,
+                          CleanReport& report) {
+  const auto pid = detail::recorded_pid(lock);
+  if (pid <= 0 || detail::process_alive(pid)) return;
+  const auto owner = lstat_of(lock).st_uid;
+  const std::string prefix = std::to_string(pid) + ":";
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(detail::shm_directory(), ec)) {
+    const auto st = lstat_of(entry.path());
+    if (!entry.path().filename().native().starts_with(prefix) || !S_ISREG(st.st_mode) ||
+        st.st_uid != owner)
+      continue;
+    remove_file({CleanedFile::Kind::fabric_queue, id, rank, entry.path()}, dry_run, report);
+  }
+}
+
+void clean_rank(const std::string& id, int rank, const RankFiles& files, bool dry_run,
+                CleanReport& report) {
+  for (const auto& segment : files.segments)
+    remove_file({CleanedFile::Kind::segment, id, rank, segment}, dry_run, report);
+  if (files.lock.empty()) return;
+  remove_fabric_queues(id, rank, files.lock, dry_run, report);
+  // Last: while it is there, whatever else this rank left is still known to be a dead rank's.
+  remove_file({CleanedFile::Kind::lock, id, rank, files.lock}, dry_run, report);
+}
+
+}  // namespace
+
+CleanReport clean_dead_ranks(const std::string& store_id, bool dry_run) {
+  std::map<std::pair<std::string, int>, RankFiles> ranks;
+  for (auto& file : detail::list_store_files()) {
+    if (!store_id.empty() && file.store_id != store_id) continue;
+    auto& rank = ranks[{file.store_id, file.rank}];
+    if (file.is_lock) {
+      rank.lock = file.path;
+    } else {
+      rank.segments.push_back(file.path);
+    }
+  }
+  CleanReport report;
+  // Listed before the locks are tried: a segment seen above was created after its rank's lock,
+  // so a rank that starts meanwhile is either live here or has nothing listed.
+  for (const auto& [key, files] : ranks) {
+    const auto& [id, rank] = key;
+    if (detail::rank_presence(id, rank) == RankPresence::live) {
+      auto pid = detail::rank_lock_holder(id, rank);
+      if (pid == 0 && !files.lock.empty()) pid = detail::recorded_pid(files.lock);
+      report.kept.push_back({id, rank, pid});
+      continue;
+    }
+    clean_rank(id, rank, files, dry_run, report);
+  }
+  return report;
+}
+
+DescriptorCleanup clean_store_descriptor(const fs::path& dir, const StoreDescriptor& descriptor,
+                                         bool dry_run) {
+  const auto path = StoreDescriptor::path_in(dir);
+  const auto& rank0 = descriptor.ranks.front();
+  if (descriptor.id.empty()) {
+    return {Outcome::kept,
+            fmt::format(
+                "kept {}: it names no store id (an older ddstage wrote it), so nothing proves its "
+                "store gone",
+                path.string())};
+  }
+  if (rank0.host != detail::host_name()) {
+    return {Outcome::kept,
+            fmt::format("kept {}: its rank 0 ran on {}; run `ddstage clean --store {}` there",
+                        path.string(), rank0.host, dir.string())};
+  }
+  if (detail::rank_presence(descriptor.id, 0) == RankPresence::live) {
+    return {Outcome::kept, fmt::format("kept {}: its store's rank 0 (pid {}) still runs",
+                                       path.string(), detail::rank_lock_holder(descriptor.id, 0))};
+  }
+  if (!dry_run) {
+    std::error_code ec;
+    const bool removed = fs::remove(path, ec);
+    if (ec)
+      return {Outcome::failed, fmt::format("cannot remove {}: {}", path.string(), ec.message())};
+    if (!removed) return {Outcome::kept, fmt::format("{} is gone already", path.string())};
+  }
+  return {Outcome::removed,
+          fmt::format("{} {} (store {}, whose rank 0 is gone)",
+                      dry_run ? "would remove" : "removed", path.string(), descriptor.id)};
+}
+
+void remove_empty_store_directory(const fs::path& dir) noexcept {
+  ::rmdir(dir.c_str());
+}
+
+}  // namespace ddstage

@@ -1,0 +1,168 @@
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <csignal>
+#include <filesystem>
+#include <fstream>
+
+#include <catch2/catch.hpp>
+
+#include "ddstage/error.hpp"
+#include "ddstage/shm_segment.hpp"
+#include "ddstage/store_cleanup.hpp"
+#include "ddstage/store_wait.hpp"
+#include "process.hpp"
+#include "rank_lock.hpp"
+#include "test_support.hpp"
+
+using namespace ddstage;
+using namespace ddstage::detail;
+namespace fs = std::filesystem;
+
+namespace {
+
+/// A store id no other test or store uses.
+std::string test_id() {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string id = "f1";
+  auto pid = static_cast<unsigned>(::getpid());
+  for (int i = 0; i < 10; ++i, pid /= 16) id += digits[pid % 16];
+  return id;
+}
+
+/// A child that takes rank's lock and creates a segment, then is SIGKILLed: what a killed
+/// server rank leaves. Returns its pid (reaped).
+pid_t killed_rank(const std::string& id, int rank) {
+  int ready[2];
+  REQUIRE(::pipe(ready) == 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    RankLock lock(id, rank);
+    auto s = ShmSegment::create("/ddstage-" + id + "-train-g1-r" + std::to_string(rank), 8192);
+    char c = 1;
+    (void)!::write(ready[1], &c, 1);
+    ::pause();
+    ::_exit(0);
+  }
+  char c = 0;
+  REQUIRE(::read(ready[0], &c, 1) == 1);
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  ::close(ready[0]);
+  ::close(ready[1]);
+  return child;
+}
+
+bool exists(const std::string& name) {
+  return fs::exists(shm_directory() / name);
+}
+
+std::vector<std::string> removed_names(const CleanReport& r) {
+  std::vector<std::string> out;
+  for (const auto& f : r.removed) out.push_back(f.path.filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+StoreDescriptor descriptor_for(const std::string& id, const std::string& host) {
+  StoreDescriptor d;
+  d.token = random_token();
+  d.id = id;
+  d.control = "127.0.0.1:1";
+  d.ranks.push_back(RankInfo{0, host, 1, {"local", "shm"}, 1024});
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("clean removes a dead rank's files, a lockless segment, and keeps a live rank's",
+          "[cleanup]") {
+  const auto id = test_id();
+  RankLock live(id, 0);
+  auto live_segment = ShmSegment::create("/ddstage-" + id + "-train-g1-r0", 4096);
+  const auto dead = killed_rank(id, 2);
+  // A libfabric shm queue of the dead rank's pid, and a segment whose rank has no lock at all.
+  const auto queue = shm_directory() / (std::to_string(dead) + ":ddstage-test-queue");
+  std::ofstream(queue) << "q";
+  const auto lockless = ShmSegment::create("/ddstage-" + id + "-train-g1-r3", 4096);
+  const std::string lockless_name = "ddstage-" + id + "-train-g1-r3";
+  const std::vector<std::string> expected = {std::to_string(dead) + ":ddstage-test-queue",
+                                             "ddstage-" + id + "-r2.lock",
+                                             "ddstage-" + id + "-train-g1-r2", lockless_name};
+
+  const auto dry = clean_dead_ranks(id, true);
+  CHECK(removed_names(dry) == expected);
+  CHECK(exists("ddstage-" + id + "-r2.lock"));
+  CHECK(fs::exists(queue));
+
+  const auto report = clean_dead_ranks(id);
+  CHECK(removed_names(report) == expected);
+  CHECK(report.failures.empty());
+  REQUIRE(report.kept.size() == 1);
+  CHECK(report.kept[0].rank == 0);
+  CHECK(report.kept[0].pid == ::getpid());
+  CHECK_FALSE(exists("ddstage-" + id + "-r2.lock"));
+  CHECK_FALSE(exists("ddstage-" + id + "-train-g1-r2"));
+  CHECK_FALSE(exists(lockless_name));
+  CHECK_FALSE(fs::exists(queue));
+  CHECK(exists("ddstage-" + id + "-r0.lock"));
+  CHECK(exists("ddstage-" + id + "-train-g1-r0"));
+  CHECK(clean_dead_ranks(id).removed.empty());
+}
+
+TEST_CASE("a descriptor goes only when its rank 0 ran on this host and is gone", "[cleanup]") {
+  const auto id = test_id();
+  test::TempDir scratch;
+  const auto dir = scratch / "store";
+  StoreDescriptor::prepare_directory(dir);
+  const auto here = descriptor_for(id, host_name());
+  here.write(dir);
+  {
+    RankLock rank0(id, 0);
+    const auto kept = clean_store_descriptor(dir, here);
+    CHECK(kept.outcome == DescriptorCleanup::Outcome::kept);
+    CHECK_THAT(kept.message, Catch::Contains("still runs"));
+    CHECK(fs::exists(StoreDescriptor::path_in(dir)));
+  }
+  const auto elsewhere = descriptor_for(id, "node-elsewhere");
+  const auto remote = clean_store_descriptor(dir, elsewhere);
+  CHECK(remote.outcome == DescriptorCleanup::Outcome::kept);
+  CHECK_THAT(remote.message, Catch::Contains("ran on node-elsewhere"));
+  CHECK(clean_store_descriptor(dir, here, true).outcome == DescriptorCleanup::Outcome::removed);
+  CHECK(fs::exists(StoreDescriptor::path_in(dir)));
+  CHECK(clean_store_descriptor(dir, here).outcome == DescriptorCleanup::Outcome::removed);
+  CHECK_FALSE(fs::exists(StoreDescriptor::path_in(dir)));
+  remove_empty_store_directory(dir);
+  CHECK_FALSE(fs::exists(dir));
+}
+
+TEST_CASE("wait gives up on a leftover descriptor, and at once when the launcher exits",
+          "[cleanup]") {
+  test::TempDir scratch;
+  const auto dir = scratch / "store";
+  StoreDescriptor::prepare_directory(dir);
+  try {
+    wait_for_store({dir, std::chrono::milliseconds(300)});
+    FAIL("wait returned for a directory with no store");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::runtime);
+    CHECK_THAT(e.what(), Catch::Contains("after 300ms: there is no store.yaml"));
+  }
+  descriptor_for(test_id(), host_name()).write(dir);
+  try {
+    wait_for_store({dir, std::chrono::milliseconds(500), std::chrono::milliseconds(200)});
+    FAIL("wait returned for a store whose control does not answer");
+  } catch (const Error& e) {
+    CHECK_THAT(e.what(), Catch::Contains("names control 127.0.0.1:1, which does not answer"));
+  }
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ::waitpid(child, nullptr, 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH(
+      wait_for_store({dir, std::chrono::seconds(60), std::chrono::milliseconds(200), child}),
+      Catch::Contains("exited before the store"));
+  CHECK(std::chrono::steady_clock::now() - t0 < std::chrono::seconds(10));
+}
