@@ -19,6 +19,7 @@
 #include "ddstage/shard_plan.hpp"
 #include "ddstage/shm_segment.hpp"
 #include "process.hpp"
+#include "rank_lock.hpp"
 #include "batch_timer.hpp"
 #include "gpu/gpu_destination.hpp"
 #include "read_batch.hpp"
@@ -556,12 +557,15 @@ Client::Client(const std::filesystem::path& dir, Settings settings)
   profile::configure(m_settings.get_string("profile"));
   // read() guarantees at least one rank. Without a fabric or control round trip only a
   // rank 0 on this host can be checked; a remote one is trusted until a read needs it.
+  // The rank lock proves it; a pid alone could have been reused.
   const RankInfo& root = m_descriptor.ranks.front();
-  if (root.host == detail::host_name() && !detail::process_alive(root.pid)) {
+  const bool gone = m_descriptor.id.empty() ? !detail::process_alive(root.pid)
+                                            : detail::rank_presence(m_descriptor.id, 0) != detail::RankPresence::live;
+  if (root.host == detail::host_name() && gone) {
     throw UsageError(
-        fmt::format("the store at {} is not running (rank 0, pid {} on {}, is gone); "
-                    "remove the stale store.yaml or restart it",
-                    dir.string(), root.pid, root.host));
+        fmt::format("the store at {} is not running (rank 0, pid {} on {}, is gone); `ddstage stop --store {}` "
+                    "removes what it left",
+                    dir.string(), root.pid, root.host, dir.string()));
   }
 }
 

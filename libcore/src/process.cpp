@@ -41,13 +41,6 @@ bool process_alive(int64_t pid) {
   return state != 'Z' && state != 'X';
 }
 
-bool is_ddstage_process(int64_t pid) {
-  if (!process_alive(pid)) return false;
-  std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline", std::ios::binary);
-  std::string cmdline((std::istreambuf_iterator<char>(in)), {});
-  return cmdline.find("ddstage") != std::string::npos;
-}
-
 uint64_t mem_available() {
   std::ifstream in("/proc/meminfo");
   std::string key;

@@ -14,8 +14,6 @@ std::string utc_now();
 /// True if pid runs. A zombie (killed, not yet reaped by its parent, e.g. under a container's
 /// PID 1 that reaps nothing) is dead: kill(pid, 0) alone would call it alive.
 bool process_alive(int64_t pid);
-/// True if pid is alive and its command line mentions ddstage: never signal a reused pid.
-bool is_ddstage_process(int64_t pid);
 /// MemAvailable from /proc/meminfo in bytes (0 when unknown): what a shard may take without
 /// pushing the node into swap or the OOM killer.
 uint64_t mem_available();
