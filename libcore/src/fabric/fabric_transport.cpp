@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdlib>
 #include <set>
 #include <string_view>
@@ -36,6 +37,7 @@ FabricTransport::~FabricTransport() { close_endpoint(); }
 
 void FabricTransport::open_endpoint() {
   close_endpoint();
+  check_abandoned();
   m_free.clear();
   m_bytes_in_flight = 0;
   for (uint32_t i = 0; i < m_slots.size(); ++i) m_free.push_back(static_cast<uint32_t>(m_slots.size() - 1 - i));
@@ -49,27 +51,42 @@ void FabricTransport::open_endpoint() {
 
 namespace {
 
+std::atomic<std::size_t> abandoned{0};
+
+}  // namespace
+
 // Before libfabric 1.18, the tcp provider (and net, its successor) completes a read whose
 // response was cut off halfway twice when the connection closes: once from the queue of reads
 // awaiting a response, once as the response in progress, by then freed and without a context
 // (ofiwg/libfabric#8656, #8660). ofi_rxm dereferences that context inside fi_close of the
 // endpoint: a segfault. A lost link (packets dropped mid-response) is exactly that case.
-bool closes_with_reads_in_flight(const std::string& provider) noexcept {
-  const std::string_view core = std::string_view(provider).substr(0, provider.find(';'));
-  return fi_version() >= FI_VERSION(1, 18) || (core != "tcp" && core != "net");
+bool abandons_with_reads_in_flight(const fi_info& info, uint32_t version) noexcept {
+  const std::string_view provider = info.fabric_attr && info.fabric_attr->prov_name ? info.fabric_attr->prov_name : "";
+  const std::string_view core = provider.substr(0, provider.find(';'));
+  const bool crashes = version < FI_VERSION(1, 18) && (core == "tcp" || core == "net");
+  return crashes && info.domain_attr && info.domain_attr->data_progress == FI_PROGRESS_MANUAL;
 }
 
-}  // namespace
+std::size_t FabricTransport::abandoned_endpoints() noexcept { return abandoned.load(); }
+
+void FabricTransport::check_abandoned() const {
+  if (const std::size_t n = abandoned.load(); n >= m_options.max_abandoned_endpoints) {
+    throw Error(ErrorKind::runtime,
+                "too many fabric endpoints left open after time-outs against lost ranks (" + std::to_string(n) +
+                    " in this process, provider " + m_provider +
+                    "; libfabric < 1.18 tcp bug): restart the reading process");
+  }
+}
 
 void FabricTransport::close_endpoint() noexcept {
   // Registrations belong to the endpoint's domain: closed before it.
   if (m_local) m_local->clear();
-  if (m_endpoint && in_flight() > 0 && !closes_with_reads_in_flight(m_provider)) {
-    // Nothing progresses an endpoint after this (no provider thread: data progress is manual),
-    // so its reads never land in the caller's buffer; its sockets and memory are held until
-    // the process ends, one endpoint per read_timeout that struck.
-    spdlog::debug("fabric ({}): an endpoint with {} abandoned reads left open (libfabric {}.{})",
-                  m_provider, in_flight(), FI_MAJOR(fi_version()), FI_MINOR(fi_version()));
+  if (m_endpoint && in_flight() > 0 && abandons_with_reads_in_flight(m_endpoint->info(), fi_version())) {
+    // Nothing progresses an endpoint after this (data progress is manual), so its reads never
+    // land in the caller's buffer; its sockets and memory are held until the process ends.
+    const std::size_t n = ++abandoned;
+    spdlog::debug("fabric ({}): an endpoint with {} abandoned reads left open ({} in this process, libfabric {}.{})",
+                  m_provider, in_flight(), n, FI_MAJOR(fi_version()), FI_MINOR(fi_version()));
     m_endpoint->abandon();
   }
   m_endpoint.reset();

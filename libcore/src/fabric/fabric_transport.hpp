@@ -26,7 +26,9 @@ namespace ddstage::detail {
 /// is met by progressing the queue and retrying. wait() reaps every completion. A read that
 /// fails is an Error naming its rank, host and the provider's text; when no read completes for
 /// options.read_timeout the batch fails naming the ranks still outstanding, the endpoint is
-/// replaced (abandoning those reads) and the transport stays usable for the other ranks.
+/// replaced (abandoning those reads) and the transport stays usable for the other ranks, unless
+/// the process already left options.max_abandoned_endpoints endpoints open (see
+/// abandons_with_reads_in_flight): then every later batch fails saying so.
 class FabricTransport final : public Transport {
  public:
   /// remotes[rank]: that rank's server and region; a rank with an empty address is not read.
@@ -37,6 +39,8 @@ class FabricTransport final : public Transport {
   std::string_view name() const noexcept override { return "fabric"; }
   void post(std::span<const ReadOp> reads) override;
   void wait() override;
+  /// Endpoints this process has left open so far; each holds its sockets and memory until exit.
+  static std::size_t abandoned_endpoints() noexcept;
   /// The provider the reads go over ("tcp;ofi_rxm").
   const std::string& provider() const noexcept { return m_provider; }
   /// Between batches: the caller freed a destination buffer (a reader's bounce buffer that
@@ -61,6 +65,9 @@ class FabricTransport final : public Transport {
   /// Closes the endpoint, and its registrations before it; one with reads in flight that the
   /// provider cannot close safely is abandoned (left open, never progressed) instead.
   void close_endpoint() noexcept;
+  /// Throws once the process holds max_abandoned_endpoints: leaking one per time-out against a
+  /// lost rank would have no bound in a long-lived reader.
+  void check_abandoned() const;
   void post_all(std::span<const ReadOp> reads);
   void* local_desc(std::span<const ReadOp> reads, const ReadOp& op);
   /// One fi_read's worth of a ReadOp.
@@ -101,5 +108,12 @@ class FabricTransport final : public Transport {
   std::optional<FabricError> m_error;    // first failed read of this batch
   std::chrono::steady_clock::time_point m_last_progress;
 };
+
+/// Whether an endpoint opened from `info` that still has reads in flight is left open rather
+/// than closed under libfabric `version` (fi_version()): tcp and net before 1.18 crash closing
+/// a read cut off halfway, and abandoning is safe only while nothing drives the endpoint, that
+/// is with manual data progress; with automatic progress a provider thread could still land
+/// the reads in a buffer the caller freed, so such an endpoint is closed, bug or not.
+bool abandons_with_reads_in_flight(const fi_info& info, uint32_t version) noexcept;
 
 }  // namespace ddstage::detail
