@@ -163,17 +163,6 @@ std::string why_withdrawn(const OpenDataset& data) {
 constexpr auto withdrawn_wait = std::chrono::seconds(1);
 constexpr auto withdrawn_poll = std::chrono::milliseconds(200);
 
-/// why_withdrawn, asked again until `deadline`. Empty when store.yaml names the same segments
-/// all along.
-std::string wait_why_withdrawn(const OpenDataset& data, std::chrono::steady_clock::time_point deadline) {
-  for (;;) {
-    auto why = why_withdrawn(data);
-    const auto now = std::chrono::steady_clock::now();
-    if (!why.empty() || now >= deadline) return why;
-    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(withdrawn_poll, deadline - now));
-  }
-}
-
 /// Attaches every rank of the dataset to state; the rank whose segment is gone or going, if any.
 std::optional<int> attach_peers(OpenDataset& state, const StoreDescriptor& store,
                                 const StoreDataset& info, const std::string& transport) {
@@ -232,24 +221,6 @@ std::optional<FabricTransport> open_fabric(const OpenDataset& data) {
   return std::optional<FabricTransport>(std::in_place, FabricOptions::from(data.settings), std::move(remotes));
 }
 
-/// Whether a replace (or unload) can have caused this failed read: the server closed the old
-/// region's registration. tcp;ofi_rxm 1.17 then drops the connection (ENOTCONN, "Broken pipe"),
-/// later providers refuse the key, shm finds the region unmapped. A killed rank's reads are
-/// cancelled (ECANCELED) or its connection refused: store.yaml has no verdict to wait for.
-bool replace_can_cause(const FabricError& error) noexcept {
-  switch (error.native_code()) {
-    case FI_EKEYREJECTED:
-    case EACCES:
-    case EPERM:
-    case EINVAL:
-    case EFAULT:
-    case ENOTCONN:
-      return true;
-    default:
-      return false;
-  }
-}
-
 }  // namespace
 }  // namespace detail
 #endif
@@ -286,10 +257,14 @@ struct Reader::State {
   /// Reads the batch into host memory: plans, copies and fetches, and verifies when asked.
   void transfer(uint32_t field, std::span<const uint64_t> ids, std::span<std::byte> dest, bool verify,
                 detail::BatchTimer& timer);
+  /// store.yaml's word on why the dataset is no longer served, asked every withdrawn_poll until
+  /// `deadline` (at least once); throw_gone as soon as `rank`, if given, has exited. Empty when
+  /// neither came.
+  std::string wait_verdict(std::optional<int> rank, std::chrono::steady_clock::time_point deadline) const;
 #if DDSTAGE_HAVE_FABRIC
   /// After a fabric read failed: throws why when the rank died or the dataset was withdrawn;
-  /// returns when the error stands as it is. Waits only for what a replace can cause, and not
-  /// past the batch's read_timeout.
+  /// returns when the error stands as it is. Waits only after what a replace can cause, and
+  /// not past the batch's read_timeout.
   void explain(const detail::FabricError& error, std::chrono::steady_clock::time_point started);
 #endif
   /// Empty when every rank of the batch is read from mapped memory; else why not.
@@ -386,6 +361,17 @@ void Reader::State::throw_gone(int r) const {
               {.rank = r});
 }
 
+std::string Reader::State::wait_verdict(std::optional<int> rank,
+                                       std::chrono::steady_clock::time_point deadline) const {
+  for (;;) {
+    if (rank && exited(*rank)) throw_gone(*rank);
+    if (auto why = detail::why_withdrawn(*data); !why.empty()) return why;
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return {};
+    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(detail::withdrawn_poll, deadline - now));
+  }
+}
+
 bool Reader::State::exited(int r) const {
   const detail::Peer& peer = data->peers[r];
   if (!peer.process) return peer.on_this_host && !detail::process_alive(peer.info.pid);
@@ -396,7 +382,7 @@ bool Reader::State::exited(int r) const {
 void Reader::State::throw_withdrawn(int r) {
   const auto wait = std::min<std::chrono::steady_clock::duration>(detail::withdrawn_wait,
                                                                  data->settings.get_duration("read_timeout"));
-  auto why = detail::wait_why_withdrawn(*data, std::chrono::steady_clock::now() + wait);
+  auto why = wait_verdict(std::nullopt, std::chrono::steady_clock::now() + wait);
   if (why.empty()) {
     why = fmt::format(
         "dataset '{}' is no longer served: rank {}'s shared memory {} was removed (is the store "
@@ -514,13 +500,14 @@ void Reader::State::transfer(uint32_t f, std::span<const uint64_t> ids, std::spa
 
 #if DDSTAGE_HAVE_FABRIC
 void Reader::State::explain(const detail::FabricError& error, std::chrono::steady_clock::time_point started) {
-  if (const auto r = error.context().rank; r && exited(*r)) throw_gone(*r);
-  // A replace deregisters the old regions: libfabric reports only a broken connection or a
-  // refused key, so store.yaml says what happened (once rank 0 has published it).
-  const auto now = std::chrono::steady_clock::now();
-  const auto deadline = std::min(now + detail::withdrawn_wait, started + data->settings.get_duration("read_timeout"));
-  auto why = detail::replace_can_cause(error) ? detail::wait_why_withdrawn(*data, deadline) : detail::why_withdrawn(*data);
-  if (!why.empty()) throw_withdrawn(std::move(why));
+  // A replace deregisters the old regions: libfabric reports a refused key or a broken
+  // connection, which a rank that died gives too; store.yaml or the rank's process (on this
+  // host) tells which, once rank 0 has published it or the process is reaped.
+  auto deadline = std::chrono::steady_clock::now();
+  if (detail::closed_region_can_cause(error)) {
+    deadline = std::min(deadline + detail::withdrawn_wait, started + data->settings.get_duration("read_timeout"));
+  }
+  if (auto why = wait_verdict(error.context().rank, deadline); !why.empty()) throw_withdrawn(std::move(why));
 }
 #endif
 

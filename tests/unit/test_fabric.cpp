@@ -423,3 +423,26 @@ TEST_CASE("fabric: endpoints left open after time-outs are capped per process", 
     }
   }
 }
+
+TEST_CASE("fabric: a read of a registration the server closed is one a replace can cause", "[fabric]") {
+  // tcp only: shm 1.17 reads a same-node peer by virtual address and checks no key.
+  const Provider& p = providers[0];
+  if (!present(p)) return;
+  FabricServer server(options_for(p));
+  auto a = pattern(1 << 20, 16);
+  const uint64_t id = server.add_region(a);
+  FabricOptions o = options_for(p);
+  o.read_timeout = std::chrono::seconds(2);
+  FabricTransport t(o, {remote(server, id)});
+  std::vector<std::byte> dest(4096);
+  const ReadOp op{0, dest.size(), dest.data(), 0};
+  post_and_wait(t, {&op, 1});
+  server.remove_region(id);
+  try {
+    post_and_wait(t, {&op, 1});
+    FAIL("a read of a closed registration succeeded");
+  } catch (const FabricError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("rank 0"));
+    CHECK(closed_region_can_cause(e));
+  }
+}

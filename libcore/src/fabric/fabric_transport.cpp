@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <set>
 #include <string_view>
@@ -65,6 +66,29 @@ bool abandons_with_reads_in_flight(const fi_info& info, uint32_t version) noexce
   const std::string_view core = provider.substr(0, provider.find(';'));
   const bool crashes = version < FI_VERSION(1, 18) && (core == "tcp" || core == "net");
   return crashes && info.domain_attr && info.domain_attr->data_progress == FI_PROGRESS_MANUAL;
+}
+
+bool closed_region_can_cause(const FabricError& error) noexcept {
+  // tcp;ofi_rxm 1.17 answers a read of a closed registration by cancelling it with ENOENT
+  // (no such key) and dropping the connection, which fails the other reads in flight with
+  // ENOTCONN (as the code or, cancelled, as the provider's code), as a killed server's do;
+  // later providers refuse the key; shm finds the region unmapped. Anything else (a refused
+  // connection, a time-out) is not a replace.
+  if (const auto* read = dynamic_cast<const FabricReadError*>(&error)) {
+    const int code = std::abs(read->provider_code());
+    if (code == ENOENT || code == ENOTCONN) return true;
+  }
+  switch (error.native_code()) {
+    case FI_EKEYREJECTED:
+    case EACCES:
+    case EPERM:
+    case EINVAL:
+    case EFAULT:
+    case ENOTCONN:
+      return true;
+    default:
+      return false;
+  }
 }
 
 std::size_t FabricTransport::abandoned_endpoints() noexcept { return abandoned.load(); }
@@ -219,7 +243,7 @@ void FabricTransport::progress(bool block) {
       if (!m_error) {
         char text[256] = "";
         const char* detail = fi_cq_strerror(m_endpoint->cq(), err.prov_errno, err.err_data, text, sizeof text);
-        m_error.emplace("fi_read from " + where(slot->rank), m_provider, -err.err, ErrorContext{.rank = slot->rank},
+        m_error.emplace("fi_read from " + where(slot->rank), m_provider, err, ErrorContext{.rank = slot->rank},
                         detail ? detail : "");
       }
       release(slot);
@@ -283,7 +307,7 @@ void FabricTransport::wait() {
   while (in_flight() > 0) progress(true);
   if (m_local) m_local->batch_done();
   if (m_error) {
-    FabricError error = std::move(*m_error);
+    FabricReadError error = std::move(*m_error);
     m_error.reset();
     throw error;
   }

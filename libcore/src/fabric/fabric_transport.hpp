@@ -20,6 +20,24 @@
 
 namespace ddstage::detail {
 
+/// A read the provider completed with an error: its generic code alone does not tell a refused
+/// key from a lost connection (tcp;ofi_rxm 1.17 cancels both), the provider's own code does.
+class FabricReadError : public FabricError {
+ public:
+  FabricReadError(const std::string& call, const std::string& provider, const fi_cq_err_entry& entry,
+                  ErrorContext context, const std::string& detail)
+      : FabricError(call, provider, -entry.err, std::move(context), detail), m_provider_code(entry.prov_errno) {}
+  /// prov_errno: an errno for tcp and shm.
+  int provider_code() const noexcept { return m_provider_code; }
+
+ private:
+  int m_provider_code;
+};
+
+/// Whether closing the remote region's registration (a replace or unload on the server) can
+/// have caused `error`: the reader should then ask the store what happened before reporting it.
+bool closed_region_can_cause(const FabricError& error) noexcept;
+
 /// Reads for one Reader (one thread) over its own endpoint and queue. Reads larger than the
 /// provider's max_msg_size (or options.max_read_bytes) are split; up to options.window reads
 /// and options.max_bytes_in_flight bytes are in flight, posted with FI_MORE on all but the last of a burst; -FI_EAGAIN (rxm connects lazily)
@@ -105,7 +123,7 @@ class FabricTransport final : public Transport {
   std::vector<uint32_t> m_free;
   uint64_t m_bytes_in_flight = 0;
   std::optional<FabricMrCache> m_local;  // only when the provider needs FI_MR_LOCAL
-  std::optional<FabricError> m_error;    // first failed read of this batch
+  std::optional<FabricReadError> m_error;  // first failed read of this batch
   std::chrono::steady_clock::time_point m_last_progress;
 };
 
