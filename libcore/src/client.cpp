@@ -4,6 +4,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <optional>
@@ -156,19 +157,11 @@ std::string why_withdrawn(const OpenDataset& data) {
                      data.store.string());
 }
 
-/// why_withdrawn, waiting up to read_timeout for store.yaml to say it: a replace unlinks (or
-/// deregisters) each rank's old shard before rank 0 publishes the new names, and a batch that
-/// meets that gap must still say what happened. Empty when store.yaml names the same segments
-/// all along.
-std::string wait_why_withdrawn(const OpenDataset& data) {
-  const auto deadline =
-      std::chrono::steady_clock::now() + data.settings.get_duration("read_timeout");
-  for (;;) {
-    auto why = why_withdrawn(data);
-    if (!why.empty() || std::chrono::steady_clock::now() >= deadline) return why;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-}
+/// A replace unlinks (or deregisters) each rank's old shard moments before rank 0 publishes the
+/// new names: a reader that meets that gap waits this long at most for store.yaml to say so,
+/// asking every withdrawn_poll (N readers on a parallel file system's metadata server).
+constexpr auto withdrawn_wait = std::chrono::seconds(1);
+constexpr auto withdrawn_poll = std::chrono::milliseconds(200);
 
 /// Attaches every rank of the dataset to state; the rank whose segment is gone or going, if any.
 std::optional<int> attach_peers(OpenDataset& state, const StoreDescriptor& store,
@@ -251,6 +244,8 @@ struct Reader::State {
   /// One poll() on the watched pidfds: throw_gone for the first rank whose process has exited.
   void poll_processes();
   [[noreturn]] void throw_gone(int rank) const;
+  /// Whether rank r's process is known to have exited (only ranks on this host are known).
+  bool exited(int r) const;
   /// Rank r's segment was unlinked: says whether the dataset was replaced, unloaded or stopped.
   [[noreturn]] void throw_withdrawn(int rank);
   /// Remembers why the dataset is gone for good (every later batch says the same at once) and
@@ -262,6 +257,16 @@ struct Reader::State {
   /// Reads the batch into host memory: plans, copies and fetches, and verifies when asked.
   void transfer(uint32_t field, std::span<const uint64_t> ids, std::span<std::byte> dest, bool verify,
                 detail::BatchTimer& timer);
+  /// store.yaml's word on why the dataset is no longer served, asked every withdrawn_poll until
+  /// `deadline` (at least once); throw_gone as soon as `rank`, if given, has exited. Empty when
+  /// neither came.
+  std::string wait_verdict(std::optional<int> rank, std::chrono::steady_clock::time_point deadline) const;
+#if DDSTAGE_HAVE_FABRIC
+  /// After a fabric read failed: throws why when the rank died or the dataset was withdrawn;
+  /// returns when the error stands as it is. Waits only after what a replace can cause, and
+  /// not past the batch's read_timeout.
+  void explain(const detail::FabricError& error, std::chrono::steady_clock::time_point started);
+#endif
   /// Empty when every rank of the batch is read from mapped memory; else why not.
   std::string why_not_direct() const;
   /// The reader's GPU destination, made on its first device batch.
@@ -356,8 +361,28 @@ void Reader::State::throw_gone(int r) const {
               {.rank = r});
 }
 
+std::string Reader::State::wait_verdict(std::optional<int> rank,
+                                       std::chrono::steady_clock::time_point deadline) const {
+  for (;;) {
+    if (rank && exited(*rank)) throw_gone(*rank);
+    if (auto why = detail::why_withdrawn(*data); !why.empty()) return why;
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return {};
+    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(detail::withdrawn_poll, deadline - now));
+  }
+}
+
+bool Reader::State::exited(int r) const {
+  const detail::Peer& peer = data->peers[r];
+  if (!peer.process) return peer.on_this_host && !detail::process_alive(peer.info.pid);
+  pollfd process{.fd = peer.process.get(), .events = POLLIN, .revents = 0};
+  return ::poll(&process, 1, 0) > 0;
+}
+
 void Reader::State::throw_withdrawn(int r) {
-  auto why = detail::wait_why_withdrawn(*data);
+  const auto wait = std::min<std::chrono::steady_clock::duration>(detail::withdrawn_wait,
+                                                                 data->settings.get_duration("read_timeout"));
+  auto why = wait_verdict(std::nullopt, std::chrono::steady_clock::now() + wait);
   if (why.empty()) {
     why = fmt::format(
         "dataset '{}' is no longer served: rank {}'s shared memory {} was removed (is the store "
@@ -431,6 +456,7 @@ void Reader::row_sizes(const std::string& field, std::span<const uint64_t> ids,
 
 void Reader::State::transfer(uint32_t f, std::span<const uint64_t> ids, std::span<std::byte> dest,
                              bool verify, detail::BatchTimer& timer) {
+  const auto started = std::chrono::steady_clock::now();
   plan_reads(f, ids, dest.data());
   timer.mark(ProfileStage::other);
   try {
@@ -454,10 +480,8 @@ void Reader::State::transfer(uint32_t f, std::span<const uint64_t> ids, std::spa
 #endif
   }
 #if DDSTAGE_HAVE_FABRIC
-  catch (const detail::FabricError&) {
-    // A replace deregisters the old regions: libfabric reports only a broken connection or a
-    // refused key, so store.yaml says what happened (once rank 0 has published it).
-    if (auto why = detail::wait_why_withdrawn(*data); !why.empty()) throw_withdrawn(std::move(why));
+  catch (const detail::FabricError& e) {
+    explain(e, started);
     throw;
   }
 #endif
@@ -473,6 +497,19 @@ void Reader::State::transfer(uint32_t f, std::span<const uint64_t> ids, std::spa
     timer.mark(ProfileStage::other);  // not the GPU copy that may follow
   }
 }
+
+#if DDSTAGE_HAVE_FABRIC
+void Reader::State::explain(const detail::FabricError& error, std::chrono::steady_clock::time_point started) {
+  // A replace deregisters the old regions: libfabric reports a refused key or a broken
+  // connection, which a rank that died gives too; store.yaml or the rank's process (on this
+  // host) tells which, once rank 0 has published it or the process is reaped.
+  auto deadline = std::chrono::steady_clock::now();
+  if (detail::closed_region_can_cause(error)) {
+    deadline = std::min(deadline + detail::withdrawn_wait, started + data->settings.get_duration("read_timeout"));
+  }
+  if (auto why = wait_verdict(error.context().rank, deadline); !why.empty()) throw_withdrawn(std::move(why));
+}
+#endif
 
 std::string Reader::State::why_not_direct() const {
   for (int r : owners) {

@@ -113,3 +113,40 @@ def test_client_without_a_store_takes_DDSTAGE_STORE(store, data, monkeypatch):
     with pytest.raises(ddstage.UsageError, match="DDSTAGE_STORE"):
         ddstage.Client()
 
+
+
+def test_reader_of_a_killed_rank_fails_at_once_naming_it(fresh_fabric_store, data):
+    """SIGKILL rank 1 while a reader thread reads every rank's rows over libfabric: the first
+    batch that fails names rank 1 and fails within read_timeout + 1 s. (A broken connection used
+    to wait up to read_timeout more for store.yaml to explain it, until MPI took the job down
+    and the batch said only that the store had stopped.)"""
+    store, settings = fresh_fabric_store
+    client = ddstage.Client(store.dir, {**settings, "read_timeout": f"{READ_TIMEOUT_S}s"})
+    rows = client.open("rows")
+    ids = np.arange(ROWS)  # every rank's rows
+    failure, done = [], threading.Event()
+
+    def read_until_a_failure():
+        reader = rows.reader()
+        while not done.is_set():
+            t0 = time.monotonic()
+            try:
+                assert np.array_equal(reader.get_batch("x", ids), data.x)
+            except ddstage.Error as e:
+                failure.append((time.monotonic() - t0, str(e)))
+                return
+
+    thread = threading.Thread(target=read_until_a_failure)
+    thread.start()
+    try:
+        time.sleep(0.3)
+        os.kill(store.pids[1], signal.SIGKILL)
+        thread.join(timeout=READ_TIMEOUT_S + 30)
+    finally:
+        done.set()
+        thread.join(timeout=60)
+    assert not thread.is_alive(), "the reader hung"
+    assert failure, "no batch failed after rank 1 was killed"
+    wall, text = failure[0]
+    assert wall < READ_TIMEOUT_S + 1, f"the failed batch took {wall:.2f} s: {text}"
+    assert f"rank 1 on {socket.gethostname()}" in text or "rank 1 (pid" in text, text

@@ -365,3 +365,84 @@ TEST_CASE("fabric: a killed server fails the batch in bounded time; other ranks 
     }
   }
 }
+
+TEST_CASE("fabric: only tcp and net before 1.18, with manual data progress, leave an endpoint open", "[fabric]") {
+  const auto leaves_open = [](const char* provider, fi_progress progress, uint32_t version) {
+    InfoPtr info(fi_allocinfo());
+    REQUIRE(info);
+    info->fabric_attr->prov_name = ::strdup(provider);
+    info->domain_attr->data_progress = progress;
+    return abandons_with_reads_in_flight(*info, version);
+  };
+  CHECK(leaves_open("tcp;ofi_rxm", FI_PROGRESS_MANUAL, FI_VERSION(1, 17)));
+  CHECK(leaves_open("net;ofi_rxm", FI_PROGRESS_MANUAL, FI_VERSION(1, 17)));
+  CHECK(leaves_open("tcp", FI_PROGRESS_MANUAL, FI_VERSION(1, 17)));
+  // A provider thread would still land the reads in a buffer the caller freed: closed.
+  CHECK_FALSE(leaves_open("tcp;ofi_rxm", FI_PROGRESS_AUTO, FI_VERSION(1, 17)));
+  CHECK_FALSE(leaves_open("tcp;ofi_rxm", FI_PROGRESS_MANUAL, FI_VERSION(1, 18)));
+  CHECK_FALSE(leaves_open("shm", FI_PROGRESS_MANUAL, FI_VERSION(1, 17)));
+  CHECK_FALSE(leaves_open("verbs;ofi_rxm", FI_PROGRESS_MANUAL, FI_VERSION(1, 17)));
+}
+
+TEST_CASE("fabric: endpoints left open after time-outs are capped per process", "[fabric]") {
+  for (const Provider& p : providers) {
+    SECTION(p.name) {
+      if (!present(p)) continue;
+      FabricServer live(options_for(p));
+      auto a = pattern(1 << 20, 14);
+      const uint64_t ra = live.add_region(a);
+      FabricEndpoint hung(*choose_provider(p.name, p.domain));  // never driven: reads to it never complete
+      auto b = pattern(1 << 20, 15);
+      FabricRegion region(hung, b);
+      const bool leaves_open = abandons_with_reads_in_flight(hung.info(), fi_version());
+      const std::size_t before = FabricTransport::abandoned_endpoints();
+      FabricOptions o = options_for(p);
+      o.read_timeout = std::chrono::milliseconds(300);
+      o.max_abandoned_endpoints = before + 1;
+      const std::vector<FabricRemote> remotes{remote(live, ra), {{hung.provider(), to_hex(hung.address())}, region.info(), "hungnode"}};
+      FabricTransport t(o, remotes);
+      std::vector<std::byte> dest(8 * 4096);
+      std::vector<ReadOp> ops;
+      for (int i = 0; i < 8; ++i) ops.push_back({uint64_t(i) * 4096, 4096, dest.data() + i * 4096, i % 2});
+      CHECK_THROWS_WITH(post_and_wait(t, ops), Catch::Contains("rank 1 on hungnode") && Catch::Contains("read_timeout"));
+      CHECK(FabricTransport::abandoned_endpoints() == before + (leaves_open ? 1 : 0));
+      std::mt19937 rng(14);
+      if (leaves_open) {
+        // At the cap: this transport, and any new one under the same cap, fails saying why
+        // rather than opening endpoints it may have to leak.
+        const ReadOp op{0, 4096, dest.data(), 0};
+        CHECK_THROWS_WITH(post_and_wait(t, {&op, 1}),
+                          Catch::Contains("too many fabric endpoints left open") && Catch::Contains("restart"));
+        CHECK_THROWS_WITH(FabricTransport(o, remotes), Catch::Contains("too many fabric endpoints left open"));
+      } else {
+        WARN(p.name << ": closed after the time-out, nothing left open");
+        read_and_compare(t, {&a}, rng, 8, false);
+      }
+      FabricTransport fresh(options_for(p), {remote(live, ra)});  // the default cap is not reached
+      read_and_compare(fresh, {&a}, rng, 8, false);
+    }
+  }
+}
+
+TEST_CASE("fabric: a read of a registration the server closed is one a replace can cause", "[fabric]") {
+  // tcp only: shm 1.17 reads a same-node peer by virtual address and checks no key.
+  const Provider& p = providers[0];
+  if (!present(p)) return;
+  FabricServer server(options_for(p));
+  auto a = pattern(1 << 20, 16);
+  const uint64_t id = server.add_region(a);
+  FabricOptions o = options_for(p);
+  o.read_timeout = std::chrono::seconds(2);
+  FabricTransport t(o, {remote(server, id)});
+  std::vector<std::byte> dest(4096);
+  const ReadOp op{0, dest.size(), dest.data(), 0};
+  post_and_wait(t, {&op, 1});
+  server.remove_region(id);
+  try {
+    post_and_wait(t, {&op, 1});
+    FAIL("a read of a closed registration succeeded");
+  } catch (const FabricError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("rank 0"));
+    CHECK(closed_region_can_cause(e));
+  }
+}

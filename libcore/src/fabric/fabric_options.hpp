@@ -21,6 +21,9 @@ struct FabricOptions {
   /// Caps one read below the provider's max_msg_size (0: the provider's limit alone). Larger
   /// rows are split either way.
   uint64_t max_read_bytes = 0;
+  /// Endpoints this process may leave open after time-outs (see FabricTransport) before a
+  /// transport refuses to open another.
+  std::size_t max_abandoned_endpoints = 16;
 
   /// From fabric.provider, fabric.domain, fabric.window, fabric.inflight_bytes and read_timeout;
   /// a window below 1 is a UsageError.

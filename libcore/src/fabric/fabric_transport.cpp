@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <set>
 #include <string_view>
@@ -36,6 +38,7 @@ FabricTransport::~FabricTransport() { close_endpoint(); }
 
 void FabricTransport::open_endpoint() {
   close_endpoint();
+  check_abandoned();
   m_free.clear();
   m_bytes_in_flight = 0;
   for (uint32_t i = 0; i < m_slots.size(); ++i) m_free.push_back(static_cast<uint32_t>(m_slots.size() - 1 - i));
@@ -49,27 +52,65 @@ void FabricTransport::open_endpoint() {
 
 namespace {
 
+std::atomic<std::size_t> abandoned{0};
+
+}  // namespace
+
 // Before libfabric 1.18, the tcp provider (and net, its successor) completes a read whose
 // response was cut off halfway twice when the connection closes: once from the queue of reads
 // awaiting a response, once as the response in progress, by then freed and without a context
 // (ofiwg/libfabric#8656, #8660). ofi_rxm dereferences that context inside fi_close of the
 // endpoint: a segfault. A lost link (packets dropped mid-response) is exactly that case.
-bool closes_with_reads_in_flight(const std::string& provider) noexcept {
-  const std::string_view core = std::string_view(provider).substr(0, provider.find(';'));
-  return fi_version() >= FI_VERSION(1, 18) || (core != "tcp" && core != "net");
+bool abandons_with_reads_in_flight(const fi_info& info, uint32_t version) noexcept {
+  const std::string_view provider = info.fabric_attr && info.fabric_attr->prov_name ? info.fabric_attr->prov_name : "";
+  const std::string_view core = provider.substr(0, provider.find(';'));
+  const bool crashes = version < FI_VERSION(1, 18) && (core == "tcp" || core == "net");
+  return crashes && info.domain_attr && info.domain_attr->data_progress == FI_PROGRESS_MANUAL;
 }
 
-}  // namespace
+bool closed_region_can_cause(const FabricError& error) noexcept {
+  // tcp;ofi_rxm 1.17 answers a read of a closed registration by cancelling it with ENOENT
+  // (no such key) and dropping the connection, which fails the other reads in flight with
+  // ENOTCONN (as the code or, cancelled, as the provider's code), as a killed server's do;
+  // later providers refuse the key; shm finds the region unmapped. Anything else (a refused
+  // connection, a time-out) is not a replace.
+  if (const auto* read = dynamic_cast<const FabricReadError*>(&error)) {
+    const int code = std::abs(read->provider_code());
+    if (code == ENOENT || code == ENOTCONN) return true;
+  }
+  switch (error.native_code()) {
+    case FI_EKEYREJECTED:
+    case EACCES:
+    case EPERM:
+    case EINVAL:
+    case EFAULT:
+    case ENOTCONN:
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::size_t FabricTransport::abandoned_endpoints() noexcept { return abandoned.load(); }
+
+void FabricTransport::check_abandoned() const {
+  if (const std::size_t n = abandoned.load(); n >= m_options.max_abandoned_endpoints) {
+    throw Error(ErrorKind::runtime,
+                "too many fabric endpoints left open after time-outs against lost ranks (" + std::to_string(n) +
+                    " in this process, provider " + m_provider +
+                    "; libfabric < 1.18 tcp bug): restart the reading process");
+  }
+}
 
 void FabricTransport::close_endpoint() noexcept {
   // Registrations belong to the endpoint's domain: closed before it.
   if (m_local) m_local->clear();
-  if (m_endpoint && in_flight() > 0 && !closes_with_reads_in_flight(m_provider)) {
-    // Nothing progresses an endpoint after this (no provider thread: data progress is manual),
-    // so its reads never land in the caller's buffer; its sockets and memory are held until
-    // the process ends, one endpoint per read_timeout that struck.
-    spdlog::debug("fabric ({}): an endpoint with {} abandoned reads left open (libfabric {}.{})",
-                  m_provider, in_flight(), FI_MAJOR(fi_version()), FI_MINOR(fi_version()));
+  if (m_endpoint && in_flight() > 0 && abandons_with_reads_in_flight(m_endpoint->info(), fi_version())) {
+    // Nothing progresses an endpoint after this (data progress is manual), so its reads never
+    // land in the caller's buffer; its sockets and memory are held until the process ends.
+    const std::size_t n = ++abandoned;
+    spdlog::debug("fabric ({}): an endpoint with {} abandoned reads left open ({} in this process, libfabric {}.{})",
+                  m_provider, in_flight(), n, FI_MAJOR(fi_version()), FI_MINOR(fi_version()));
     m_endpoint->abandon();
   }
   m_endpoint.reset();
@@ -202,7 +243,7 @@ void FabricTransport::progress(bool block) {
       if (!m_error) {
         char text[256] = "";
         const char* detail = fi_cq_strerror(m_endpoint->cq(), err.prov_errno, err.err_data, text, sizeof text);
-        m_error.emplace("fi_read from " + where(slot->rank), m_provider, -err.err, ErrorContext{.rank = slot->rank},
+        m_error.emplace("fi_read from " + where(slot->rank), m_provider, err, ErrorContext{.rank = slot->rank},
                         detail ? detail : "");
       }
       release(slot);
@@ -266,7 +307,7 @@ void FabricTransport::wait() {
   while (in_flight() > 0) progress(true);
   if (m_local) m_local->batch_done();
   if (m_error) {
-    FabricError error = std::move(*m_error);
+    FabricReadError error = std::move(*m_error);
     m_error.reset();
     throw error;
   }

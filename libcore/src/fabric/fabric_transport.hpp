@@ -20,13 +20,33 @@
 
 namespace ddstage::detail {
 
+/// A read the provider completed with an error: its generic code alone does not tell a refused
+/// key from a lost connection (tcp;ofi_rxm 1.17 cancels both), the provider's own code does.
+class FabricReadError : public FabricError {
+ public:
+  FabricReadError(const std::string& call, const std::string& provider, const fi_cq_err_entry& entry,
+                  ErrorContext context, const std::string& detail)
+      : FabricError(call, provider, -entry.err, std::move(context), detail), m_provider_code(entry.prov_errno) {}
+  /// prov_errno: an errno for tcp and shm.
+  int provider_code() const noexcept { return m_provider_code; }
+
+ private:
+  int m_provider_code;
+};
+
+/// Whether closing the remote region's registration (a replace or unload on the server) can
+/// have caused `error`: the reader should then ask the store what happened before reporting it.
+bool closed_region_can_cause(const FabricError& error) noexcept;
+
 /// Reads for one Reader (one thread) over its own endpoint and queue. Reads larger than the
 /// provider's max_msg_size (or options.max_read_bytes) are split; up to options.window reads
 /// and options.max_bytes_in_flight bytes are in flight, posted with FI_MORE on all but the last of a burst; -FI_EAGAIN (rxm connects lazily)
 /// is met by progressing the queue and retrying. wait() reaps every completion. A read that
 /// fails is an Error naming its rank, host and the provider's text; when no read completes for
 /// options.read_timeout the batch fails naming the ranks still outstanding, the endpoint is
-/// replaced (abandoning those reads) and the transport stays usable for the other ranks.
+/// replaced (abandoning those reads) and the transport stays usable for the other ranks, unless
+/// the process already left options.max_abandoned_endpoints endpoints open (see
+/// abandons_with_reads_in_flight): then every later batch fails saying so.
 class FabricTransport final : public Transport {
  public:
   /// remotes[rank]: that rank's server and region; a rank with an empty address is not read.
@@ -37,6 +57,8 @@ class FabricTransport final : public Transport {
   std::string_view name() const noexcept override { return "fabric"; }
   void post(std::span<const ReadOp> reads) override;
   void wait() override;
+  /// Endpoints this process has left open so far; each holds its sockets and memory until exit.
+  static std::size_t abandoned_endpoints() noexcept;
   /// The provider the reads go over ("tcp;ofi_rxm").
   const std::string& provider() const noexcept { return m_provider; }
   /// Between batches: the caller freed a destination buffer (a reader's bounce buffer that
@@ -61,6 +83,9 @@ class FabricTransport final : public Transport {
   /// Closes the endpoint, and its registrations before it; one with reads in flight that the
   /// provider cannot close safely is abandoned (left open, never progressed) instead.
   void close_endpoint() noexcept;
+  /// Throws once the process holds max_abandoned_endpoints: leaking one per time-out against a
+  /// lost rank would have no bound in a long-lived reader.
+  void check_abandoned() const;
   void post_all(std::span<const ReadOp> reads);
   void* local_desc(std::span<const ReadOp> reads, const ReadOp& op);
   /// One fi_read's worth of a ReadOp.
@@ -98,8 +123,15 @@ class FabricTransport final : public Transport {
   std::vector<uint32_t> m_free;
   uint64_t m_bytes_in_flight = 0;
   std::optional<FabricMrCache> m_local;  // only when the provider needs FI_MR_LOCAL
-  std::optional<FabricError> m_error;    // first failed read of this batch
+  std::optional<FabricReadError> m_error;  // first failed read of this batch
   std::chrono::steady_clock::time_point m_last_progress;
 };
+
+/// Whether an endpoint opened from `info` that still has reads in flight is left open rather
+/// than closed under libfabric `version` (fi_version()): tcp and net before 1.18 crash closing
+/// a read cut off halfway, and abandoning is safe only while nothing drives the endpoint, that
+/// is with manual data progress; with automatic progress a provider thread could still land
+/// the reads in a buffer the caller freed, so such an endpoint is closed, bug or not.
+bool abandons_with_reads_in_flight(const fi_info& info, uint32_t version) noexcept;
 
 }  // namespace ddstage::detail
