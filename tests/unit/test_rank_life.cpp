@@ -92,7 +92,7 @@ TEST_CASE("leaving removes store.yaml only while it names this store", "[rank_ex
     REQUIRE(child >= 0);
     if (child == 0) {
       detail::RankExit exit;
-      exit.claim(id, 0, descriptor);
+      exit.claim(id, 0, dir);
       exit.leave(0);
     }
     REQUIRE(exit_code_of(child) == 0);
