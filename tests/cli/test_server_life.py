@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import assert_runtime_error, flatten
+from conftest import assert_runtime_error, assert_usage_error, flatten
 from test_store import fill_up, serve, wait_dead  # noqa: F401  (fixture: a served store)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: shared helpers
@@ -347,3 +347,43 @@ def test_an_error_while_serving_ends_every_rank_and_frees_everything(ddstage, tm
         assert [p.name for p in Path("/dev/shm").glob("ddstage-*.lock") if lock_pid(p) in pids] == []
     finally:
         subprocess.run(["umount", "-l", small])
+
+
+# ---- replacing a store that does not answer ---------------------------------------------------
+
+def closed_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("rank0", ["on another host", "on this host, no id"])
+def test_serve_never_replaces_a_silent_store_not_proven_gone(ddstage, serve, small, tmp_path, rank0):
+    """A store.yaml whose control does not answer is replaced only when its rank 0 ran here and
+    is proven gone. Rank 0 on another host (whose lock this host cannot see), or an older
+    ddstage's descriptor (no id, so no lock) whose rank 0's pid runs here: serve refuses, exit 2,
+    and keeps it; the live store it was copied from goes on serving."""
+    store = serve(2)
+    ddstage.ok("load", "--store", store.dir, small, "--name", "s")
+    segments = store.segments()
+    d = yaml.safe_load((store.dir / "store.yaml").read_text())
+    d["control"] = f"127.0.0.1:{closed_port()}"
+    if rank0 == "on another host":
+        d["id"] = os.urandom(6).hex()
+        d["ranks"][0]["host"] = "node-elsewhere"
+    else:
+        del d["id"]
+    other = tmp_path / "copy"
+    other.mkdir(mode=0o700)
+    text = yaml.safe_dump(d)
+    (other / "store.yaml").write_text(text)
+    (other / "store.yaml").chmod(0o600)
+    proc = subprocess.run([ddstage.path, "serve", "--store", other, "--listen", "127.0.0.1:0"],
+                          capture_output=True, text=True, timeout=60, env={**os.environ, **MPI_ENV})
+    host = "node-elsewhere" if rank0 == "on another host" else d["ranks"][0]["host"]
+    assert_usage_error(proc, "does not answer", f"rank 0 on {host}", "not proven gone", "ddstage stop --store")
+    assert (other / "store.yaml").read_text() == text
+    assert store.segments() == segments
+    assert control(store, {"op": "status"})["ok"]
+    assert ddstage.ok("read", "--store", store.dir, "--dataset", "s", "--ids", "0", binary=True).stdout
+    store.stop()
