@@ -9,7 +9,6 @@
 #include <utility>
 
 #include <fmt/format.h>
-#include <yaml-cpp/yaml.h>
 
 #include "process.hpp"
 #include "rank_lock.hpp"
@@ -135,9 +134,10 @@ bool remove_descriptor_of(const fs::path& dir, const std::string& id, std::error
   if (id.empty()) return false;
   const auto path = StoreDescriptor::path_in(dir);
   try {
-    if (YAML::LoadFile(path.string())["id"].as<std::string>() != id) return false;
+    // read() bounds what it parses and refuses a file others could have planted.
+    if (StoreDescriptor::read(dir).id != id) return false;
   } catch (const std::exception&) {
-    return false;  // absent, unreadable, or no id: not this store's
+    return false;  // absent, unreadable or untrusted: not proven this store's
   }
   return fs::remove(path, ec);
 }
