@@ -406,3 +406,64 @@ def test_clean_keeps_segments_without_a_lock_file_unless_forced(ddstage):
         assert not segment.exists()
     finally:
         segment.unlink(missing_ok=True)
+
+
+# ---- start-up ---------------------------------------------------------------------------------
+
+# Preloaded into rank 1 alone: once it holds its rank lock (start-up has begun), it stops itself
+# at its first statvfs (working out its memory limit, between start-up collectives), as a rank
+# whose node hangs mid-start-up would.
+STOP_IN_STARTUP_C = r"""
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <dlfcn.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+static int holds_rank1_lock(void) {
+  DIR* d = opendir("/proc/self/fd");
+  struct dirent* e;
+  char link[64], target[512];
+  int found = 0;
+  while (d && (e = readdir(d))) {
+    snprintf(link, sizeof link, "/proc/self/fd/%s", e->d_name);
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    if (n > 8 && (target[n] = 0, strcmp(target + n - 8, "-r1.lock") == 0)) found = 1;
+  }
+  if (d) closedir(d);
+  return found;
+}
+
+int statvfs(const char* path, struct statvfs* buf) {
+  int (*real)(const char*, struct statvfs*) = (int (*)(const char*, struct statvfs*))dlsym(RTLD_NEXT, "statvfs");
+  if (holds_rank1_lock()) raise(SIGSTOP);
+  return real(path, buf);
+}
+"""
+
+
+def test_a_rank_lost_during_start_up_ends_the_store(ddstage, tmp_path):
+    """Heartbeats and rank 0's watch start as soon as the store id is known: a rank that stops
+    between the start-up collectives ends rank 0 within peer_timeout, instead of leaving it
+    blocked in a collective for ever, and nothing is published."""
+    shim = tmp_path / "stop_in_startup.so"
+    src = tmp_path / "stop_in_startup.c"
+    src.write_text(STOP_IN_STARTUP_C)
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", shim, src, "-ldl"], check=True)
+    store_dir = tmp_path / "store"
+    serve = [ddstage.path, "serve", "--store", str(store_dir), "--listen", "127.0.0.1:0"]
+    cmd = ["mpiexec", "-n", "1", *serve, ":", "-n", "1", "env", f"LD_PRELOAD={shim}", *serve]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, **MPI_ENV, **PEER_TIMEOUT}, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=3 + SLACK_S + 30)
+    finally:
+        if proc.poll() is None:  # rank 0 waits in a collective for ever: end the job, then fail
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert "lost rank 1" in out and "no heartbeat" in out, out
+    assert proc.returncode != 0, out
+    assert not (store_dir / "store.yaml").exists()
