@@ -18,6 +18,7 @@ namespace fs = std::filesystem;
 struct CleanCmdOptions {
   std::string store;
   bool dry_run = false;
+  bool force = false;
 };
 
 std::string_view kind_name(CleanedFile::Kind kind) {
@@ -58,6 +59,7 @@ std::string summary(const CleanReport& r, bool dry_run) {
                         r.removed.size() - segments == 1 ? "" : "s",
                         plural(dead.size(), "dead store"));
   if (!live.empty()) out += fmt::format("; {} kept", plural(live.size(), "live store"));
+  if (!r.unlocked.empty()) out += fmt::format("; {} without a lock file kept", plural(r.unlocked.size(), "rank"));
   return out;
 }
 
@@ -78,7 +80,7 @@ bool clean_descriptor(const std::string& dir, bool dry_run) {
 void run_clean(const CleanCmdOptions& opts, const CliContext& ctx) {
   const auto settings = ctx.resolve_settings();
   const auto dir = opts.store.empty() ? settings.get_string("store") : opts.store;
-  const auto report = clean_dead_ranks({}, opts.dry_run);
+  const auto report = clean_dead_ranks({}, opts.dry_run, opts.force);
   for (const auto& f : report.removed) {
     fmt::print("{} {} {} ({}; store {} rank {})\n", opts.dry_run ? "would remove" : "removed",
                kind_name(f.kind), f.path.string(), human_bytes(static_cast<double>(f.bytes)),
@@ -86,6 +88,10 @@ void run_clean(const CleanCmdOptions& opts, const CliContext& ctx) {
   }
   for (const auto& k : report.kept)
     fmt::print("store {} rank {}: live (pid {}), kept\n", k.store_id, k.rank, k.pid);
+  for (const auto& k : report.unlocked) {
+    fmt::print("store {} rank {}: segments without a lock file (a ddstage older than rank locks?), kept; "
+               "--force removes them\n", k.store_id, k.rank);
+  }
   const bool descriptor_ok = dir.empty() || clean_descriptor(dir, opts.dry_run);
   fmt::print("{}\n", summary(report, opts.dry_run));
   for (const auto& failure : report.failures) fmt::print(stderr, "ddstage: warning: {}\n", failure);
@@ -111,6 +117,9 @@ void setup_clean(CLI::App& app, CliContext& ctx) {
                   "(default: the "
                   "setting store, DDSTAGE_STORE, if set)");
   sub->add_flag("--dry-run", opts->dry_run, "Print what would be removed; remove nothing");
+  sub->add_flag("--force", opts->force,
+                "Also remove segments that have no lock file (left by a ddstage older than rank locks); "
+                "never those of a live rank");
   sub->callback([opts, &ctx] { run_clean(*opts, ctx); });
 }
 

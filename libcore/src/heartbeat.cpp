@@ -1,11 +1,11 @@
 #include "heartbeat.hpp"
 
 #include <algorithm>
-#include <mutex>
 
 #include "control/control_channel.hpp"
 #include "ddstage/error.hpp"
 #include "peer_watch.hpp"
+#include "stoppable_sleep.hpp"
 
 namespace ddstage::detail {
 
@@ -26,8 +26,6 @@ void Heartbeat::run(const std::stop_token& stop) {
   beat["op"] = "heartbeat";
   beat["rank"] = m_rank;
   auto answered = Clock::now();
-  std::mutex sleep_mutex;
-  std::unique_lock sleep_lock(sleep_mutex);
   for (;;) {
     try {
       // A stopped or cut-off rank 0 may accept the connection and never answer: bounded wait.
@@ -41,8 +39,7 @@ void Heartbeat::run(const std::stop_token& stop) {
       m_on_lost(std::chrono::duration_cast<milliseconds>(silence));
       return;
     }
-    m_wake.wait_for(sleep_lock, stop, interval, [] { return false; });
-    if (stop.stop_requested()) return;
+    if (!sleep_unless_stopped(stop, interval)) return;
   }
 }
 

@@ -2,7 +2,6 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <string>
 #include <thread>
@@ -30,7 +29,6 @@ class Heartbeat {
   int m_rank;
   std::chrono::milliseconds m_timeout;
   OnLost m_on_lost;
-  std::condition_variable_any m_wake;
   std::jthread m_thread;  // last: starts once everything it reads is set
 };
 

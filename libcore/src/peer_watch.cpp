@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "stoppable_sleep.hpp"
+
 namespace ddstage::detail {
 
 using std::chrono::milliseconds;
@@ -50,11 +52,8 @@ std::vector<int> PeerWatch::silent_for(milliseconds limit) const {
 
 void PeerWatch::run(const std::stop_token& stop) {
   const auto check_every = heartbeat_interval(m_timeout) / 2;
-  std::mutex sleep_mutex;
-  std::unique_lock sleep_lock(sleep_mutex);
   for (;;) {
-    m_wake.wait_for(sleep_lock, stop, check_every, [] { return false; });
-    if (stop.stop_requested()) return;
+    if (!sleep_unless_stopped(stop, check_every)) return;
     const auto now = Clock::now();
     int lost = -1;
     Clock::duration silence{};

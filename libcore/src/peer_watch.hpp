@@ -2,7 +2,6 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -26,8 +25,8 @@ class PeerWatch {
   PeerWatch(const PeerWatch&) = delete;
   PeerWatch& operator=(const PeerWatch&) = delete;
 
-  /// Every rank counts as heard now, and the watch starts: call it once the ranks are serving
-  /// (their heartbeats start after the store's start-up collectives).
+  /// Every rank counts as heard now, and the watch starts: call it once every rank knows where
+  /// to send its heartbeats (before the store's other start-up collectives).
   void watch();
   /// Records a heartbeat; false for a rank that is not in the store.
   bool heard(int rank);
@@ -43,7 +42,6 @@ class PeerWatch {
   OnLost m_on_lost;
   mutable std::mutex m_mutex;
   std::vector<Clock::time_point> m_last;
-  std::condition_variable_any m_wake;
   std::jthread m_thread;  // last: stopped first
 };
 

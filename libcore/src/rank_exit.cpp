@@ -6,7 +6,8 @@
 #include <thread>
 
 #include <spdlog/spdlog.h>
-#include <yaml-cpp/yaml.h>
+
+#include "ddstage/store_cleanup.hpp"
 
 namespace ddstage::detail {
 namespace fs = std::filesystem;
@@ -38,47 +39,26 @@ namespace {
 
 constexpr auto exit_grace = std::chrono::milliseconds(300);
 
-/// libfabric's shm provider names an endpoint's queues "PID:..." in shm_directory().
-void remove_fabric_queues(int64_t pid) noexcept {
-  const std::string prefix = std::to_string(pid) + ":";
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(shm_directory(), ec)) {
-    if (e.path().filename().string().starts_with(prefix)) fs::remove(e.path(), ec);
-  }
-}
-
-}  // namespace
-
+/// What this store's ranks that died on this node (SIGKILL) left: only ranks proven gone.
 void remove_dead_ranks_files(const std::string& store_id) noexcept {
   try {
-    std::set<int> dead;
-    const auto files = list_store_files();
-    for (const auto& f : files) {
-      if (f.store_id == store_id && f.is_lock && rank_presence(store_id, f.rank) == RankPresence::gone) {
-        dead.insert(f.rank);
-        // Its pid is free (or reused by a process that cannot own this rank's queues).
-        if (const auto pid = recorded_pid(f.path); pid > 0 && !fs::exists("/proc/" + std::to_string(pid))) {
-          remove_fabric_queues(pid);
-        }
-      }
-    }
-    std::error_code ec;
-    for (const auto& f : files) {
-      if (f.store_id == store_id && dead.contains(f.rank) && fs::remove(f.path, ec)) {
-        spdlog::info("removed {}, left by rank {} that died on this node", f.path.string(), f.rank);
-      }
-    }
+    const auto report = clean_dead_ranks(store_id);
+    for (const auto& f : report.removed)
+      spdlog::info("removed {}, left by rank {} that died on this node", f.path.string(), f.rank);
+    for (const auto& failure : report.failures) spdlog::warn("{}", failure);
   } catch (const std::exception& e) {
     spdlog::warn("could not look for dead ranks' files: {}", e.what());
   }
 }
 
-void RankExit::claim(const std::string& store_id, int rank, fs::path descriptor) {
+}  // namespace
+
+void RankExit::claim(const std::string& store_id, int rank, fs::path store_dir) {
   RankLock lock(store_id, rank);
   std::lock_guard guard(m_mutex);
   m_lock = std::move(lock);
   m_store_id = store_id;
-  m_descriptor = std::move(descriptor);
+  m_store_dir = std::move(store_dir);
 }
 
 void RankExit::unlink_tracked() noexcept {
@@ -88,15 +68,9 @@ void RankExit::unlink_tracked() noexcept {
 }
 
 void RankExit::remove_descriptor() noexcept {
-  if (m_descriptor.empty() || m_store_id.empty()) return;
-  // A new store may have taken the directory since: only this store's descriptor goes.
-  try {
-    if (YAML::LoadFile(m_descriptor.string())["id"].as<std::string>() != m_store_id) return;
-  } catch (const std::exception&) {
-    return;
-  }
+  if (m_store_dir.empty()) return;
   std::error_code ec;
-  fs::remove(m_descriptor, ec);
+  remove_descriptor_of(m_store_dir, m_store_id, ec);
 }
 
 void RankExit::leave(int code) noexcept {
@@ -106,7 +80,8 @@ void RankExit::leave(int code) noexcept {
   std::lock_guard guard(m_mutex);
   unlink_tracked();
   // _exit skips libfabric's own clean-up.
-  remove_fabric_queues(::getpid());
+  std::error_code ec;
+  for (const auto& queue : fabric_queues(::getpid(), ::geteuid())) fs::remove(queue, ec);
   remove_descriptor();
   // A load between tracking a name and creating its segment may have created it just now.
   unlink_tracked();

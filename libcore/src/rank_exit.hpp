@@ -39,8 +39,8 @@ class RankExit {
   RankExit& operator=(const RankExit&) = delete;
 
   /// Takes this rank's RankLock once the store id is known, before any segment exists.
-  /// `descriptor` is the store.yaml this rank removes on its way out (rank 0), or empty.
-  void claim(const std::string& store_id, int rank, std::filesystem::path descriptor);
+  /// `store_dir` holds the store.yaml this rank removes on its way out (rank 0), or is empty.
+  void claim(const std::string& store_id, int rank, std::filesystem::path store_dir);
   Tracked track(std::string name) { return Tracked(*this, std::move(name)); }
 
   /// Runs `write` (rank 0 publishing store.yaml) unless the rank is on its way out, so that a
@@ -53,7 +53,7 @@ class RankExit {
 
   /// Unlinks every tracked segment, this process's libfabric shm queues ("/dev/shm/PID:*")
   /// and its lock file, and (rank 0) store.yaml if it still names this store; removes what this
-  /// store's ranks that died on this node left (see remove_dead_ranks_files); then _exit(code).
+  /// store's ranks that died on this node left (clean_dead_ranks); then _exit(code).
   /// Safe from any thread; a second caller waits for the first to end the process.
   [[noreturn]] void leave(int code) noexcept;
 
@@ -65,12 +65,8 @@ class RankExit {
   std::set<std::string> m_segments;
   RankLock m_lock;
   std::string m_store_id;
-  std::filesystem::path m_descriptor;
+  std::filesystem::path m_store_dir;
   std::atomic_flag m_leaving;
 };
-
-/// Removes the files (segments, lock, libfabric shm queues) of `store_id`'s ranks whose lock
-/// file on this node nobody holds: ranks that died here without cleaning up (SIGKILL).
-void remove_dead_ranks_files(const std::string& store_id) noexcept;
 
 }  // namespace ddstage::detail

@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "ddstage/error.hpp"
+#include "process.hpp"
 
 namespace ddstage::detail {
 namespace fs = std::filesystem;
@@ -137,6 +138,37 @@ int64_t rank_lock_holder(const std::string& store_id, int rank) {
     if (::stat(fd.path().c_str(), &st) == 0 && same_file(st, lock)) return pid;
   }
   return 0;
+}
+
+bool rank_gone_here(const std::string& store_id, int rank, int64_t pid) {
+  switch (rank_presence(store_id, rank)) {
+    case RankPresence::live:
+      return false;
+    case RankPresence::gone:
+      return true;
+    case RankPresence::absent:
+      break;
+  }
+  if (pid <= 0 || !process_alive(pid)) return true;
+  // A pid reused by a process whose /dev/shm has no such lock is not the rank.
+  const auto there = fs::path("/proc") / std::to_string(pid) / "root" / shm_directory().relative_path() /
+                     RankLock::file_name(store_id, rank);
+  struct stat st{};
+  if (::lstat(there.c_str(), &st) == 0) return false;
+  return errno == ENOENT;
+}
+
+std::vector<fs::path> fabric_queues(int64_t pid, uid_t owner) {
+  const std::string prefix = std::to_string(pid) + ":";
+  std::vector<fs::path> out;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(shm_directory(), ec)) {
+    struct stat st{};
+    if (entry.path().filename().native().starts_with(prefix) && ::lstat(entry.path().c_str(), &st) == 0 &&
+        S_ISREG(st.st_mode) && st.st_uid == owner)
+      out.push_back(entry.path());
+  }
+  return out;
 }
 
 }  // namespace ddstage::detail

@@ -1,6 +1,8 @@
 // A server rank's claim on its node, and what `clean` and `stop` learn from it.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <filesystem>
 #include <string>
@@ -62,6 +64,17 @@ RankPresence rank_presence(const std::string& store_id, int rank);
 /// The pid holding that rank's lock on this node, checked in /proc/PID/fd (so a reused pid is
 /// never mistaken for the rank), or 0 when the lock is not held or its holder is not visible.
 int64_t rank_lock_holder(const std::string& store_id, int rank);
+
+/// The one proof that `store_id`'s `rank`, which recorded `pid`, is gone from this host:
+/// its lock file here is unheld; or there is none and no process `pid` runs with that lock in
+/// its own /dev/shm (a rank in another mount namespace on this host, e.g. Slurm's
+/// job_container/tmpfs, keeps its lock out of ours). No lock file and a dead pid: gone (a
+/// rebooted node, a fresh /dev/shm). Anything this host cannot see (EACCES): not proven.
+bool rank_gone_here(const std::string& store_id, int rank, int64_t pid);
+
+/// libfabric's shm provider names an endpoint's queues "PID:..." in shm_directory(): those of
+/// `pid` that `owner` owns.
+std::vector<std::filesystem::path> fabric_queues(int64_t pid, uid_t owner);
 
 /// The pid a lock file records (for the libfabric shm queues "PID:..." a dead rank leaves), or 0.
 int64_t recorded_pid(const std::filesystem::path& lock_file);

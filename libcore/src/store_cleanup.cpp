@@ -50,16 +50,8 @@ void remove_fabric_queues(const std::string& id, int rank, const fs::path& lock,
                           CleanReport& report) {
   const auto pid = detail::recorded_pid(lock);
   if (pid <= 0 || detail::process_alive(pid)) return;
-  const auto owner = lstat_of(lock).st_uid;
-  const std::string prefix = std::to_string(pid) + ":";
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(detail::shm_directory(), ec)) {
-    const auto st = lstat_of(entry.path());
-    if (!entry.path().filename().native().starts_with(prefix) || !S_ISREG(st.st_mode) ||
-        st.st_uid != owner)
-      continue;
-    remove_file({CleanedFile::Kind::fabric_queue, id, rank, entry.path()}, dry_run, report);
-  }
+  for (const auto& queue : detail::fabric_queues(pid, lstat_of(lock).st_uid))
+    remove_file({CleanedFile::Kind::fabric_queue, id, rank, queue}, dry_run, report);
 }
 
 void clean_rank(const std::string& id, int rank, const RankFiles& files, bool dry_run,
@@ -74,7 +66,7 @@ void clean_rank(const std::string& id, int rank, const RankFiles& files, bool dr
 
 }  // namespace
 
-CleanReport clean_dead_ranks(const std::string& store_id, bool dry_run) {
+CleanReport clean_dead_ranks(const std::string& store_id, bool dry_run, bool force) {
   std::map<std::pair<std::string, int>, RankFiles> ranks;
   for (auto& file : detail::list_store_files()) {
     if (!store_id.empty() && file.store_id != store_id) continue;
@@ -94,6 +86,10 @@ CleanReport clean_dead_ranks(const std::string& store_id, bool dry_run) {
       auto pid = detail::rank_lock_holder(id, rank);
       if (pid == 0 && !files.lock.empty()) pid = detail::recorded_pid(files.lock);
       report.kept.push_back({id, rank, pid});
+      continue;
+    }
+    if (files.lock.empty() && !force) {
+      report.unlocked.push_back({id, rank, 0});
       continue;
     }
     clean_rank(id, rank, files, dry_run, report);
@@ -117,20 +113,33 @@ DescriptorCleanup clean_store_descriptor(const fs::path& dir, const StoreDescrip
             fmt::format("kept {}: its rank 0 ran on {}; run `ddstage clean --store {}` there",
                         path.string(), rank0.host, dir.string())};
   }
-  if (detail::rank_presence(descriptor.id, 0) == RankPresence::live) {
-    return {Outcome::kept, fmt::format("kept {}: its store's rank 0 (pid {}) still runs",
-                                       path.string(), detail::rank_lock_holder(descriptor.id, 0))};
+  if (!detail::rank_gone_here(descriptor.id, 0, rank0.pid)) {
+    return {Outcome::kept, fmt::format("kept {}: its store's rank 0 (pid {}) still runs or is not proven gone",
+                                       path.string(), rank0.pid)};
   }
   if (!dry_run) {
     std::error_code ec;
-    const bool removed = fs::remove(path, ec);
-    if (ec)
-      return {Outcome::failed, fmt::format("cannot remove {}: {}", path.string(), ec.message())};
-    if (!removed) return {Outcome::kept, fmt::format("{} is gone already", path.string())};
+    if (!remove_descriptor_of(dir, descriptor.id, ec)) {
+      if (ec) return {Outcome::failed, fmt::format("cannot remove {}: {}", path.string(), ec.message())};
+      return {Outcome::kept, fmt::format("{} is gone already or names another store now", path.string())};
+    }
   }
   return {Outcome::removed,
           fmt::format("{} {} (store {}, whose rank 0 is gone)",
                       dry_run ? "would remove" : "removed", path.string(), descriptor.id)};
+}
+
+bool remove_descriptor_of(const fs::path& dir, const std::string& id, std::error_code& ec) noexcept {
+  ec.clear();
+  if (id.empty()) return false;
+  const auto path = StoreDescriptor::path_in(dir);
+  try {
+    // read() bounds what it parses and refuses a file others could have planted.
+    if (StoreDescriptor::read(dir).id != id) return false;
+  } catch (const std::exception&) {
+    return false;  // absent, unreadable or untrusted: not proven this store's
+  }
+  return fs::remove(path, ec);
 }
 
 void remove_empty_store_directory(const fs::path& dir) noexcept {

@@ -6,7 +6,6 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
-#include <condition_variable>
 #include <ctime>
 #include <fstream>
 #include <sstream>
@@ -25,11 +24,13 @@
 #include "peer_watch.hpp"
 #include "rank_exit.hpp"
 #include "signal_watch.hpp"
+#include "stoppable_sleep.hpp"
 #include "ddstage/error.hpp"
 #include "ddstage/index.hpp"
 #include "ddstage/shard_layout.hpp"
 #include "ddstage/shard_loader.hpp"
 #include "ddstage/shard_plan.hpp"
+#include "ddstage/store_cleanup.hpp"
 #include "ddstage/store_control.hpp"
 #include "ddstage/config.hpp"
 #include "ddstage/store_descriptor.hpp"
@@ -89,14 +90,23 @@ uint64_t word_of(const std::string& line, int n) {
 /// Rank 0's account of a running load: logged at info level every 10%, and sent to the client
 /// that asked for it as interim messages {progress, total, samples} before the reply. Rank 0
 /// sees only its own shard; shards are balanced by bytes, so its fraction done, scaled to the
-/// dataset's bytes, estimates the whole load's (the reply carries the exact time).
+/// dataset's bytes, estimates the whole load's (the reply carries the exact time). Started
+/// before the index is opened: checking a large tree's freshness can outlast control_timeout,
+/// and the keepalives (totals 0 until describe()) tell the client the store is at work.
 class LoadReporter {
  public:
-  LoadReporter(std::string name, uint64_t dataset_bytes, uint64_t samples, detail::ControlConnection* client)
-      : m_name(std::move(name)), m_bytes(dataset_bytes), m_samples(samples), m_client(client),
-        m_thread([this](std::stop_token stop) { run(stop); }) {}
+  explicit LoadReporter(detail::ControlConnection* client)
+      : m_client(client), m_thread([this](std::stop_token stop) { run(stop); }) {}
   LoadReporter(const LoadReporter&) = delete;
   LoadReporter& operator=(const LoadReporter&) = delete;
+
+  /// Once the index is open: what the load is of.
+  void describe(std::string name, uint64_t dataset_bytes, uint64_t samples) {
+    std::lock_guard lock(m_mutex);
+    m_name = std::move(name);
+    m_bytes = dataset_bytes;
+    m_samples = samples;
+  }
 
   /// From the loading streams: atomics only, the socket is the reporter thread's.
   void update(uint64_t done, uint64_t total) noexcept {
@@ -115,8 +125,6 @@ class LoadReporter {
     double sent = -1;
     int logged_decile = 0;
     auto last_send = std::chrono::steady_clock::now();
-    std::mutex mutex;
-    std::unique_lock lock(mutex);
     for (;;) {
       const double fraction = m_fraction.load();
       const auto now = std::chrono::steady_clock::now();
@@ -126,19 +134,23 @@ class LoadReporter {
         last_send = now;
       }
       for (; logged_decile < static_cast<int>(fraction * 10); ++logged_decile) {
+        std::lock_guard lock(m_mutex);
         spdlog::info("loading '{}': {}% (rank 0's shard)", m_name, (logged_decile + 1) * 10);
       }
       if (stop.stop_requested()) return;
-      m_wake.wait_for(lock, stop, interval, [] { return false; });
+      detail::sleep_unless_stopped(stop, interval);
     }
   }
 
   void send(double fraction) {
     if (!m_client) return;
     detail::Message m;
-    m["progress"] = static_cast<uint64_t>(fraction * static_cast<double>(m_bytes));
-    m["total"] = m_bytes;
-    m["samples"] = m_samples;
+    {
+      std::lock_guard lock(m_mutex);
+      m["progress"] = static_cast<uint64_t>(fraction * static_cast<double>(m_bytes));
+      m["total"] = m_bytes;
+      m["samples"] = m_samples;
+    }
     try {
       m_client->send(m, std::chrono::seconds(2));
     } catch (const Error& e) {
@@ -148,12 +160,12 @@ class LoadReporter {
     }
   }
 
+  std::mutex m_mutex;  ///< guards the three below
   std::string m_name;
-  uint64_t m_bytes;
-  uint64_t m_samples;
+  uint64_t m_bytes = 0;
+  uint64_t m_samples = 0;
   detail::ControlConnection* m_client;
   std::atomic<double> m_fraction{0};
-  std::condition_variable_any m_wake;
   std::jthread m_thread;  // last: starts once everything it reads is set
 };
 
@@ -188,6 +200,10 @@ class ServerRank {
   void refuse_loopback(std::size_t host_count, const std::string& fabric_ip);
   /// Logs why, then frees this rank's memory and ends the process with exit code 1.
   [[noreturn]] void lost(const std::string& why);
+  /// "rank R on HOST" once the ranks' hosts are gathered, "rank R" before: for the watch threads.
+  std::string rank_label(int rank) const;
+  /// Right after start(): a rank lost during the other start-up collectives ends the store too.
+  void start_watching(const Message& startup);
   /// True when `failure` is empty on every rank; otherwise rank 0's reply gets the first failing
   /// rank's message (see encode_failure).
   bool agree(const std::string& failure, Message& reply);
@@ -213,6 +229,8 @@ class ServerRank {
   detail::RankExit& m_exit;
   std::chrono::milliseconds m_peer_timeout;
   std::string m_host = detail::host_name();
+  mutable std::mutex m_hosts_mutex;  ///< guards m_hosts: the watch threads read it
+  std::vector<std::string> m_hosts;  ///< each rank's host, once gathered
   uint64_t m_mem_limit = 0;
 #if DDSTAGE_HAVE_FABRIC
   std::optional<detail::FabricServer> m_fabric;  // before m_loaded: outlives every registration
@@ -241,13 +259,29 @@ Message error_reply(const std::string& message, ErrorKind kind) {
 /// A rank's failure as one string for gathering: kind letter, then the message.
 std::string encode_failure(const Error& e) { return (e.kind() == ErrorKind::usage ? "U" : "R") + std::string(e.what()); }
 
+struct Failure {
+  ErrorKind kind;
+  std::string message;
+};
+
+/// What encode_failure encoded.
+Failure decode_failure(const std::string& encoded) {
+  return {encoded.starts_with('U') ? ErrorKind::usage : ErrorKind::runtime, encoded.substr(1)};
+}
+
+/// Throws a gathered failure as the kind of error it was, its message after `context`.
+[[noreturn]] void throw_failure(const std::string& encoded, const std::string& context = {}) {
+  const auto [kind, message] = decode_failure(encoded);
+  if (kind == ErrorKind::usage) throw UsageError(context + message);
+  throw Error(ErrorKind::runtime, context + message);
+}
+
 bool ServerRank::agree(const std::string& failure, Message& reply) {
   if (detail::all_ok(failure.empty(), MPI_COMM_WORLD)) return true;
   auto failures = detail::gather_strings(failure, MPI_COMM_WORLD);
   for (std::size_t r = 0; r < failures.size(); ++r) {
     if (failures[r].empty()) continue;
-    const auto kind = failures[r][0] == 'U' ? ErrorKind::usage : ErrorKind::runtime;
-    const auto message = failures[r].substr(1);
+    const auto [kind, message] = decode_failure(failures[r]);
     const auto& host = m_descriptor.ranks.at(r).host;
     reply = error_reply(m_mpi.size() == 1 ? message : fmt::format("rank {} on {}: {}", r, host, message), kind);
     break;
@@ -264,6 +298,8 @@ Message ServerRank::load(const Message& args) {
   uint64_t limit = args["mem_limit"].as<uint64_t>();
   if (limit == 0) limit = m_mem_limit;
 
+  std::optional<LoadReporter> reporter;
+  if (is_root()) reporter.emplace(args["progress"].as<bool>() ? m_client : nullptr);
   // Phase 1, nothing allocated yet: can every rank open the index and hold its shard?
   std::optional<Index> index;
   std::string name = args["name"].as<std::string>();
@@ -273,6 +309,7 @@ Message ServerRank::load(const Message& args) {
   try {
     index = Index::open(path);
     if (name.empty()) name = index->manifest().name;
+    if (reporter) reporter->describe(name, index->manifest().total_bytes, index->samples());
     if (m_loaded.contains(name) && !replace) {
       throw UsageError("dataset '" + name + "' is already loaded; pass --replace to replace it");
     }
@@ -294,10 +331,6 @@ Message ServerRank::load(const Message& args) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::string segment = fmt::format("/ddstage-{}-{}-g{}-r{}", m_store_id, segment_safe(name),
                                           ++m_generation, m_mpi.rank());
-  std::optional<LoadReporter> reporter;
-  if (is_root()) {
-    reporter.emplace(name, index->manifest().total_bytes, index->samples(), args["progress"].as<bool>() ? m_client : nullptr);
-  }
   // Tracked before it exists: a signal during the load frees it too.
   auto tracked = m_exit.track(segment);
   std::optional<ShmSegment> loaded;
@@ -421,7 +454,7 @@ Message ServerRank::stop() {
   if (!is_root()) return reply;
   // Before the reply: once `ddstage stop` returns, the descriptor is gone.
   std::error_code ec;
-  fs::remove(StoreDescriptor::path_in(m_options.dir), ec);
+  remove_descriptor_of(m_options.dir, m_store_id, ec);
   reply["ok"] = true;
   for (const auto& rank : acknowledged) reply["stopped"].push_back(std::stoi(rank));
   reply["unreachable"] = YAML::Node(YAML::NodeType::Sequence);
@@ -447,7 +480,7 @@ Message ServerRank::stop_request() {
   }
   m_loaded.clear();
   std::error_code ec;
-  fs::remove(StoreDescriptor::path_in(m_options.dir), ec);
+  remove_descriptor_of(m_options.dir, m_store_id, ec);
   Message reply;
   reply["ok"] = true;
   reply["stopped"].push_back(0);
@@ -497,37 +530,57 @@ void ServerRank::publish() {
   m_exit.unless_leaving([this] { m_descriptor.write(m_options.dir); });
 }
 
+/// True when the store `old` describes can be replaced: its rank 0 ran on this host and is
+/// proven gone. Only this host can tell; a descriptor without an id (an older ddstage) has no
+/// lock to prove it by, so its rank 0's pid must be dead.
+bool proven_gone(const StoreDescriptor& old) {
+  const auto& rank0 = old.ranks.front();
+  if (rank0.host != detail::host_name()) return false;
+  if (old.id.empty()) return !detail::process_alive(rank0.pid);
+  return detail::rank_gone_here(old.id, 0, rank0.pid);
+}
+
+/// Rank 0, when DIR/store.yaml exists: UsageError unless it names a store proven gone, whose
+/// files on this node are then removed.
+void replace_old_store(const fs::path& dir) {
+  const auto path = StoreDescriptor::path_in(dir);
+  StoreDescriptor old;
+  try {
+    old = StoreDescriptor::read(dir);
+  } catch (const IndexError& e) {
+    throw UsageError(fmt::format("{} is not a store descriptor this ddstage can read ({}), so nothing proves its "
+                                 "store gone: if no store uses {} any more, remove it", path.string(),
+                                 e.what(), dir.string()));
+  }
+  try {
+    Message ping;
+    ping["op"] = "status";
+    detail::control_request(old.control, old.token, ping, std::chrono::seconds(2));
+  } catch (const UsageError&) {
+    // It answered, if only to refuse: it runs.
+  } catch (const Error& e) {
+    if (!proven_gone(old)) {
+      const auto& host = old.ranks.front().host;
+      throw UsageError(fmt::format("the store at {} does not answer (rank 0 on {}, control {}) but is not proven "
+                                   "gone: run `ddstage stop --store {}` (or `ddstage clean --store {}` on {} once "
+                                   "it has ended)", dir.string(), host, old.control, dir.string(), dir.string(),
+                                   host));
+    }
+    spdlog::warn("replacing the stale store descriptor {} ({})", path.string(), e.what());
+    clean_up_dead_store(dir, old);
+    return;
+  }
+  throw UsageError(fmt::format("a store is already running at {} (control {}); stop it first with "
+                               "`ddstage stop --store {}`", dir.string(), old.control, dir.string()));
+}
+
 /// Rank 0's checks before serving: no live store in DIR, the control socket binds.
 std::string ServerRank::start_rank0() {
   StoreDescriptor::prepare_directory(m_options.dir);
-  const auto descriptor_path = StoreDescriptor::path_in(m_options.dir);
-  if (fs::exists(descriptor_path)) {
-    StoreDescriptor old;
-    try {
-      old = StoreDescriptor::read(m_options.dir);
-      Message ping;
-      ping["op"] = "status";
-      detail::control_request(old.control, old.token, ping, std::chrono::seconds(2));
-      throw UsageError(fmt::format("a store is already running at {} (control {}); stop it first with "
-                                   "`ddstage stop --store {}`", m_options.dir.string(), old.control,
-                                   m_options.dir.string()));
-    } catch (const UsageError&) {
-      throw;
-    } catch (const Error& e) {
-      if (store_process_alive(old)) {
-        throw UsageError(fmt::format("the store at {} is not answering but its rank 0 (pid {}) is alive, maybe "
-                                     "busy loading; wait, or run `ddstage stop --store {}`",
-                                     m_options.dir.string(), old.ranks.front().pid, m_options.dir.string()));
-      }
-      spdlog::warn("replacing the stale store descriptor {} ({})", descriptor_path.string(), e.what());
-      if (!old.token.empty()) clean_up_dead_store(m_options.dir, old);
-      detail::remove_dead_ranks_files(old.id);
-    }
-  }
+  if (fs::exists(StoreDescriptor::path_in(m_options.dir))) replace_old_store(m_options.dir);
   m_descriptor.token = random_token();
   m_peers.emplace(m_mpi.size(), m_peer_timeout, [this](int rank, std::chrono::milliseconds silence) {
-    lost(fmt::format("lost rank {} on {} (no heartbeat for {:.0f} s)", rank,
-                     m_descriptor.ranks.at(static_cast<std::size_t>(rank)).host, silence.count() / 1000.0));
+    lost(fmt::format("lost {} (no heartbeat for {:.0f} s)", rank_label(rank), silence.count() / 1000.0));
   });
   m_control.emplace(m_options.listen, m_descriptor.token,
                     [this](const Message& request, bool busy) { return front_desk(request, busy); });
@@ -562,7 +615,6 @@ Message make_command(const Message& request) {
 }
 
 void ServerRank::serve_rank0() {
-  m_peers->watch();
   while (!m_stopping) {
     // The front desk checked the token; what comes here is from a holder of it.
     auto request = m_control->next(accept_poll);
@@ -620,9 +672,7 @@ std::string ServerRank::start_fabric(bool several_hosts) {
     }
   }
   if (const auto first = detail::first_failure(failure, MPI_COMM_WORLD)) {
-    const auto message = fmt::format("rank {} could not open its libfabric endpoint: {}", first->rank, first->text.substr(1));
-    if (first->text[0] == 'U') throw UsageError(message);
-    throw Error(ErrorKind::runtime, message);
+    throw_failure(first->text, fmt::format("rank {} could not open its libfabric endpoint: ", first->rank));
   }
   if (!m_fabric) return "- -";
   const auto peer = m_fabric->peer();
@@ -649,17 +699,19 @@ void ServerRank::refuse_loopback(std::size_t host_count, const std::string& fabr
   if (is_root()) {
     const auto& control = m_control->address();
     if (const auto lo = detail::loopback_address_of(host_of(control)); !lo.empty()) {
-      failure = fmt::format("rank 0's control address {} is loopback ({}) but the ranks span {} hosts: pass "
-                            "--listen with an address the other nodes reach", control, lo, host_count);
+      failure = encode_failure(UsageError(fmt::format("rank 0's control address {} is loopback ({}) but the ranks "
+                                                      "span {} hosts: pass --listen with an address the other "
+                                                      "nodes reach", control, lo, host_count)));
     }
   }
   if (failure.empty() && !fabric_ip.empty() && !detail::loopback_address_of(fabric_ip).empty()) {
-    failure = fmt::format("rank {} on {} publishes the libfabric address {} ({}), a loopback address, but the "
-                          "ranks span {} hosts: point FI_TCP_IFACE (FI_NET_IFACE, FI_UDP_IFACE for those "
-                          "providers) or the fabric.domain setting at an interface the other nodes reach",
-                          m_mpi.rank(), m_host, fabric_ip, m_fabric ? m_fabric->peer().provider : "", host_count);
+    failure = encode_failure(UsageError(fmt::format(
+        "rank {} on {} publishes the libfabric address {} ({}), a loopback address, but the ranks span {} hosts: "
+        "point FI_TCP_IFACE (FI_NET_IFACE, FI_UDP_IFACE for those providers) or the fabric.domain setting at an "
+        "interface the other nodes reach",
+        m_mpi.rank(), m_host, fabric_ip, m_fabric ? m_fabric->peer().provider : "", host_count)));
   }
-  if (const auto first = detail::first_failure(failure, MPI_COMM_WORLD)) throw UsageError(first->text);
+  if (const auto first = detail::first_failure(failure, MPI_COMM_WORLD)) throw_failure(first->text);
 }
 
 Message ServerRank::start() {
@@ -677,21 +729,17 @@ Message ServerRank::start() {
     startup["id"] = m_store_id;
   }
   startup = YAML::Load(detail::bcast_string(is_root() ? YAML::Dump(startup) : "", MPI_COMM_WORLD));
-  if (startup["failure"]) {
-    const auto f = startup["failure"].as<std::string>();
-    if (f[0] == 'U') throw UsageError(f.substr(1));
-    throw Error(ErrorKind::runtime, f.substr(1));
-  }
+  if (startup["failure"]) throw_failure(startup["failure"].as<std::string>());
   m_store_id = startup["id"].as<std::string>();
   // Before any segment exists: from here on, every way out frees what this rank holds.
   std::string failure;
   try {
-    m_exit.claim(m_store_id, m_mpi.rank(), is_root() ? StoreDescriptor::path_in(m_options.dir) : fs::path());
+    m_exit.claim(m_store_id, m_mpi.rank(), is_root() ? m_options.dir : fs::path());
   } catch (const Error& e) {
-    failure = e.what();
+    failure = encode_failure(e);
   }
   if (const auto first = detail::first_failure(failure, MPI_COMM_WORLD)) {
-    throw Error(ErrorKind::runtime, fmt::format("rank {}: {}", first->rank, first->text));
+    throw_failure(first->text, fmt::format("rank {}: ", first->rank));
   }
   return startup;
 }
@@ -730,10 +778,35 @@ void ServerRank::describe(const std::vector<std::string>& infos) {
   }
 }
 
+std::string ServerRank::rank_label(int rank) const {
+  std::lock_guard lock(m_hosts_mutex);
+  const auto r = static_cast<std::size_t>(rank);
+  return r < m_hosts.size() ? fmt::format("rank {} on {}", rank, m_hosts[r]) : fmt::format("rank {}", rank);
+}
+
+void ServerRank::start_watching(const Message& startup) {
+  if (is_root()) {
+    m_peers->watch();
+    return;
+  }
+  const auto control = startup["control"].as<std::string>();
+  m_heartbeat.emplace(control, startup["token"].as<std::string>(), m_mpi.rank(), m_peer_timeout,
+                      [this, control](std::chrono::milliseconds silence) {
+                        lost(fmt::format("lost {} (control {}: no answer for {:.0f} s)", rank_label(0), control,
+                                         silence.count() / 1000.0));
+                      });
+}
+
 void ServerRank::run() {
   const Message startup = start();
-  // Memory: an explicit limit, or 80% of what is available now, shared by this node's ranks.
+  start_watching(startup);
   const auto hosts = detail::bcast_string(join_lines(detail::gather_strings(m_host, MPI_COMM_WORLD)), MPI_COMM_WORLD);
+  {
+    std::lock_guard lock(m_hosts_mutex);
+    std::istringstream lines(hosts);
+    for (std::string line; std::getline(lines, line);) m_hosts.push_back(line);
+  }
+  // Memory: an explicit limit, or 80% of what is available now, shared by this node's ranks.
   const auto on_node = std::max<std::size_t>(1, count_line(hosts, m_host));
   m_mem_limit = m_options.mem_limit ? m_options.mem_limit : detail::default_mem_limit(static_cast<int>(on_node));
   const auto fabric = start_transports(hosts);
@@ -750,13 +823,6 @@ void ServerRank::run() {
                    m_descriptor.control);
       serve_rank0();
     } else {
-      const auto control = startup["control"].as<std::string>();
-      const auto rank0_host = hosts.substr(0, hosts.find('\n'));
-      m_heartbeat.emplace(control, startup["token"].as<std::string>(), m_mpi.rank(), m_peer_timeout,
-                          [this, control, rank0_host](std::chrono::milliseconds silence) {
-                            lost(fmt::format("lost rank 0 on {} (control {}: no answer for {:.0f} s)", rank0_host,
-                                             control, silence.count() / 1000.0));
-                          });
       serve_others();
     }
   } catch (const std::exception& e) {

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import assert_runtime_error, flatten
+from conftest import assert_runtime_error, assert_usage_error, flatten
 from test_store import fill_up, serve, wait_dead  # noqa: F401  (fixture: a served store)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: shared helpers
@@ -347,3 +347,123 @@ def test_an_error_while_serving_ends_every_rank_and_frees_everything(ddstage, tm
         assert [p.name for p in Path("/dev/shm").glob("ddstage-*.lock") if lock_pid(p) in pids] == []
     finally:
         subprocess.run(["umount", "-l", small])
+
+
+# ---- replacing a store that does not answer ---------------------------------------------------
+
+def closed_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("rank0", ["on another host", "on this host, no id"])
+def test_serve_never_replaces_a_silent_store_not_proven_gone(ddstage, serve, small, tmp_path, rank0):
+    """A store.yaml whose control does not answer is replaced only when its rank 0 ran here and
+    is proven gone. Rank 0 on another host (whose lock this host cannot see), or an older
+    ddstage's descriptor (no id, so no lock) whose rank 0's pid runs here: serve refuses, exit 2,
+    and keeps it; the live store it was copied from goes on serving."""
+    store = serve(2)
+    ddstage.ok("load", "--store", store.dir, small, "--name", "s")
+    segments = store.segments()
+    d = yaml.safe_load((store.dir / "store.yaml").read_text())
+    d["control"] = f"127.0.0.1:{closed_port()}"
+    if rank0 == "on another host":
+        d["id"] = os.urandom(6).hex()
+        d["ranks"][0]["host"] = "node-elsewhere"
+    else:
+        del d["id"]
+    other = tmp_path / "copy"
+    other.mkdir(mode=0o700)
+    text = yaml.safe_dump(d)
+    (other / "store.yaml").write_text(text)
+    (other / "store.yaml").chmod(0o600)
+    proc = subprocess.run([ddstage.path, "serve", "--store", other, "--listen", "127.0.0.1:0"],
+                          capture_output=True, text=True, timeout=60, env={**os.environ, **MPI_ENV})
+    host = "node-elsewhere" if rank0 == "on another host" else d["ranks"][0]["host"]
+    assert_usage_error(proc, "does not answer", f"rank 0 on {host}", "not proven gone", "ddstage stop --store")
+    assert (other / "store.yaml").read_text() == text
+    assert store.segments() == segments
+    assert control(store, {"op": "status"})["ok"]
+    assert ddstage.ok("read", "--store", store.dir, "--dataset", "s", "--ids", "0", binary=True).stdout
+    store.stop()
+
+
+def test_clean_keeps_segments_without_a_lock_file_unless_forced(ddstage):
+    """Only a ddstage older than rank locks (or something else) leaves a segment with no lock:
+    nothing proves its rank gone, so clean reports it and keeps it; --force removes it."""
+    segment = Path("/dev/shm") / f"ddstage-{os.urandom(6).hex()}-train-g1-r0"
+    segment.write_bytes(b"x" * 4096)
+    try:
+        out = ddstage.ok("clean").stdout
+        assert f"{segment.name[8:20]} rank 0: segments without a lock file" in out
+        assert "--force" in out
+        assert segment.exists()
+        out = ddstage.ok("clean", "--force", "--dry-run").stdout
+        assert f"would remove segment {segment}" in out
+        assert segment.exists()
+        ddstage.ok("clean", "--force")
+        assert not segment.exists()
+    finally:
+        segment.unlink(missing_ok=True)
+
+
+# ---- start-up ---------------------------------------------------------------------------------
+
+# Preloaded into rank 1 alone: once it holds its rank lock (start-up has begun), it stops itself
+# at its first statvfs (working out its memory limit, between start-up collectives), as a rank
+# whose node hangs mid-start-up would.
+STOP_IN_STARTUP_C = r"""
+#define _GNU_SOURCE
+#include <dirent.h>
+#include <dlfcn.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+static int holds_rank1_lock(void) {
+  DIR* d = opendir("/proc/self/fd");
+  struct dirent* e;
+  char link[64], target[512];
+  int found = 0;
+  while (d && (e = readdir(d))) {
+    snprintf(link, sizeof link, "/proc/self/fd/%s", e->d_name);
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    if (n > 8 && (target[n] = 0, strcmp(target + n - 8, "-r1.lock") == 0)) found = 1;
+  }
+  if (d) closedir(d);
+  return found;
+}
+
+int statvfs(const char* path, struct statvfs* buf) {
+  int (*real)(const char*, struct statvfs*) = (int (*)(const char*, struct statvfs*))dlsym(RTLD_NEXT, "statvfs");
+  if (holds_rank1_lock()) raise(SIGSTOP);
+  return real(path, buf);
+}
+"""
+
+
+def test_a_rank_lost_during_start_up_ends_the_store(ddstage, tmp_path):
+    """Heartbeats and rank 0's watch start as soon as the store id is known: a rank that stops
+    between the start-up collectives ends rank 0 within peer_timeout, instead of leaving it
+    blocked in a collective for ever, and nothing is published."""
+    shim = tmp_path / "stop_in_startup.so"
+    src = tmp_path / "stop_in_startup.c"
+    src.write_text(STOP_IN_STARTUP_C)
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", shim, src, "-ldl"], check=True)
+    store_dir = tmp_path / "store"
+    serve = [ddstage.path, "serve", "--store", str(store_dir), "--listen", "127.0.0.1:0"]
+    cmd = ["mpiexec", "-n", "1", *serve, ":", "-n", "1", "env", f"LD_PRELOAD={shim}", *serve]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, **MPI_ENV, **PEER_TIMEOUT}, start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=3 + SLACK_S + 30)
+    finally:
+        if proc.poll() is None:  # rank 0 waits in a collective for ever: end the job, then fail
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert "lost rank 1" in out and "no heartbeat" in out, out
+    assert proc.returncode != 0, out
+    assert not (store_dir / "store.yaml").exists()

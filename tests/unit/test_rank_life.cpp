@@ -15,6 +15,7 @@
 
 #include "control/control_server.hpp"
 #include "ddstage/shm_segment.hpp"
+#include "ddstage/store_descriptor.hpp"
 #include "heartbeat.hpp"
 #include "peer_watch.hpp"
 #include "rank_exit.hpp"
@@ -84,15 +85,20 @@ TEST_CASE("leaving frees the rank's segments, the one being filled, its lock and
 TEST_CASE("leaving removes store.yaml only while it names this store", "[rank_exit]") {
   const auto id = test_store_id();
   const auto dir = fs::temp_directory_path() / ("ddstage-rank-exit-" + id);
-  fs::create_directories(dir);
-  const auto descriptor = dir / "store.yaml";
+  StoreDescriptor::prepare_directory(dir);
+  const auto descriptor = StoreDescriptor::path_in(dir);
   for (const std::string& written_id : {id, std::string("0123456789ab")}) {
-    std::ofstream(descriptor) << "id: \"" << written_id << "\"\n";
+    StoreDescriptor written;
+    written.id = written_id;
+    written.token = random_token();
+    written.control = "127.0.0.1:1";
+    written.ranks.push_back(RankInfo{0, "node", 1, {"local", "shm"}, 1024});
+    written.write(dir);
     const pid_t child = ::fork();
     REQUIRE(child >= 0);
     if (child == 0) {
       detail::RankExit exit;
-      exit.claim(id, 0, descriptor);
+      exit.claim(id, 0, dir);
       exit.leave(0);
     }
     REQUIRE(exit_code_of(child) == 0);

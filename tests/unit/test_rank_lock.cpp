@@ -9,10 +9,12 @@
 #include <catch2/catch.hpp>
 
 #include "rank_lock.hpp"
+#include "shm_namespace_rank.hpp"
 #include "ddstage/shm_segment.hpp"
 
 using namespace ddstage;
 using namespace ddstage::detail;
+using ddstage::test::ShmNamespaceRank;
 
 namespace {
 
@@ -65,9 +67,11 @@ TEST_CASE("a killed rank's lock is gone, its segments listed, its pid recorded")
   REQUIRE(::read(ready[0], &c, 1) == 1);
   CHECK(rank_presence(id, 2) == RankPresence::live);
   CHECK(rank_lock_holder(id, 2) == child);
+  CHECK_FALSE(rank_gone_here(id, 2, child));
   ::kill(child, SIGKILL);
   ::waitpid(child, nullptr, 0);
   CHECK(rank_presence(id, 2) == RankPresence::gone);
+  CHECK(rank_gone_here(id, 2, child));
   CHECK(rank_lock_holder(id, 2) == 0);
   const auto lock_path = shm_directory() / RankLock::file_name(id, 2);
   CHECK(recorded_pid(lock_path) == child);
@@ -77,6 +81,23 @@ TEST_CASE("a killed rank's lock is gone, its segments listed, its pid recorded")
   ::shm_unlink(segment.c_str());
   ::close(ready[0]);
   ::close(ready[1]);
+}
+
+TEST_CASE("a rank in another mount namespace here is not gone, one with no lock and a dead pid is") {
+  const auto id = test_id();
+  ShmNamespaceRank rank(id, 5);
+  if (!rank.started()) {
+    WARN("cannot unshare a mount namespace here: not tested");
+    return;
+  }
+  CHECK(rank_presence(id, 5) == RankPresence::absent);
+  CHECK_FALSE(rank_gone_here(id, 5, rank.pid()));
+  // A live pid whose /dev/shm has no such lock (this process) is not the rank.
+  CHECK(rank_gone_here(id, 5, ::getpid()));
+  const auto pid = rank.pid();
+  rank.kill();
+  CHECK(rank_gone_here(id, 5, pid));
+  CHECK(rank_gone_here(id, 5, 0));
 }
 
 TEST_CASE("names that are not a store's are not listed") {

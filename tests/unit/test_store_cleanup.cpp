@@ -15,10 +15,12 @@
 #include "ddstage/store_wait.hpp"
 #include "process.hpp"
 #include "rank_lock.hpp"
+#include "shm_namespace_rank.hpp"
 #include "test_support.hpp"
 
 using namespace ddstage;
 using namespace ddstage::detail;
+using ddstage::test::ShmNamespaceRank;
 namespace fs = std::filesystem;
 
 namespace {
@@ -66,18 +68,27 @@ std::vector<std::string> removed_names(const CleanReport& r) {
   return out;
 }
 
+/// A pid no process has: a child's, once it ended and was reaped.
+pid_t dead_pid() {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ::waitpid(child, nullptr, 0);
+  return child;
+}
+
+/// Rank 0 recorded as a process that ended: only its lock (or the lack of one) tells.
 StoreDescriptor descriptor_for(const std::string& id, const std::string& host) {
   StoreDescriptor d;
   d.token = random_token();
   d.id = id;
   d.control = "127.0.0.1:1";
-  d.ranks.push_back(RankInfo{0, host, 1, {"local", "shm"}, 1024});
+  d.ranks.push_back(RankInfo{0, host, dead_pid(), {"local", "shm"}, 1024});
   return d;
 }
 
 }  // namespace
 
-TEST_CASE("clean removes a dead rank's files, a lockless segment, and keeps a live rank's",
+TEST_CASE("clean removes a dead rank's files, keeps a live rank's, and a lockless segment unless forced",
           "[cleanup]") {
   const auto id = test_id();
   RankLock live(id, 0);
@@ -90,7 +101,7 @@ TEST_CASE("clean removes a dead rank's files, a lockless segment, and keeps a li
   const std::string lockless_name = "ddstage-" + id + "-train-g1-r3";
   const std::vector<std::string> expected = {std::to_string(dead) + ":ddstage-test-queue",
                                              "ddstage-" + id + "-r2.lock",
-                                             "ddstage-" + id + "-train-g1-r2", lockless_name};
+                                             "ddstage-" + id + "-train-g1-r2"};
 
   const auto dry = clean_dead_ranks(id, true);
   CHECK(removed_names(dry) == expected);
@@ -105,11 +116,54 @@ TEST_CASE("clean removes a dead rank's files, a lockless segment, and keeps a li
   CHECK(report.kept[0].pid == ::getpid());
   CHECK_FALSE(exists("ddstage-" + id + "-r2.lock"));
   CHECK_FALSE(exists("ddstage-" + id + "-train-g1-r2"));
-  CHECK_FALSE(exists(lockless_name));
   CHECK_FALSE(fs::exists(queue));
   CHECK(exists("ddstage-" + id + "-r0.lock"));
   CHECK(exists("ddstage-" + id + "-train-g1-r0"));
+  REQUIRE(report.unlocked.size() == 1);
+  CHECK(report.unlocked[0].rank == 3);
+  CHECK(exists(lockless_name));
   CHECK(clean_dead_ranks(id).removed.empty());
+
+  const auto forced = clean_dead_ranks(id, false, true);
+  CHECK(removed_names(forced) == std::vector<std::string>{lockless_name});
+  CHECK(forced.unlocked.empty());
+  CHECK_FALSE(exists(lockless_name));
+  CHECK(exists("ddstage-" + id + "-train-g1-r0"));
+}
+
+TEST_CASE("a descriptor is removed only while it names the store asked for", "[cleanup]") {
+  test::TempDir scratch;
+  const auto dir = scratch / "store";
+  StoreDescriptor::prepare_directory(dir);
+  descriptor_for("0123456789ab", host_name()).write(dir);
+  std::error_code ec;
+  CHECK_FALSE(remove_descriptor_of(dir, test_id(), ec));
+  CHECK_FALSE(ec);
+  CHECK(fs::exists(StoreDescriptor::path_in(dir)));
+  CHECK(remove_descriptor_of(dir, "0123456789ab", ec));
+  CHECK_FALSE(fs::exists(StoreDescriptor::path_in(dir)));
+  CHECK_FALSE(remove_descriptor_of(dir, "0123456789ab", ec));
+  CHECK_FALSE(ec);
+}
+
+TEST_CASE("a descriptor whose rank 0 lives in another mount namespace here is kept", "[cleanup]") {
+  const auto id = test_id();
+  test::TempDir scratch;
+  const auto dir = scratch / "store";
+  StoreDescriptor::prepare_directory(dir);
+  auto here = descriptor_for(id, host_name());
+  here.write(dir);
+  ShmNamespaceRank rank0(id, 0);
+  if (!rank0.started()) {
+    WARN("cannot unshare a mount namespace here: not tested");
+    return;
+  }
+  here.ranks.front().pid = rank0.pid();
+  const auto kept = clean_store_descriptor(dir, here);
+  CHECK(kept.outcome == DescriptorCleanup::Outcome::kept);
+  CHECK(fs::exists(StoreDescriptor::path_in(dir)));
+  rank0.kill();
+  CHECK(clean_store_descriptor(dir, here).outcome == DescriptorCleanup::Outcome::removed);
 }
 
 TEST_CASE("a descriptor goes only when its rank 0 ran on this host and is gone", "[cleanup]") {

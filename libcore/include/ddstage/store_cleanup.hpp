@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "ddstage/store_descriptor.hpp"
@@ -32,16 +33,24 @@ struct KeptRank {
 struct CleanReport {
   std::vector<CleanedFile> removed;
   std::vector<KeptRank> kept;
+  /// Ranks whose segments have no lock file at all (pid 0): a ddstage older than rank locks, or
+  /// something else nothing proves dead; kept unless forced.
+  std::vector<KeptRank> unlocked;
   std::vector<std::string> failures;  ///< one line per file that could not be removed
 };
 
 /// Removes, on this node, the files of every rank whose lock nobody holds: its shared-memory
 /// segments, its lock file, and the libfabric shm queues ("PID:...") of the pid the lock
-/// recorded once no process runs under it. Segments with no lock file at all are a dead rank's
-/// too (a rank takes its lock before it creates a segment). Ranks whose lock is held are kept.
+/// recorded once no process runs under it. Ranks whose lock is held are kept. Segments with no
+/// lock file at all are kept (CleanReport::unlocked) unless `force`.
 /// store_id empty: every store of this user (every user's, for root); else only that store.
 /// dry_run: reports what it would remove and removes nothing.
-CleanReport clean_dead_ranks(const std::string& store_id = {}, bool dry_run = false);
+CleanReport clean_dead_ranks(const std::string& store_id = {}, bool dry_run = false, bool force = false);
+
+/// Removes DIR/store.yaml only while it names store `id`: a new store may have taken the
+/// directory since. Every removal of a descriptor goes through here. True when removed; false
+/// when it is absent or names another store, or (`ec` set) could not be removed.
+bool remove_descriptor_of(const std::filesystem::path& dir, const std::string& id, std::error_code& ec) noexcept;
 
 /// What clean_store_descriptor decided.
 struct DescriptorCleanup {
@@ -51,7 +60,7 @@ struct DescriptorCleanup {
 };
 
 /// Removes DIR/store.yaml when it names a store whose rank 0 ran on this host and is proven
-/// gone (its lock is not held). A store whose rank 0 ran on another host is left alone: only
+/// gone (detail::rank_gone_here). A store whose rank 0 ran on another host is left alone: only
 /// that host can tell whether it still runs.
 DescriptorCleanup clean_store_descriptor(const std::filesystem::path& dir,
                                          const StoreDescriptor& descriptor, bool dry_run = false);
