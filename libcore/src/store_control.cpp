@@ -124,7 +124,7 @@ std::optional<ProvenRank> prove_rank(const StoreDescriptor& d, int rank) {
   // The raw syscall: Debian 12's <sys/pidfd.h> lacks C linkage for C++.
   const auto fd = ::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0u);
   if (fd < 0) return std::nullopt;  // it ended since
-  ProvenRank proven{rank, pid, FileDescriptor(static_cast<int>(fd), fmt::format("pidfd of rank {} (pid {})", rank, pid))};
+  ProvenRank proven{rank, pid, FileDescriptor(static_cast<int>(fd), fmt::format("pidfd of pid {}", pid))};
   if (detail::rank_lock_holder(d.id, rank) != pid) return std::nullopt;
   return proven;
 }
