@@ -40,7 +40,8 @@ constexpr std::array<SettingDef, 17> table{{
      "DDSTAGE_STORE once"},
     {"control_timeout", SettingType::duration, "30s",
      "a control request (load, status, stop, wait) fails when the store sends nothing for this long; "
-     "a load in progress sends a keepalive every 5 s"},
+     "while its ranks load, every load (terminal or job script) gets a keepalive at least every 5 s: "
+     "keep this above 5 s"},
     {"peer_timeout", SettingType::duration, "30s",
      "a server rank that hears nothing from rank 0 (and rank 0 from any rank) for this long ends "
      "itself and frees its memory: a lost node or a cut network never keeps a store half alive"},

@@ -1,8 +1,13 @@
 #include "ddstage/store_control.hpp"
 
 #include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <optional>
 #include <thread>
 
 #include <fmt/format.h>
@@ -13,6 +18,7 @@
 #include "process.hpp"
 #include "rank_lock.hpp"
 #include "ddstage/error.hpp"
+#include "ddstage/file_descriptor.hpp"
 #include "ddstage/index.hpp"
 #include "ddstage/shard_plan.hpp"
 #include "ddstage/store_cleanup.hpp"
@@ -101,24 +107,53 @@ void wait_unlocked(const StoreDescriptor& d, const std::vector<std::pair<int, in
   }
 }
 
+/// A rank of this store on this node and a pidfd of its process: signals go through the pidfd,
+/// which stays bound to the process it was opened on, so a pid freed and reused by another
+/// process between the proof and the signal is never hit.
+struct ProvenRank {
+  int rank = 0;
+  int64_t pid = 0;
+  FileDescriptor process;
+};
+
+/// The rank's lock holder, pinned by a pidfd that is opened first and proven after: the pidfd's
+/// process held the rank's lock once the pidfd existed. Empty when no live process proves it.
+std::optional<ProvenRank> prove_rank(const StoreDescriptor& d, int rank) {
+  const auto pid = detail::rank_lock_holder(d.id, rank);
+  if (pid <= 0) return std::nullopt;
+  // The raw syscall: Debian 12's <sys/pidfd.h> lacks C linkage for C++.
+  const auto fd = ::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0u);
+  if (fd < 0) return std::nullopt;  // it ended since
+  ProvenRank proven{rank, pid, FileDescriptor(static_cast<int>(fd), fmt::format("pidfd of pid {}", pid))};
+  if (detail::rank_lock_holder(d.id, rank) != pid) return std::nullopt;
+  return proven;
+}
+
+void send_signal(const ProvenRank& r, int sig) {
+  if (::syscall(SYS_pidfd_send_signal, r.process.get(), sig, nullptr, 0u) == 0 || errno == ESRCH) return;
+  spdlog::warn("pidfd_send_signal({}, {}) for rank {} (pid {}): {}", r.process.get(), ::strsignal(sig), r.rank,
+               r.pid, std::strerror(errno));
+}
+
 /// Ends the ranks of d whose lock on this node proves who they are: SIGCONT (a stopped rank
-/// cannot act on SIGTERM), SIGTERM, and SIGKILL for any still holding its lock after 5 s. A pid
-/// is never signalled on the descriptor's word: it may have been reused.
+/// cannot act on SIGTERM), SIGTERM, and SIGKILL for any still holding its lock after 5 s.
 std::vector<std::pair<int, int64_t>> end_proven_ranks(const StoreDescriptor& d) {
-  std::vector<std::pair<int, int64_t>> ended;
+  std::vector<ProvenRank> proven;
   for (const auto& rank : d.ranks) {
-    const auto pid = detail::rank_lock_holder(d.id, rank.rank);
-    if (pid <= 0) continue;
-    spdlog::warn("ending rank {} (pid {}) of store {}", rank.rank, pid, d.id);
-    ::kill(static_cast<pid_t>(pid), SIGCONT);
-    ::kill(static_cast<pid_t>(pid), SIGTERM);
-    ended.emplace_back(rank.rank, pid);
+    auto r = prove_rank(d, rank.rank);
+    if (!r) continue;
+    spdlog::warn("ending rank {} (pid {}) of store {}", r->rank, r->pid, d.id);
+    send_signal(*r, SIGCONT);
+    send_signal(*r, SIGTERM);
+    proven.push_back(std::move(*r));
   }
+  std::vector<std::pair<int, int64_t>> ended;
+  for (const auto& r : proven) ended.emplace_back(r.rank, r.pid);
   wait_unlocked(d, ended, std::chrono::seconds(5));
-  for (const auto& [rank, pid] : ended) {
-    if (detail::rank_lock_holder(d.id, rank) != pid) continue;
-    spdlog::warn("rank {} (pid {}) did not end within 5 s of SIGTERM: SIGKILL", rank, pid);
-    ::kill(static_cast<pid_t>(pid), SIGKILL);
+  for (const auto& r : proven) {
+    if (!rank_live(d, r.rank)) continue;
+    spdlog::warn("rank {} (pid {}) did not end within 5 s of SIGTERM: SIGKILL", r.rank, r.pid);
+    send_signal(r, SIGKILL);
   }
   wait_unlocked(d, ended, std::chrono::seconds(5));
   return ended;
@@ -153,14 +188,14 @@ LoadResult StoreControl::load(const LoadRequest& request) {
   m["allow_stale"] = request.allow_stale;
   m["mem_limit"] = request.mem_limit;
   if (request.streams) m["streams"] = request.streams;
-  if (request.progress) m["progress"] = true;
-  std::function<void(const Message&)> on_interim;
-  if (request.progress) {
-    on_interim = [&](const Message& interim) {
-      request.progress({interim["progress"].as<uint64_t>(), interim["total"].as<uint64_t>(),
-                        interim["samples"].as<uint64_t>()});
-    };
-  }
+  // Asked for even when nobody shows it: the interim messages (at least every 5 s) are what
+  // keeps a load longer than control_timeout from failing, in a job script as on a terminal.
+  m["progress"] = true;
+  auto on_interim = [&](const Message& interim) {
+    if (!request.progress) return;
+    request.progress({interim["progress"].as<uint64_t>(), interim["total"].as<uint64_t>(),
+                      interim["samples"].as<uint64_t>()});
+  };
   auto reply = send(m_descriptor, m, m_timeout, on_interim);
   return {reply["name"].as<std::string>(), reply["samples"].as<uint64_t>(), reply["bytes"].as<uint64_t>(),
           reply["seconds"].as<double>(), reply["verified"].as<bool>()};

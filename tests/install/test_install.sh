@@ -117,12 +117,9 @@ step "serve (1 rank, installed binary)"
 mkdir -p -m 700 "$store"   # serve refuses a store directory others could write
 setsid "$prefix/bin/ddstage" serve --store "$store" --listen 127.0.0.1:0 >"$work/serve.log" 2>&1 &
 serve_pid=$!
-for _ in $(seq 600); do
-  [[ -f $store/store.yaml ]] && break
-  alive "$serve_pid" || fail "serve exited before writing store.yaml"
-  sleep 0.1
-done
-[[ -f $store/store.yaml ]] || fail "serve did not write store.yaml within 60 s"
+# wait, not a store.yaml: a dead store's leftover descriptor would pass for a live one.
+timeout 90 "$prefix/bin/ddstage" wait --store "$store" --timeout 60s --pid "$serve_pid" ||
+  fail "serve not ready within 60 s (see $work/serve.log)"
 store_id=$(sed -n 's/^id: *//p' "$store/store.yaml" | tr -d "\"' ")
 [[ ${#store_id} -ge 8 ]] || fail "no store id in store.yaml"
 

@@ -8,7 +8,8 @@ just before a load or a stop (before the store could notice), then checks what i
 promises: the command in flight fails within its timeout with a one-line error, no ddstage
 process is left on any node within peer_timeout (plus slack for 2 loaded cores), and after
 `ddstage clean --store DIR` on every node (crashed ones rebooted first, as an epilogue would
-find them) no ddstage-* file is left in any node's /dev/shm and store.yaml is gone.
+find them) no ddstage-* file is left in any node's /dev/shm and store.yaml is gone; on a node
+that did not crash, none is left even before that clean.
 
 Cases marked `needs_lifecycle` need the server and CLI of issue 12 (ranks ending themselves on
 peer loss, `ddstage clean` and `ddstage wait`, an honest `stop`); a build without them skips
@@ -111,11 +112,15 @@ def assert_read_fails_naming(reader, lost_at, rank, host, or_store_stopped=False
 
 
 def assert_nothing_left(cluster, store, lost, how):
-    """No ddstage process on any node that is up, mpiexec ended; then, with crashed nodes
-    rebooted and the network healed, `ddstage clean --store DIR` on every node leaves no
-    ddstage-* file in any /dev/shm and no store.yaml."""
+    """No ddstage process on any node that is up, mpiexec ended, and no ddstage-* file in the
+    /dev/shm of any node that did not crash: ranks that end themselves free their own memory,
+    with no clean. Then, with crashed nodes rebooted and the network healed, `ddstage clean
+    --store DIR` on every node leaves no ddstage-* file in any /dev/shm and no store.yaml."""
     left = wait_no_ddstage(cluster.nodes, PEER_TIMEOUT_S + SLACK_S)
     assert left == {}, f"ddstage processes left after losing {lost.name} ({how}): {left}\n{store.output()}"
+    survivors = [n for n in cluster.nodes if n.up]
+    assert {n.name: store_files(n) for n in survivors} == {n.name: [] for n in survivors}, \
+        f"files left by ranks that ended themselves after losing {lost.name} ({how}), before any clean"
     lost.heal()
     if cluster.nodes[0].up:
         try:

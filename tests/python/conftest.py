@@ -82,11 +82,10 @@ class ServedStore:
         self.proc = subprocess.Popen(["mpiexec", "-n", str(ranks), BIN, "serve", "--store", str(directory),
                                       "--listen", "127.0.0.1:0", "--transport", transport],
                                      stdout=self.log, stderr=subprocess.STDOUT, env=self.env, start_new_session=True)
-        deadline = time.monotonic() + 60
-        while not (directory / "store.yaml").exists():
-            assert self.proc.poll() is None, f"serve exited {self.proc.returncode}: {self.output()}"
-            assert time.monotonic() < deadline, "serve wrote no store.yaml in 60 s: " + self.output()
-            time.sleep(0.05)
+        # wait, not a store.yaml: a dead store's leftover descriptor would pass for a live one.
+        ready = subprocess.run([BIN, "wait", "--store", str(directory), "--timeout", "60s",
+                                "--pid", str(self.proc.pid)], capture_output=True, text=True, env=self.env, timeout=90)
+        assert ready.returncode == 0, f"serve not ready: {ready.stderr}{self.output()}"
         descriptor = yaml.safe_load((directory / "store.yaml").read_text())
         self.pids = [r["pid"] for r in descriptor["ranks"]]
         self.segment_prefix = "ddstage-" + descriptor["id"]

@@ -83,8 +83,9 @@ struct LoadRequest {
   bool allow_stale = false;
   uint64_t mem_limit = 0;       ///< bytes per rank for this load; 0 = the server's --mem-limit
   unsigned streams = 0;         ///< reader threads per rank; 0 = the server's default
-  /// Called as the store reports progress (a few times a second); the request's timeout then
-  /// bounds the wait between reports rather than the whole load.
+  /// Called as the store reports progress (a few times a second). With or without it, the
+  /// store sends a report at least every 5 s, and the request's timeout bounds the wait
+  /// between reports rather than the whole load.
   std::function<void(const LoadProgress&)> progress;
 };
 
