@@ -288,13 +288,6 @@ StopResult StoreControl::stop() {
   return result;
 }
 
-bool store_process_alive(const StoreDescriptor& descriptor) { return rank_live(descriptor, 0); }
-
-void remove_store_segments(const StoreDescriptor& descriptor) {
-  if (descriptor.id.empty()) return;  // an older ddstage's store: its files carry no id to find them by
-  for (const auto& file : clean_dead_ranks(descriptor.id).removed) spdlog::info("removed {}", file.path.string());
-}
-
 DeadStoreCleanup clean_up_dead_store(const std::filesystem::path& dir, const StoreDescriptor& descriptor) {
   DeadStoreCleanup out;
   if (descriptor.id.empty()) return out;  // no lock names its ranks: nothing proves them gone

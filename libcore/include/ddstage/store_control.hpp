@@ -147,12 +147,4 @@ struct DeadStoreCleanup {
 /// removes the descriptor once rank 0 ran here and is gone (clean_store_descriptor).
 DeadStoreCleanup clean_up_dead_store(const std::filesystem::path& dir, const StoreDescriptor& descriptor);
 
-/// Removes the files this store's ranks on this node left when their lock is no longer held
-/// (a live rank removes its own): what a rank that died could not remove itself.
-void remove_store_segments(const StoreDescriptor& descriptor);
-
-/// True if the descriptor's rank 0 runs on this host and holds its rank lock (it may be busy,
-/// e.g. in a long load, rather than dead).
-bool store_process_alive(const StoreDescriptor& descriptor);
-
 }  // namespace ddstage
