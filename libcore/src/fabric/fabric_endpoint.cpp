@@ -43,14 +43,6 @@ FabricEndpoint::FabricEndpoint(const fi_info& info, Wait wait) : m_info(fi_dupin
   fabric_check(fi_enable(ep), "fi_enable", m_provider);
 }
 
-void FabricEndpoint::abandon() noexcept {
-  static_cast<void>(m_ep.release());
-  static_cast<void>(m_cq.release());
-  static_cast<void>(m_av.release());
-  static_cast<void>(m_domain.release());
-  static_cast<void>(m_fabric.release());
-}
-
 bool FabricEndpoint::manual_progress() const noexcept {
   return m_info->domain_attr->data_progress == FI_PROGRESS_MANUAL ||
          m_info->domain_attr->control_progress == FI_PROGRESS_MANUAL;

@@ -48,10 +48,6 @@ class FabricEndpoint {
   fid_ep* ep() const noexcept { return m_ep.get(); }
   fid_cq* cq() const noexcept { return m_cq.get(); }
 
-  /// Lets go of every libfabric object without closing it: they stay open, never progressed
-  /// again, until the process ends. Only for an endpoint the provider would crash closing.
-  void abandon() noexcept;
-
  private:
   // Declared in opening order: closed in reverse, endpoint first.
   InfoPtr m_info;
