@@ -100,7 +100,9 @@ class Node:
         return self.init_pid is not None and _pid_namespace(self.init_pid) == self._pid_ns
 
     def boot(self):
-        """Starts the init (a fresh PID, mount, UTS and IPC namespace: empty /dev/shm and /tmp)."""
+        """Starts the init (a fresh PID, mount, UTS and IPC namespace: empty /dev/shm and /tmp)
+        on the node's network as first built (see reset_network)."""
+        self.reset_network()
         self._unshare = subprocess.Popen(
             ["ip", "netns", "exec", self.name, "unshare", "--pid", "--fork", "--kill-child=SIGKILL", "--mount-proc",
              "--uts", "--ipc", "--mount", PYTHON, str(HERE / "node_init.py"), self.name],
@@ -137,13 +139,42 @@ class Node:
         self._pid_ns = None
         self.init_pid = None
 
+    def reset_network(self):
+        """The network namespace outlives a crash, and with it what a case changed (a qdisc, a
+        route) and what the kernel remembers: an address resolution begun during a cut (its
+        probes lost) ends FAILED even after the heal, and fails the packets queued on it with
+        EHOSTUNREACH: a connect() made then, e.g. by mpiexec's daemon on the rebooted node
+        calling back, and the next job never starts.
+        Back to the state _build_network made: no qdisc, no route but the subnet's, no
+        neighbour entry, links up."""
+        ns = ["ip", "-n", self.name]
+        _sh("tc", "-n", self.name, "qdisc", "del", "dev", IFACE, "root", check=False)  # none: nothing to do
+        _sh(*ns, "route", "flush", "dev", IFACE)
+        _sh(*ns, "addr", "flush", "dev", IFACE)
+        _sh(*ns, "addr", "add", f"{self.address}/24", "dev", IFACE)
+        _sh(*ns, "link", "set", IFACE, "up")
+        _sh(*ns, "link", "set", "lo", "up")
+        _sh(*ns, "neigh", "flush", "dev", IFACE, "nud", "all")
+        self.cluster.forget_neighbour(self)
+        qdisc = _sh("tc", "-n", self.name, "qdisc", "show", "dev", IFACE).stdout
+        routes = _sh(*ns, "-4", "route", "show", "table", "all", "dev", IFACE).stdout
+        wanted = f"{self.cluster.subnet}.0/24 "
+        if not qdisc.startswith("qdisc noqueue") or any(not (line.startswith(wanted) or line.startswith("local ") or
+                                                             line.startswith("broadcast "))
+                                                        for line in routes.splitlines()):
+            raise RuntimeError(f"node {self.name}: network not reset:\n{qdisc}{routes}")
+
     def cut(self):
         """Link down on the bridge side of the node's veth: packets to and from the node are
         dropped (as when its cable is pulled); nothing in the node is told."""
         _sh("ip", "link", "set", self.bridge_port, "down")
 
     def heal(self):
+        """Link up again; the node and its peers forget the neighbour entries of the cut (one
+        still resolving would fail the next connect(): see reset_network)."""
         _sh("ip", "link", "set", self.bridge_port, "up")
+        _sh("ip", "-n", self.name, "neigh", "flush", "dev", IFACE, "nud", "all")
+        self.cluster.forget_neighbour(self)
 
     # ---- inside the node ----------------------------------------------------------------------
 
@@ -335,6 +366,12 @@ class Cluster:
             self._lock.close()
             self._lock = None
         atexit.unregister(self.close)
+
+    def forget_neighbour(self, node):
+        """Every other node drops its neighbour entry of node (one left by a cut fails connects)."""
+        for peer in self.nodes:
+            if peer is not node:
+                _sh("ip", "-n", peer.name, "neigh", "flush", "to", node.address, "dev", IFACE, "nud", "all")
 
     # ---- MPI ----------------------------------------------------------------------------------
 
