@@ -199,7 +199,15 @@ def test_scancel_during_training(jobs, names):
 
 def start_requeued(jobs, job_id):
     """`scontrol requeue`, and the requeued job started at once: slurmctld holds a requeued job
-    back for two minutes, which a test need not wait."""
+    back for two minutes, which a test need not wait. A job that already ended is requeued only
+    once its nodes are idle again: started while slurmd still ends the killed run's steps, the
+    second run failed at launch, in no time and with no output (seen once in three runs)."""
+    if jobs.slurm.job(job_id)["JobState"] in ENDED:
+        nodes = jobs.slurm.job(job_id)["NodeList"]
+        deadline = time.monotonic() + JOB_TIMEOUT_S
+        while set(jobs.slurm.run(["sinfo", "-h", "-n", nodes, "-o", "%t"]).stdout.split()) != {"idle"}:
+            assert time.monotonic() < deadline, jobs.slurm.run(["sinfo", "-n", nodes]).stdout
+            time.sleep(0.25)
     jobs.slurm.run(["scontrol", "requeue", str(job_id)])
     jobs.wait(job_id, ["PENDING"])
     jobs.slurm.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"])
