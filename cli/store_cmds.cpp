@@ -144,8 +144,11 @@ void report_stop(const StopResult& r, const std::string& dir) {
   for (const auto& file : r.cleaned.removed) fmt::print("removed {}\n", file.path.string());
   if (r.descriptor_removed) fmt::print("removed {}\n", StoreDescriptor::path_in(dir).string());
   if (!r.stopped.empty()) {
+    // Rank 0 silent: say whether stop ended ranks or found them already gone (killed, crashed).
+    const char* how = r.no_answer.empty() ? "" : r.signalled.empty() ? " (already gone: rank 0 did not answer)"
+                                                                      : " (by signal: rank 0 did not answer)";
     fmt::print("stopped rank{} {} of the store at {}{}\n", r.stopped.size() == 1 ? "" : "s", rank_list(r.stopped), dir,
-               r.no_answer.empty() ? "" : " (by signal: rank 0 did not answer)");
+               how);
   }
   std::vector<int> missing;
   for (const auto& u : r.unreachable) {
