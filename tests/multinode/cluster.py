@@ -36,6 +36,18 @@ import pytest
 
 HERE = Path(__file__).resolve().parent
 PYTHON = "/usr/bin/python3"
+
+
+def _kept_under_tmp(work_dir):
+    """What every node must see although its /tmp is private: the source tree, the build (the
+    binaries, the Python module) and the work directory, where they live under /tmp (a clone in
+    /tmp, as CI may make). Outermost paths only; node_init.py binds them back."""
+    candidates = [HERE.parents[1], Path(work_dir), Path.cwd()]
+    candidates += [Path(os.environ[k]).resolve().parent for k in ("DDSTAGE_BIN", "DDSTAGE_GEN") if os.environ.get(k)]
+    candidates += [Path(p) for p in os.environ.get("PYTHONPATH", "").split(":") if p]
+    tmp = Path("/tmp")
+    under_tmp = sorted({p for p in (c.resolve() for c in candidates) if p != tmp and p.is_relative_to(tmp)})
+    return [str(p) for p in under_tmp if not any(p != q and p.is_relative_to(q) for q in under_tmp)]
 IFACE = "ddnet0"  # the node side of each veth: the same name in every node
 BOOT_TIMEOUT_S = 30
 PR_SET_PDEATHSIG = 1
@@ -105,7 +117,8 @@ class Node:
         self.reset_network()
         self._unshare = subprocess.Popen(
             ["ip", "netns", "exec", self.name, "unshare", "--pid", "--fork", "--kill-child=SIGKILL", "--mount-proc",
-             "--uts", "--ipc", "--mount", PYTHON, str(HERE / "node_init.py"), self.name],
+             "--uts", "--ipc", "--mount", PYTHON, str(HERE / "node_init.py"), self.name,
+             *_kept_under_tmp(self.cluster.work_dir)],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             preexec_fn=_die_with_parent)
         ready, _, _ = select.select([self._unshare.stdout], [], [], BOOT_TIMEOUT_S)

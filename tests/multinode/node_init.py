@@ -1,7 +1,8 @@
 """PID 1 of a simulated node (tests/multinode/cluster.py starts it in fresh PID, UTS, IPC and mount
 namespaces inside the node's network namespace).
 
-It gives the node its host name and private tmpfs on /dev/shm and /tmp, says "ready", then only
+It gives the node its host name and private tmpfs on /dev/shm and /tmp (with the paths given after
+the name, under /tmp, bound back), says "ready", then only
 reaps the orphans that end up under it. Killing it with SIGKILL is a node crash: the kernel then
 kills every process of the node, and its tmpfs go with the last of them."""
 import os
@@ -10,10 +11,29 @@ import socket
 import subprocess
 import sys
 
-name = sys.argv[1]
+name, kept = sys.argv[1], sys.argv[2:]
 socket.sethostname(name)
-for mount_point in ("/dev/shm", "/tmp"):
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=1777", f"{name}-tmpfs", mount_point], check=True)
+
+
+def mount(*argv):
+    subprocess.run(["mount", *argv], check=True)
+
+
+mount("-t", "tmpfs", "-o", "mode=1777", f"{name}-tmpfs", "/dev/shm")
+# The paths under /tmp that every node shares (the tree under test, when it lives in /tmp) are
+# bound back into the private /tmp, from the host's /tmp reached through a mount point on the
+# new /dev/shm (this namespace's mounts are private: nothing of this shows outside the node).
+host_tmp = "/dev/shm/.host-tmp"
+if kept:
+    os.mkdir(host_tmp)
+    mount("--rbind", "/tmp", host_tmp)
+mount("-t", "tmpfs", "-o", "mode=1777", f"{name}-tmpfs", "/tmp")
+for path in kept:
+    os.makedirs(path, exist_ok=True)
+    mount("--rbind", os.path.join(host_tmp, os.path.relpath(path, "/tmp")), path)
+if kept:
+    subprocess.run(["umount", "-l", host_tmp], check=True)
+    os.rmdir(host_tmp)
 
 # The kernel spares a namespace's PID 1 every signal it has no handler for: Python's SIGINT
 # handler would let a stray ^C-like signal from inside the node take the whole node down.
