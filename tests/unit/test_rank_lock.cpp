@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include "rank_lock.hpp"
+#include "test_support.hpp"
 #include "shm_namespace_rank.hpp"
 #include "ddstage/shm_segment.hpp"
 
@@ -18,14 +19,7 @@ using ddstage::test::ShmNamespaceRank;
 
 namespace {
 
-/// A store id no other test or store uses.
-std::string test_id() {
-  static constexpr char digits[] = "0123456789abcdef";
-  std::string id = "f0";
-  auto pid = static_cast<unsigned>(::getpid());
-  for (int i = 0; i < 10; ++i, pid /= 16) id += digits[pid % 16];
-  return id;
-}
+std::string test_id() { return test::unused_store_id("f0"); }
 
 bool listed(const std::string& id, int rank, bool is_lock) {
   auto files = list_store_files();

@@ -25,14 +25,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-/// A store id no other test or store uses.
-std::string test_id() {
-  static constexpr char digits[] = "0123456789abcdef";
-  std::string id = "f1";
-  auto pid = static_cast<unsigned>(::getpid());
-  for (int i = 0; i < 10; ++i, pid /= 16) id += digits[pid % 16];
-  return id;
-}
+std::string test_id() { return test::unused_store_id("f1"); }
 
 /// A child that takes rank's lock and creates a segment, then is SIGKILLed: what a killed
 /// server rank leaves. Returns its pid (reaped).

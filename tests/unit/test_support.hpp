@@ -99,4 +99,14 @@ inline Index flatten_to(const std::filesystem::path& out, const formats::Flatten
   return Index::open(out);
 }
 
+/// A store id (12 hex digits) no store and no other test uses: `tag` (two hex digits, one per
+/// test file) then this process's pid.
+inline std::string unused_store_id(const std::string& tag) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string id = tag;
+  auto pid = static_cast<unsigned>(::getpid());
+  for (int i = 0; i < 10; ++i, pid /= 16) id += digits[pid % 16];
+  return id;
+}
+
 }  // namespace ddstage::test
