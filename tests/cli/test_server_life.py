@@ -248,15 +248,7 @@ def test_loopback_control_address_is_refused_when_the_ranks_span_hosts(ddstage, 
         script = 'hostname "fake-node$OMPI_COMM_WORLD_RANK" && echo "rank pid $$" && exec "$@"'
         cmd = ["mpiexec", "-n", "2", "unshare", "--uts", "sh", "-c", script, "sh", ddstage.path, "serve",
                "--store", str(store_dir), "--transport", "shm", *listen]
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env={**os.environ, **MPI_ENV}, start_new_session=True)
-        try:
-            out, _ = proc.communicate(timeout=60)
-        finally:
-            if proc.poll() is None:  # it served: end the whole job, then fail
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-        assert proc.returncode != 0, out
+        out = refused_job_output(cmd, {**os.environ, **MPI_ENV})
         errors = [line for line in out.splitlines() if line.startswith("ddstage: error:")]
         assert errors and all("is loopback (127." in e and "span 2 hosts" in e and "--listen" in e
                               for e in errors), out
@@ -265,6 +257,21 @@ def test_loopback_control_address_is_refused_when_the_ranks_span_hosts(ddstage, 
         assert len(pids) == 2, out
         left = [p.name for p in Path("/dev/shm").glob("ddstage-*.lock") if lock_pid(p) in pids]
         assert left == [], "a refused rank left its lock file"
+
+
+def refused_job_output(cmd, env):
+    """Runs a serve job that must be refused at start; its output. A job that serves instead is
+    ended (the whole session) and the test fails."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            start_new_session=True)
+    try:
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode != 0, out
+    return out
 
 
 def test_loopback_fabric_address_is_refused_when_the_ranks_span_hosts(ddstage, tmp_path):
@@ -283,15 +290,7 @@ def test_loopback_fabric_address_is_refused_when_the_ranks_span_hosts(ddstage, t
     cmd = ["unshare", "--net", "sh", "-c", outer, "sh", ddstage.path, "serve", "--store", str(tmp_path / "store"),
            "--listen", "10.99.0.1:0", "--transport", "fabric"]
     env = {**os.environ, **MPI_ENV, "FI_PROVIDER": "tcp", "FI_TCP_IFACE": "lo"}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            start_new_session=True)
-    try:
-        out, _ = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:  # it served: end the whole job, then fail
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    assert proc.returncode != 0, out
+    out = refused_job_output(cmd, env)
     errors = [line for line in out.splitlines() if line.startswith("ddstage: error:")]
     assert errors, out
     for e in errors:
