@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 
 #include "rank_lock.hpp"
+#include "forked_rank.hpp"
 #include "test_support.hpp"
 #include "shm_namespace_rank.hpp"
 #include "ddstage/shm_segment.hpp"
@@ -45,25 +46,13 @@ TEST_CASE("a rank lock is live while held, absent once released") {
 
 TEST_CASE("a killed rank's lock is gone, its segments listed, its pid recorded") {
   const auto id = test_id();
-  const std::string segment = "/ddstage-" + id + "-train-g1-r2";
-  int ready[2];
-  REQUIRE(::pipe(ready) == 0);
-  const pid_t child = ::fork();
-  if (child == 0) {
-    RankLock lock(id, 2);
-    auto s = ShmSegment::create(segment, 4096);
-    char c = 1;
-    (void)!::write(ready[1], &c, 1);
-    ::pause();
-    ::_exit(0);
-  }
-  char c = 0;
-  REQUIRE(::read(ready[0], &c, 1) == 1);
+  const std::string segment = test::ForkedRank::segment_name(id, 2);
+  test::ForkedRank rank(id, 2);
+  const pid_t child = rank.pid();
   CHECK(rank_presence(id, 2) == RankPresence::live);
   CHECK(rank_lock_holder(id, 2) == child);
   CHECK_FALSE(rank_gone_here(id, 2, child));
-  ::kill(child, SIGKILL);
-  ::waitpid(child, nullptr, 0);
+  rank.kill();
   CHECK(rank_presence(id, 2) == RankPresence::gone);
   CHECK(rank_gone_here(id, 2, child));
   CHECK(rank_lock_holder(id, 2) == 0);
@@ -73,8 +62,6 @@ TEST_CASE("a killed rank's lock is gone, its segments listed, its pid recorded")
   CHECK(listed(id, 2, false));
   std::filesystem::remove(lock_path);
   ::shm_unlink(segment.c_str());
-  ::close(ready[0]);
-  ::close(ready[1]);
 }
 
 TEST_CASE("a rank in another mount namespace here is not gone, one with no lock and a dead pid is") {

@@ -16,6 +16,7 @@
 #include "process.hpp"
 #include "rank_lock.hpp"
 #include "shm_namespace_rank.hpp"
+#include "forked_rank.hpp"
 #include "test_support.hpp"
 
 using namespace ddstage;
@@ -27,27 +28,11 @@ namespace {
 
 std::string test_id() { return test::unused_store_id("f1"); }
 
-/// A child that takes rank's lock and creates a segment, then is SIGKILLed: what a killed
-/// server rank leaves. Returns its pid (reaped).
+/// What a SIGKILLed server rank leaves: its lock and a segment. Returns its pid (reaped).
 pid_t killed_rank(const std::string& id, int rank) {
-  int ready[2];
-  REQUIRE(::pipe(ready) == 0);
-  const pid_t child = ::fork();
-  if (child == 0) {
-    RankLock lock(id, rank);
-    auto s = ShmSegment::create("/ddstage-" + id + "-train-g1-r" + std::to_string(rank), 8192);
-    char c = 1;
-    (void)!::write(ready[1], &c, 1);
-    ::pause();
-    ::_exit(0);
-  }
-  char c = 0;
-  REQUIRE(::read(ready[0], &c, 1) == 1);
-  ::kill(child, SIGKILL);
-  ::waitpid(child, nullptr, 0);
-  ::close(ready[0]);
-  ::close(ready[1]);
-  return child;
+  test::ForkedRank forked(id, rank);
+  forked.kill();
+  return forked.pid();
 }
 
 bool exists(const std::string& name) {
