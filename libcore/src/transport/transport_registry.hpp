@@ -1,0 +1,61 @@
+// The one vocabulary of transport names, what each needs to be available, and the one place
+// that makes them: the only read-side code that knows which backends this build has.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "ddstage/settings.hpp"
+#include "fabric/fabric_peer.hpp"
+#include "transport/transport.hpp"
+
+namespace ddstage::detail {
+
+class MpiWindow;
+
+enum class TransportId { shm, mpi, fabric };
+
+/// Whether a transport can be used in this build on this machine, and if not, why.
+struct TransportProbe {
+  bool available = false;
+  std::string why_not;  ///< one line when not available ("this ddstage was built without libfabric")
+};
+
+struct TransportEntry {
+  TransportId id;
+  std::string_view name;         ///< "shm", "mpi", "fabric": the value of every transport option
+  std::string_view description;  ///< one line for `info --settings` and --help texts
+  TransportProbe (*probe)();
+};
+
+/// Every transport, built or not, in a fixed order.
+std::span<const TransportEntry> transports() noexcept;
+const TransportEntry& transport_entry(TransportId id) noexcept;
+
+/// The transport an option names: nullopt for "auto" (when `allowed_auto`), else the entry's
+/// id. UsageError naming `option` ("transport", "StoreOptions::transport", "serve --transport")
+/// for an unknown name (listing the ones allowed), a name outside `allowed`, or one whose probe
+/// says it is unavailable (with the probe's reason).
+std::optional<TransportId> parse_transport(std::string_view value, std::span<const TransportId> allowed,
+                                           bool allowed_auto, std::string_view option);
+
+/// What a transport reads from, per rank (vectors indexed by rank; a rank a transport does not
+/// reach has an empty span, a null pointer or an empty address).
+struct TransportTargets {
+  std::vector<std::span<const std::byte>> mapped;  ///< shm: regions mapped into this process
+  const MpiWindow* window = nullptr;               ///< mpi: the window every rank's shard lies in
+  std::vector<const std::byte*> direct;            ///< mpi: regions addressed directly (memcpy)
+  std::vector<FabricRemote> remotes;               ///< fabric: each rank's endpoint and region
+};
+
+/// A reader's own instance of a transport (its endpoint, its completion queue). UsageError
+/// when the entry's probe fails. `settings`: fabric.* and read_timeout.
+std::unique_ptr<Transport> open_transport(TransportId id, const TransportTargets& targets,
+                                          const Settings& settings);
+
+}  // namespace ddstage::detail
