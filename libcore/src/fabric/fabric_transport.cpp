@@ -319,6 +319,10 @@ void FabricTransport::reopen_endpoint() noexcept {
   }
 }
 
+void FabricTransport::quiesce() noexcept {
+  if (in_flight() > 0) reopen_endpoint();
+}
+
 void FabricTransport::wait() {
   while (in_flight() > 0) progress(true);
   if (m_local) m_local->batch_done();

@@ -57,13 +57,14 @@ class FabricTransport final : public Transport {
   std::string_view name() const noexcept override { return "fabric"; }
   void post(std::span<const ReadOp> reads) override;
   void wait() override;
+  void quiesce() noexcept override;
   /// Endpoints this process has left open so far; each holds its sockets and memory until exit.
   static std::size_t abandoned_endpoints() noexcept;
   /// The provider the reads go over ("tcp;ofi_rxm").
   const std::string& provider() const noexcept { return m_provider; }
   /// Between batches: the caller freed a destination buffer (a reader's bounce buffer that
   /// grew), so a registration cached for its addresses must not serve memory mapped there next.
-  void forget_destinations() noexcept {
+  void forget_destinations() noexcept override {
     if (m_local) m_local->clear();
   }
 

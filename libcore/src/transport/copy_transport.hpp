@@ -22,6 +22,7 @@ class CopyTransport final : public Transport {
   std::string_view name() const noexcept override { return m_name; }
   void post(std::span<const ReadOp> reads) override;
   void wait() override {}
+  void quiesce() noexcept override {}
 
  private:
   std::string m_name;

@@ -53,4 +53,14 @@ void MpiRmaTransport::wait() {
   m_touched.clear();
 }
 
+void MpiRmaTransport::quiesce() noexcept {
+  // A get that failed to post never started; flushing every rank with gets out completes the
+  // rest (a flush that fails leaves nothing more to wait for).
+  for (int r : m_touched) {
+    MPI_Win_flush(r, m_win);
+    m_is_touched[r] = 0;
+  }
+  m_touched.clear();
+}
+
 }  // namespace ddstage::detail

@@ -25,6 +25,7 @@ class MpiRmaTransport final : public Transport {
   std::string_view name() const noexcept override { return "mpi"; }
   void post(std::span<const ReadOp> reads) override;
   void wait() override;
+  void quiesce() noexcept override;
 
  private:
   void get(const ReadOp& op);
