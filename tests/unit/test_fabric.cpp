@@ -21,7 +21,7 @@
 #include "fabric/fabric_provider.hpp"
 #include "fabric/fabric_region.hpp"
 #include "fabric/fabric_server.hpp"
-#include "fabric/fabric_transport.hpp"
+#include "transport/fabric_transport.hpp"
 
 using namespace ddstage;
 using namespace ddstage::detail;

@@ -1,4 +1,4 @@
-#include "fabric/fabric_transport.hpp"
+#include "transport/fabric_transport.hpp"
 
 #include <algorithm>
 #include <array>
