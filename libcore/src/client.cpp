@@ -27,7 +27,7 @@
 #include "transport/copy_transport.hpp"
 #if DDSTAGE_HAVE_FABRIC
 #include "fabric/fabric_options.hpp"
-#include "fabric/fabric_transport.hpp"
+#include "transport/fabric_transport.hpp"
 #endif
 
 namespace ddstage {

@@ -28,7 +28,7 @@
 #include "ddstage/config.hpp"
 #if DDSTAGE_HAVE_FABRIC
 #include "fabric/fabric_server.hpp"
-#include "fabric/fabric_transport.hpp"
+#include "transport/fabric_transport.hpp"
 #endif
 
 namespace ddstage {
