@@ -504,7 +504,7 @@ void Reader::State::explain(const detail::FabricError& error, std::chrono::stead
   // connection, which a rank that died gives too; store.yaml or the rank's process (on this
   // host) tells which, once rank 0 has published it or the process is reaped.
   auto deadline = std::chrono::steady_clock::now();
-  if (detail::closed_region_can_cause(error)) {
+  if (error.may_be_withdrawn()) {
     deadline = std::min(deadline + detail::withdrawn_wait, started + data->settings.get_duration("read_timeout"));
   }
   if (auto why = wait_verdict(error.context().rank, deadline); !why.empty()) throw_withdrawn(std::move(why));

@@ -10,15 +10,19 @@
 #include <type_traits>
 
 #include "ddstage/error.hpp"
+#include "transport/transport.hpp"
 
 namespace ddstage::detail {
 
 /// A libfabric call that failed: names the call, the provider and fi_strerror of its code.
-class FabricError : public Error {
+/// may_be_withdrawn: the codes the server closing the region's registration (a replace or
+/// unload) can also cause.
+class FabricError : public TransportError {
  public:
-  /// `rc` as the call returned it (negative); `detail` is appended (a CQ error's provider text).
+  /// `rc` as the call returned it (negative); `detail` is appended (a CQ error's provider text);
+  /// `provider_code`: a failed completion's prov_errno, 0 for a call.
   FabricError(const std::string& call, const std::string& provider, int rc, ErrorContext context = {},
-              const std::string& detail = {});
+              const std::string& detail = {}, int provider_code = 0);
   /// The positive FI_* / errno code.
   int native_code() const noexcept { return m_code; }
 

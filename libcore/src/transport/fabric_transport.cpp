@@ -19,6 +19,7 @@ namespace ddstage::detail {
 
 FabricTransport::FabricTransport(const FabricOptions& options, std::vector<FabricRemote> remotes)
     : m_options(options), m_remotes(std::move(remotes)), m_slots(std::max<std::size_t>(options.window, 1)) {
+  m_free.reserve(m_slots.size());  // refilled by close_endpoint, which must not throw
   for (const FabricRemote& r : m_remotes) {
     m_addresses.push_back(from_hex(r.peer.address_hex));
     if (m_addresses.back().empty()) continue;
@@ -40,9 +41,6 @@ FabricTransport::~FabricTransport() { close_endpoint(); }
 void FabricTransport::open_endpoint() {
   close_endpoint();
   check_abandoned();
-  m_free.clear();
-  m_bytes_in_flight = 0;
-  for (uint32_t i = 0; i < m_slots.size(); ++i) m_free.push_back(static_cast<uint32_t>(m_slots.size() - 1 - i));
   m_endpoint.emplace(*m_info);
   if (m_endpoint->mr_mode(FI_MR_LOCAL) && !m_local) m_local.emplace();
   m_peers.assign(m_addresses.size(), FI_ADDR_NOTAVAIL);
@@ -80,29 +78,6 @@ bool abandons_with_reads_in_flight(const fi_info& info, uint32_t version) noexce
   return crashes && info.domain_attr && info.domain_attr->data_progress == FI_PROGRESS_MANUAL;
 }
 
-bool closed_region_can_cause(const FabricError& error) noexcept {
-  // tcp;ofi_rxm 1.17 answers a read of a closed registration by cancelling it with ENOENT
-  // (no such key) and dropping the connection, which fails the other reads in flight with
-  // ENOTCONN (as the code or, cancelled, as the provider's code), as a killed server's do;
-  // later providers refuse the key; shm finds the region unmapped. Anything else (a refused
-  // connection, a time-out) is not a replace.
-  if (const auto* read = dynamic_cast<const FabricReadError*>(&error)) {
-    const int code = std::abs(read->provider_code());
-    if (code == ENOENT || code == ENOTCONN) return true;
-  }
-  switch (error.native_code()) {
-    case FI_EKEYREJECTED:
-    case EACCES:
-    case EPERM:
-    case EINVAL:
-    case EFAULT:
-    case ENOTCONN:
-      return true;
-    default:
-      return false;
-  }
-}
-
 std::size_t FabricTransport::abandoned_endpoints() noexcept {
   std::lock_guard lock(abandoned().mutex);
   return abandoned().endpoints.size();
@@ -130,6 +105,12 @@ void FabricTransport::close_endpoint() noexcept {
                   FI_MINOR(fi_version()));
   }
   m_endpoint.reset();
+  // Whatever was in flight went with the endpoint.
+  m_free.clear();
+  for (uint32_t i = 0; i < m_slots.size(); ++i) m_free.push_back(static_cast<uint32_t>(m_slots.size() - 1 - i));
+  for (Slot& slot : m_slots) slot.busy = false;
+  m_bytes_in_flight = 0;
+  m_deferred = false;
 }
 
 std::string FabricTransport::where(int rank) const {
@@ -144,8 +125,8 @@ void FabricTransport::post(std::span<const ReadOp> reads) {
     post_all(reads);
   } catch (...) {
     // Reads already posted would land in the caller's buffer after get_batch threw and the
-    // caller freed it: abandon them with the endpoint, as a time-out does.
-    if (in_flight() > 0) reopen_endpoint();
+    // caller freed it.
+    quiesce();
     throw;
   }
 }
@@ -202,6 +183,7 @@ void FabricTransport::post_one(const Chunk& chunk, const Chunk* next) {
   Slot& slot = m_slots[m_free.back()];
   m_free.pop_back();
   m_bytes_in_flight += chunk.bytes;
+  slot.busy = true;
   const int rank = chunk.rank;
   const FabricRegionInfo& region = m_remotes[static_cast<std::size_t>(rank)].region;
   slot.rank = rank;
@@ -215,6 +197,7 @@ void FabricTransport::post_one(const Chunk& chunk, const Chunk* next) {
   for (;;) {
     const ssize_t rc = fi_readmsg(m_endpoint->ep(), &msg, flags);
     if (rc == 0) {
+      m_deferred = (flags & FI_MORE) != 0;
       m_last_progress = std::chrono::steady_clock::now();
       return;
     }
@@ -233,44 +216,57 @@ void FabricTransport::post_one(const Chunk& chunk, const Chunk* next) {
 }
 
 void FabricTransport::release(Slot* slot) noexcept {
+  slot->busy = false;
   m_bytes_in_flight -= slot->iov.iov_len;
   m_free.push_back(static_cast<uint32_t>(slot - m_slots.data()));
 }
 
 void FabricTransport::progress(bool block) {
-  std::array<fi_cq_entry, 64> entries;
   for (;;) {
-    const ssize_t n = fi_cq_read(m_endpoint->cq(), entries.data(), entries.size());
+    const ssize_t n = reap(true);
     if (n > 0) {
-      for (ssize_t i = 0; i < n; ++i) release(static_cast<Slot*>(entries[i].op_context));
       m_last_progress = std::chrono::steady_clock::now();
       return;
     }
-    if (n == -FI_EAVAIL) {
-      fi_cq_err_entry err{};
-      if (fi_cq_readerr(m_endpoint->cq(), &err, 0) <= 0) continue;
-      auto* slot = static_cast<Slot*>(err.op_context);
-      // shm 1.17 reports a dead peer as an entry tied to no read (and a negative code): the
-      // reads to that peer stay outstanding and the deadline names them.
-      if (!slot) {
-        spdlog::debug("fabric ({}): completion error without a read: {}", m_provider, fi_strerror(std::abs(err.err)));
-        continue;
-      }
-      if (!m_error) {
-        char text[256] = "";
-        const char* detail = fi_cq_strerror(m_endpoint->cq(), err.prov_errno, err.err_data, text, sizeof text);
-        m_error.emplace("fi_read from " + where(slot->rank), m_provider, err, ErrorContext{.rank = slot->rank},
-                        detail ? detail : "");
-      }
-      release(slot);
-      m_last_progress = std::chrono::steady_clock::now();
-      return;
+    if (n == 0) continue;
+    if (n != -FI_EAGAIN) {
+      // A queue that fails cannot be drained: closing the endpoint is what stops its reads.
+      reopen_endpoint();
+      throw FabricError("fi_cq_read", m_provider, static_cast<int>(n));
     }
-    if (n != -FI_EAGAIN) throw FabricError("fi_cq_read", m_provider, static_cast<int>(n));
     check_deadline();
     if (!block) return;
     pause_while_idle();
   }
+}
+
+ssize_t FabricTransport::reap(bool keep_error) noexcept {
+  std::array<fi_cq_entry, 64> entries;
+  const ssize_t n = fi_cq_read(m_endpoint->cq(), entries.data(), entries.size());
+  if (n > 0) {
+    for (ssize_t i = 0; i < n; ++i) release(static_cast<Slot*>(entries[i].op_context));
+    return n;
+  }
+  if (n != -FI_EAVAIL) return n;
+  fi_cq_err_entry err{};
+  if (fi_cq_readerr(m_endpoint->cq(), &err, 0) <= 0) return 0;
+  auto* slot = static_cast<Slot*>(err.op_context);
+  // shm 1.17 reports a dead peer as an entry tied to no read (and a negative code): the reads
+  // to that peer stay outstanding and the deadline names them.
+  if (!slot) {
+    spdlog::debug("fabric ({}): completion error without a read: {}", m_provider, fi_strerror(std::abs(err.err)));
+    return 0;
+  }
+  if (keep_error && !m_error) note_error(err, *slot);
+  release(slot);
+  return 1;
+}
+
+void FabricTransport::note_error(const fi_cq_err_entry& entry, const Slot& slot) noexcept {
+  char text[256] = "";
+  const char* detail = fi_cq_strerror(m_endpoint->cq(), entry.prov_errno, entry.err_data, text, sizeof text);
+  m_error.emplace("fi_read from " + where(slot.rank), m_provider, entry, ErrorContext{.rank = slot.rank},
+                  detail ? detail : "");
 }
 
 void FabricTransport::pause_while_idle() const {
@@ -292,8 +288,8 @@ void FabricTransport::check_deadline() {
 
 void FabricTransport::time_out() {
   std::set<int> ranks;
-  for (std::size_t i = 0; i < m_slots.size(); ++i) {
-    if (std::find(m_free.begin(), m_free.end(), i) == m_free.end()) ranks.insert(m_slots[i].rank);
+  for (const Slot& slot : m_slots) {
+    if (slot.busy) ranks.insert(slot.rank);
   }
   std::string names;
   for (int r : ranks) names += (names.empty() ? "" : ", ") + where(r);
@@ -320,7 +316,38 @@ void FabricTransport::reopen_endpoint() noexcept {
 }
 
 void FabricTransport::quiesce() noexcept {
-  if (in_flight() > 0) reopen_endpoint();
+  // A read that failed belongs to the batch given up on.
+  m_error.reset();
+  if (in_flight() == 0) return;
+  // Reads held back by FI_MORE may never go out, so waiting for them is waiting for nothing.
+  if (m_deferred || !drain()) {
+    reopen_endpoint();
+  } else if (m_local) {
+    m_local->batch_done();
+  }
+}
+
+bool FabricTransport::drain() noexcept {
+  // Providers may refuse to cancel a read already on the wire (rxm and shm cancel only
+  // receives): those complete or fail on their own, and the queue reports both.
+  for (Slot& slot : m_slots) {
+    if (slot.busy) fi_cancel(&m_endpoint->ep()->fid, &slot.context);
+  }
+  // A live peer answers within milliseconds; one that does not is left to closing the endpoint
+  // rather than holding up the failure the caller is reporting.
+  constexpr auto quiesce_wait = std::chrono::milliseconds(250);
+  m_last_progress = std::chrono::steady_clock::now();
+  const auto deadline = m_last_progress + std::min<std::chrono::milliseconds>(m_options.read_timeout, quiesce_wait);
+  while (in_flight() > 0) {
+    const ssize_t n = reap(false);
+    if (n > 0) {
+      m_last_progress = std::chrono::steady_clock::now();
+      continue;
+    }
+    if ((n < 0 && n != -FI_EAGAIN) || std::chrono::steady_clock::now() > deadline) return false;
+    if (n < 0) pause_while_idle();
+  }
+  return true;
 }
 
 void FabricTransport::wait() {

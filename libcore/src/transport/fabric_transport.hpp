@@ -26,17 +26,14 @@ class FabricReadError : public FabricError {
  public:
   FabricReadError(const std::string& call, const std::string& provider, const fi_cq_err_entry& entry,
                   ErrorContext context, const std::string& detail)
-      : FabricError(call, provider, -entry.err, std::move(context), detail), m_provider_code(entry.prov_errno) {}
+      : FabricError(call, provider, -entry.err, std::move(context), detail, entry.prov_errno),
+        m_provider_code(entry.prov_errno) {}
   /// prov_errno: an errno for tcp and shm.
   int provider_code() const noexcept { return m_provider_code; }
 
  private:
   int m_provider_code;
 };
-
-/// Whether closing the remote region's registration (a replace or unload on the server) can
-/// have caused `error`: the reader should then ask the store what happened before reporting it.
-bool closed_region_can_cause(const FabricError& error) noexcept;
 
 /// Reads for one Reader (one thread) over its own endpoint and queue. Reads larger than the
 /// provider's max_msg_size (or options.max_read_bytes) are split; up to options.window reads
@@ -46,7 +43,8 @@ bool closed_region_can_cause(const FabricError& error) noexcept;
 /// options.read_timeout the batch fails naming the ranks still outstanding, the endpoint is
 /// replaced (abandoning those reads) and the transport stays usable for the other ranks, unless
 /// the process already left options.max_abandoned_endpoints endpoints open (see
-/// abandons_with_reads_in_flight): then every later batch fails saying so.
+/// abandons_with_reads_in_flight): then every later batch fails saying so. Every call that
+/// throws, and quiesce(), leaves no read in flight: cancelled and reaped, or its endpoint closed.
 class FabricTransport final : public Transport {
  public:
   /// remotes[rank]: that rank's server and region; a rank with an empty address is not read.
@@ -69,13 +67,14 @@ class FabricTransport final : public Transport {
   }
 
  private:
-  /// One read in flight; `context` first, so the completion's op_context is the slot itself.
+  /// One read; `context` first, so the completion's op_context is the slot itself.
   struct Slot {
     fi_context2 context;
     iovec iov;
     void* desc;
     fi_rma_iov rma;
     int rank;
+    bool busy;  // in flight
   };
 
   void open_endpoint();
@@ -101,8 +100,17 @@ class FabricTransport final : public Transport {
   /// burst, if any.
   void post_one(const Chunk& chunk, const Chunk* next);
   bool has_room(uint64_t bytes) const noexcept;
-  /// Reaps completions; with `block`, until at least one landed. Throws on time-out.
+  /// Reaps completions; with `block`, until at least one landed. Throws on time-out and when
+  /// the queue fails (after closing the endpoint: nothing of the batch stays in flight).
   void progress(bool block);
+  /// One fi_cq_read: releases what completed and returns how many reads did (0: look again),
+  /// or the queue's code (-FI_EAGAIN: nothing yet). With `keep_error`, the first failed read
+  /// becomes m_error.
+  ssize_t reap(bool keep_error) noexcept;
+  void note_error(const fi_cq_err_entry& entry, const Slot& slot) noexcept;
+  /// Cancels every read in flight and reaps the queue until none is left; false when they do
+  /// not all come back within quiesce_wait (the caller then closes the endpoint).
+  bool drain() noexcept;
   /// Between empty polls of a blocking progress() or refused posts: returns at once while the
   /// wait is young, sleeps once it has lasted.
   void pause_while_idle() const;
@@ -125,6 +133,7 @@ class FabricTransport final : public Transport {
   uint64_t m_bytes_in_flight = 0;
   std::optional<FabricMrCache> m_local;  // only when the provider needs FI_MR_LOCAL
   std::optional<FabricReadError> m_error;  // first failed read of this batch
+  bool m_deferred = false;  // the last read went with FI_MORE: the provider may hold it back
   std::chrono::steady_clock::time_point m_last_progress;
 };
 
