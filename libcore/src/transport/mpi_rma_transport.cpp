@@ -18,30 +18,46 @@ MpiRmaTransport::MpiRmaTransport(MPI_Win win, std::vector<const std::byte*> dire
     : m_win(win), m_direct(std::move(direct)), m_is_touched(m_direct.size()) {}
 
 void MpiRmaTransport::post(std::span<const ReadOp> reads) {
-  for (const ReadOp& op : reads) {
-    if (const std::byte* base = m_direct[static_cast<std::size_t>(op.rank)]) {
-      std::memcpy(op.dest, base + op.offset, op.bytes);
-    } else {
-      get(op);
+  try {
+    for (const ReadOp& op : reads) {
+      if (const std::byte* base = m_direct[static_cast<std::size_t>(op.rank)]) {
+        std::memcpy(op.dest, base + op.offset, op.bytes);
+      } else {
+        get(op);
+      }
     }
+  } catch (...) {
+    // The gets already started would land in the caller's buffer after it saw the error.
+    quiesce();
+    throw;
   }
 }
 
 void MpiRmaTransport::get(const ReadOp& op) {
+  // Noted first: when a later part of a long run fails, the parts before it are flushed too.
+  if (!m_is_touched[op.rank]) {
+    m_is_touched[op.rank] = 1;
+    m_touched.push_back(op.rank);
+  }
   for (uint64_t done = 0; done < op.bytes; done += max_get_bytes) {
     const int n = static_cast<int>(std::min(max_get_bytes, op.bytes - done));
     mpi_check(MPI_Get(op.dest + done, n, MPI_BYTE, op.rank, static_cast<MPI_Aint>(op.offset + done),
                       n, MPI_BYTE, m_win),
               "MPI_Get", {.rank = op.rank});
   }
-  if (!m_is_touched[op.rank]) {
-    m_is_touched[op.rank] = 1;
-    m_touched.push_back(op.rank);
-  }
 }
 
 void MpiRmaTransport::wait() {
   if (m_touched.empty()) return;
+  try {
+    flush();
+  } catch (...) {
+    quiesce();
+    throw;
+  }
+}
+
+void MpiRmaTransport::flush() {
   // One flush per batch. flush_all visits every rank of the window, so when a batch touches
   // few of many ranks, flushing just those is cheaper.
   if (m_touched.size() * 4 < m_is_touched.size()) {

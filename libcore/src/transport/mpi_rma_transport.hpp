@@ -29,6 +29,8 @@ class MpiRmaTransport final : public Transport {
 
  private:
   void get(const ReadOp& op);
+  /// Completes every get of the batch: one flush per touched rank or one flush_all.
+  void flush();
 
   MPI_Win m_win;
   std::vector<const std::byte*> m_direct;  // per rank
