@@ -13,6 +13,7 @@
 #include "ddstage/gpu_info.hpp"
 #include "ddstage/index.hpp"
 #include "ddstage/origin_verify.hpp"
+#include "ddstage/transport_info.hpp"
 #include "json_writer.hpp"
 #include "progress_line.hpp"
 
@@ -112,6 +113,20 @@ void print_json(const Index& index, const std::vector<FieldStats>& stats, const 
   fmt::print("{}\n", j.str());
 }
 
+/// The transport registry's entries and what their probes find on this node.
+void print_transports(const std::vector<TransportInfo>& transports) {
+  fmt::print("transports (the values of the transport options; whether this node can use each):\n");
+  for (const auto& t : transports) {
+    fmt::print("  {:<8} {:<11} {}{}\n", t.name, t.available ? "available" : "unavailable", t.description,
+               t.available ? "" : ": " + t.why_not);
+  }
+}
+
+TransportInfo fabric_transport() {
+  const auto all = describe_transports();
+  return *std::find_if(all.begin(), all.end(), [](const TransportInfo& t) { return t.name == "fabric"; });
+}
+
 void print_settings(const Settings& settings) {
   const auto& config = settings.config_path();
   fmt::print("config file: {}\n", config.empty()           ? "(none)"
@@ -126,16 +141,19 @@ void print_settings(const Settings& settings) {
   }
   fmt::print("build: MPI={} libfabric={} HDF5={} CUDA={} HIP={}\n", DDSTAGE_HAVE_MPI, DDSTAGE_HAVE_FABRIC,
              DDSTAGE_HAVE_HDF5, DDSTAGE_HAVE_CUDA, DDSTAGE_HAVE_HIP);
+  print_transports(describe_transports());
 }
 
 void print_fabric(const Settings& settings, bool json) {
   const auto rows = describe_fabric_providers(settings);
+  const TransportInfo transport = fabric_transport();
   const auto chosen = std::find_if(rows.begin(), rows.end(), [](const auto& r) { return r.chosen; });
   const std::string wanted = settings.get_string("fabric.provider");
   const std::string domain = settings.get_string("fabric.domain");
   if (json) {
     JsonWriter j;
     j.begin_object().field("provider_setting", wanted).field("domain_setting", domain);
+    j.field("transport_available", transport.available).field("transport_why_not", transport.why_not);
     j.key("providers").begin_array();
     for (const auto& r : rows) {
       j.begin_object().field("provider", r.provider).field("fabric", r.fabric).field("domain", r.domain);
@@ -157,6 +175,7 @@ void print_fabric(const Settings& settings, bool json) {
     }
     if (chosen == rows.end()) fmt::print("picked: none\n");
     else fmt::print("picked: {} in domain {}\n", chosen->provider, chosen->domain);
+    fmt::print("transport fabric: {}\n", transport.available ? "available" : "unavailable: " + transport.why_not);
   }
   if (chosen == rows.end()) {
     std::fflush(stdout);

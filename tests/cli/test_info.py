@@ -200,6 +200,20 @@ def test_settings_defaults(ddstage):
     assert all(src == "default" for _, src in rows.values()), rows
 
 
+def test_settings_list_transports(ddstage):
+    """`info --settings` lists the transport registry: each name, whether this node can use it
+    and, when not, why (a build without libfabric says so)."""
+    lines = ddstage.ok("info", "--settings").stdout.splitlines()
+    build = next(line for line in lines if line.startswith("build:"))
+    start = next(i for i, line in enumerate(lines) if line.startswith("transports"))
+    rows = {line.split()[0]: line for line in lines[start + 1:] if line.startswith("  ")}
+    assert list(rows) == ["shm", "mpi", "fabric"]
+    assert rows["shm"].split()[1] == "available"
+    assert rows["mpi"].split()[1] == ("available" if "MPI=1" in build else "unavailable")
+    if "libfabric=0" in build:
+        assert rows["fabric"].split()[1] == "unavailable" and "built without libfabric" in rows["fabric"]
+
+
 def test_settings_precedence(ddstage, tmp_path):
     """flag > DDSTAGE_* env > --config file > default, each reported with its source."""
     cfg = tmp_path / "c.yaml"
