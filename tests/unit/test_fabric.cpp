@@ -110,6 +110,28 @@ void read_and_compare(FabricTransport& t, const std::vector<std::vector<std::byt
   }
 }
 
+/// Rank 0: a live in-process server. Rank 1: a region on an endpoint nobody drives: with manual
+/// progress its reads never complete, like a hung server's, until somebody drives it.
+struct LiveAndHung {
+  LiveAndHung(const Provider& p, unsigned seed)
+      : live(options_for(p)),
+        a(pattern(1 << 20, seed)),
+        ra(live.add_region(a)),
+        hung(*choose_provider(p.name, p.domain)),
+        b(pattern(1 << 20, seed + 1)),
+        region(hung, b) {}
+  std::vector<FabricRemote> remotes(const std::string& hung_host) const {
+    return {remote(live, ra), {{hung.provider(), to_hex(hung.address())}, region.info(), hung_host}};
+  }
+
+  FabricServer live;
+  std::vector<std::byte> a;
+  uint64_t ra;
+  FabricEndpoint hung;
+  std::vector<std::byte> b;
+  FabricRegion region;
+};
+
 constexpr std::byte canary{0xa5};
 
 /// Reads covering `dest` in `pieces` equal parts from `rank` at offset 0.
@@ -305,17 +327,10 @@ TEST_CASE("fabric: a peer that never answers fails the batch within read_timeout
   for (const Provider& p : providers) {
     SECTION(p.name) {
       if (!present(p)) continue;
-      FabricServer live(options_for(p));
-      auto a = pattern(1 << 20, 8);
-      const uint64_t ra = live.add_region(a);
-      // A registered region on an endpoint nobody drives: with manual progress its reads never
-      // complete, like a hung server.
-      FabricEndpoint hung(*choose_provider(p.name, p.domain));
-      auto b = pattern(1 << 20, 9);
-      FabricRegion region(hung, b);
+      LiveAndHung targets(p, 8);
       FabricOptions o = options_for(p);
       o.read_timeout = std::chrono::seconds(1);
-      FabricTransport t(o, {remote(live, ra), {{hung.provider(), to_hex(hung.address())}, region.info(), "hungnode"}});
+      FabricTransport t(o, targets.remotes("hungnode"));
       std::vector<std::byte> dest(8 * 4096);
       std::vector<ReadOp> ops;
       for (int i = 0; i < 8; ++i) ops.push_back({uint64_t(i) * 4096, 4096, dest.data() + i * 4096, i % 2});
@@ -325,7 +340,7 @@ TEST_CASE("fabric: a peer that never answers fails the batch within read_timeout
                                       !Catch::Contains("rank 0"));
       CHECK(Clock::now() - start < std::chrono::seconds(4));
       std::mt19937 rng(9);
-      read_and_compare(t, {&a}, rng, 16, false);
+      read_and_compare(t, {&targets.a}, rng, 16, false);
     }
   }
 }
@@ -411,18 +426,13 @@ TEST_CASE("fabric: endpoints left open after time-outs are capped per process", 
   for (const Provider& p : providers) {
     SECTION(p.name) {
       if (!present(p)) continue;
-      FabricServer live(options_for(p));
-      auto a = pattern(1 << 20, 14);
-      const uint64_t ra = live.add_region(a);
-      FabricEndpoint hung(*choose_provider(p.name, p.domain));  // never driven: reads to it never complete
-      auto b = pattern(1 << 20, 15);
-      FabricRegion region(hung, b);
-      const bool leaves_open = abandons_with_reads_in_flight(hung.info(), fi_version());
+      LiveAndHung targets(p, 14);
+      const bool leaves_open = abandons_with_reads_in_flight(targets.hung.info(), fi_version());
       const std::size_t before = FabricTransport::abandoned_endpoints();
       FabricOptions o = options_for(p);
       o.read_timeout = std::chrono::milliseconds(300);
       o.max_abandoned_endpoints = before + 1;
-      const std::vector<FabricRemote> remotes{remote(live, ra), {{hung.provider(), to_hex(hung.address())}, region.info(), "hungnode"}};
+      const std::vector<FabricRemote> remotes = targets.remotes("hungnode");
       FabricTransport t(o, remotes);
       std::vector<std::byte> dest(8 * 4096);
       std::vector<ReadOp> ops;
@@ -439,10 +449,11 @@ TEST_CASE("fabric: endpoints left open after time-outs are capped per process", 
         CHECK_THROWS_WITH(FabricTransport(o, remotes), Catch::Contains("too many fabric endpoints left open"));
       } else {
         WARN(p.name << ": closed after the time-out, nothing left open");
-        read_and_compare(t, {&a}, rng, 8, false);
+        read_and_compare(t, {&targets.a}, rng, 8, false);
       }
-      FabricTransport fresh(options_for(p), {remote(live, ra)});  // the default cap is not reached
-      read_and_compare(fresh, {&a}, rng, 8, false);
+      // The default cap is not reached.
+      FabricTransport fresh(options_for(p), {remote(targets.live, targets.ra)});
+      read_and_compare(fresh, {&targets.a}, rng, 8, false);
     }
   }
 }
@@ -501,25 +512,21 @@ TEST_CASE("fabric: a batch that fails mid-way leaves nothing in flight into the 
   for (const Provider& p : providers) {
     SECTION(p.name) {
       if (!present(p)) continue;
-      FabricServer live(options_for(p));
-      auto a = pattern(1 << 20, 18);
-      const uint64_t ra = live.add_region(a);
-      // Hung until the batch has failed, then driven: a read still aimed at dest would land.
-      FabricEndpoint late(*choose_provider(p.name, p.domain));
-      auto b = pattern(1 << 20, 19);
-      FabricRegion region(late, b);
+      // Rank 1 hangs until the batch has failed, then is driven: a read still aimed at dest
+      // would land.
+      LiveAndHung targets(p, 18);
       FabricOptions o = options_for(p);
       o.read_timeout = std::chrono::milliseconds(300);
       o.max_abandoned_endpoints = 64;
-      FabricTransport t(o, {remote(live, ra), {{late.provider(), to_hex(late.address())}, region.info(), "latenode"}});
+      FabricTransport t(o, targets.remotes("latenode"));
       std::vector<std::byte> dest(1 << 20);
       auto ops = reads_into(dest, 32, 0);
       for (std::size_t i = 1; i < ops.size(); i += 2) ops[i].rank = 1;
       CHECK_THROWS_WITH(post_and_wait(t, ops), Catch::Contains("rank 1 on latenode") && Catch::Contains("read_timeout"));
       t.quiesce();
-      std::jthread target([&late](std::stop_token stop) {
+      std::jthread target([&targets](std::stop_token stop) {
         std::array<fi_cq_entry, 16> entries;
-        while (!stop.stop_requested()) fi_cq_read(late.cq(), entries.data(), entries.size());
+        while (!stop.stop_requested()) fi_cq_read(targets.hung.cq(), entries.data(), entries.size());
       });
       std::vector<std::byte> scratch(64 << 10);
       CHECK(stays_untouched(t, dest, reads_into(scratch, 4, 0)));
