@@ -214,6 +214,22 @@ def test_settings_list_transports(ddstage):
         assert rows["fabric"].split()[1] == "unavailable" and "built without libfabric" in rows["fabric"]
 
 
+def test_fabric_says_whether_the_transport_is_available(ddstage):
+    """`info --fabric` ends with the registry's word on the fabric transport (and --json carries
+    it); a build without libfabric refuses with the probe's reason."""
+    env = {"DDSTAGE_FABRIC_PROVIDER": "tcp", "DDSTAGE_FABRIC_DOMAIN": "lo", "FI_TCP_IFACE": "lo"}
+    settings = ddstage.ok("info", "--settings").stdout
+    if "libfabric=0" in settings:
+        assert_usage_error(ddstage.run("info", "--fabric", env=env), "built without libfabric")
+        return
+    proc = ddstage.run("info", "--fabric", env=env)
+    if proc.returncode != 0:
+        pytest.skip("no tcp provider on lo here: " + proc.stderr)
+    assert proc.stdout.splitlines()[-1] == "transport fabric: available"
+    info = json.loads(ddstage.ok("info", "--fabric", "--json", env=env).stdout)
+    assert info["transport_available"] is True and info["transport_why_not"] == ""
+
+
 def test_settings_precedence(ddstage, tmp_path):
     """flag > DDSTAGE_* env > --config file > default, each reported with its source."""
     cfg = tmp_path / "c.yaml"

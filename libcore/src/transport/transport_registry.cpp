@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <array>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "ddstage/config.hpp"
 #include "ddstage/error.hpp"
