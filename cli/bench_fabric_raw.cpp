@@ -10,7 +10,9 @@
 #include "ddstage/config.hpp"
 #include "ddstage/error.hpp"
 #if DDSTAGE_HAVE_MPI
-#include "mpi_job.hpp"
+#include "mpi/mpi_agree.hpp"
+#include "mpi/mpi_comm.hpp"
+#include "mpi/mpi_session.hpp"
 #endif
 
 namespace ddstage::cli {
@@ -59,7 +61,7 @@ void run_bench_fabric_raw(const BenchFabricRawOptions& opts, const CliContext& c
   auto rows_of = [&](uint64_t row_bytes) { return std::max<uint64_t>(1, std::min(opts.samples, *cap / row_bytes)); };
   std::string provider;
 #if DDSTAGE_HAVE_MPI
-  const MpiJob job(ctx.argc, ctx.argv);
+  const detail::MpiSession job(ctx.argc, ctx.argv, MPI_THREAD_FUNNELED);
   const auto points = measure_fabric_floor(settings, &job, sizes, opts.batches, rows_of, opts.seed, provider);
   if (job.rank() != 0) return;
   const int ranks = job.size();
@@ -96,7 +98,7 @@ BenchCell floor_cell(const FloorPoint& p, std::vector<std::pair<std::string, Ben
   return c;
 }
 
-std::vector<FloorPoint> measure_fabric_floor(const Settings& settings, const MpiJob* job,
+std::vector<FloorPoint> measure_fabric_floor(const Settings& settings, const detail::MpiSession* job,
                                              const std::vector<uint64_t>& row_sizes,
                                              const std::vector<uint64_t>& batches,
                                              const std::function<uint64_t(uint64_t row_bytes)>& rows_of, uint64_t seed,
@@ -106,12 +108,12 @@ std::vector<FloorPoint> measure_fabric_floor(const Settings& settings, const Mpi
     // Rank 1's address, or the error that kept it from serving one (the 64 MiB target's
     // bad_alloc too): every rank must learn either, or rank 0 would wait for an address forever.
     std::optional<FabricFloorTarget> target;
-    const auto address = job->broadcast_outcome(
+    const auto address = detail::root_outcome(
         [&] {
           target.emplace(settings, target_bytes(row_sizes));
           return target->address();
         },
-        1);
+        1, job->comm());
     std::vector<FloorPoint> points;
     std::exception_ptr failure;
     if (job->rank() == 0) {
@@ -125,7 +127,7 @@ std::vector<FloorPoint> measure_fabric_floor(const Settings& settings, const Mpi
     }
     // The other ranks wait here while rank 0 measures (an MPI_Ibarrier matches no MPI_Barrier:
     // every rank waits the same way), also when it failed.
-    job->barrier_gently();
+    detail::barrier_gently(job->comm());
     if (failure) std::rethrow_exception(failure);
     return points;
   }

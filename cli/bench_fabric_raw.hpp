@@ -14,9 +14,11 @@
 #include "ddstage/fabric_floor.hpp"
 #include "ddstage/settings.hpp"
 
-namespace ddstage::cli {
+namespace ddstage::detail {
+class MpiSession;
+}
 
-class MpiJob;
+namespace ddstage::cli {
 
 void setup_bench_fabric_raw(CLI::App& bench, CliContext& ctx);
 
@@ -31,7 +33,7 @@ struct FloorPoint {
 /// region on rank 1 (job of two or more ranks) or on an endpoint in this process (no job, or one
 /// rank). Collective over the job: every rank calls it; ranks other than 0 wait without
 /// spinning and get no points. provider: what the reads went over, on rank 0.
-std::vector<FloorPoint> measure_fabric_floor(const Settings& settings, const MpiJob* job,
+std::vector<FloorPoint> measure_fabric_floor(const Settings& settings, const detail::MpiSession* job,
                                              const std::vector<uint64_t>& row_sizes,
                                              const std::vector<uint64_t>& batches,
                                              const std::function<uint64_t(uint64_t row_bytes)>& rows_of, uint64_t seed,

@@ -20,7 +20,9 @@
 #include "synthetic_dataset.hpp"
 #if DDSTAGE_HAVE_MPI
 #include "ddstage/mpi.hpp"
-#include "mpi_job.hpp"
+#include "mpi/mpi_agree.hpp"
+#include "mpi/mpi_comm.hpp"
+#include "mpi/mpi_session.hpp"
 #endif
 
 namespace ddstage::cli {
@@ -63,8 +65,8 @@ std::vector<uint64_t> synthetic_sizes(const BenchStoreOptions& opts) {
 /// cannot make it, every rank throws its error.
 class SharedTempDir {
  public:
-  explicit SharedTempDir(const MpiJob& job)
-      : m_owner(job.rank() == 0), m_path(job.broadcast_outcome(make, 0)) {}
+  explicit SharedTempDir(const detail::MpiSession& job)
+      : m_owner(job.rank() == 0), m_path(detail::root_outcome(make, 0, job.comm())) {}
   SharedTempDir(const SharedTempDir&) = delete;
   SharedTempDir& operator=(const SharedTempDir&) = delete;
   ~SharedTempDir() {
@@ -142,7 +144,7 @@ std::map<std::string, Store> open_stores(const std::vector<std::string>& ways, c
 struct EmbeddedRun {
   const BenchStoreOptions& opts;
   const CliContext& ctx;
-  const MpiJob& job;
+  const detail::MpiSession& job;
   std::vector<std::string> ways;
   BenchReport& report;
 
@@ -169,7 +171,7 @@ struct EmbeddedRun {
       store_ways.push_back({way, collective ? "get_batch_collective" : "get_batch",
                             warmed_readers(single ? 1 : max_threads, make, rows.ids), single});
     }
-    MatrixRun run{rows.row_bytes, rows.ids, [&job = job] { job.barrier(); },
+    MatrixRun run{rows.row_bytes, rows.ids, [&job = job] { detail::mpi_check(MPI_Barrier(job.comm()), "MPI_Barrier"); },
                   [&rows](unsigned) { return rows.floor->reader(); }};
     run.profile_overhead = profile_overhead;
     for (const auto& way : ways) {
@@ -197,7 +199,7 @@ struct EmbeddedRun {
   }
 };
 
-void describe_run(BenchReport& report, const BenchStoreOptions& opts, const MpiJob& job,
+void describe_run(BenchReport& report, const BenchStoreOptions& opts, const detail::MpiSession& job,
                   const std::vector<std::string>& ways) {
   report.describe("mode", "embedded: a Store in this MPI job");
   report.describe("ranks", std::to_string(job.size()) +
@@ -212,7 +214,7 @@ void describe_run(BenchReport& report, const BenchStoreOptions& opts, const MpiJ
 }
 
 /// Ends every rank after this rank failed alone (the others wait in a collective).
-[[noreturn]] void abort_job(const MpiJob& job, const char* what, int code) {
+[[noreturn]] void abort_job(const detail::MpiSession& job, const char* what, int code) {
   std::fprintf(stderr, "ddstage: error: rank %d: %s\n", job.rank(), what);
   job.abort(code);
 }
@@ -227,7 +229,8 @@ void run_bench_store_embedded(const BenchStoreOptions& opts, const CliContext& c
   if (!opts.index.empty() && !sizes.empty()) throw UsageError("bench store takes --synthetic or --index, not both");
 #if DDSTAGE_HAVE_MPI
   ctx.resolve_settings();
-  MpiJob job(ctx.argc, ctx.argv);
+  // Readers in several threads make MPI calls at once (transport mpi).
+  const detail::MpiSession job(ctx.argc, ctx.argv, MPI_THREAD_MULTIPLE);
   BenchReport report("store");
   describe_run(report, opts, job, ways);
   try {
@@ -244,16 +247,16 @@ void run_bench_store_embedded(const BenchStoreOptions& opts, const CliContext& c
       for (uint64_t row_bytes : sizes) {
         const uint64_t rows = opts.synthetic_rows ? opts.synthetic_rows : default_synthetic_rows(row_bytes);
         // Rank 0 writes, the others wait for it to have written or to have failed.
-        job.broadcast_outcome(
+        detail::root_outcome(
             [&] {
               write_synthetic_dataset(dir.path(), row_bytes, rows, opts.seed);
               return std::string();
             },
-            0);
+            0, job.comm());
         run.measure(dir.path() / fmt::format("rows-{}.ddx", row_bytes), fmt::format("rows-{}", row_bytes),
                     row_bytes == nearest_3k);
       }
-      job.barrier();
+      detail::mpi_check(MPI_Barrier(job.comm()), "MPI_Barrier");
     }
   } catch (const Error& e) {
     // Usage errors come from checks every rank makes alike, or are agreed on (the Store's

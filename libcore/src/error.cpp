@@ -36,11 +36,18 @@ Error::Error(ErrorKind kind, const std::string& message, ErrorContext context)
       m_context(std::move(context)) {}
 
 IoError::IoError(const std::string& call, int err, ErrorContext context)
+    : IoError(err, call + ": " + std::strerror(err), std::move(context)) {}
+
+IoError::IoError(int err, const std::string& message, ErrorContext context)
     // A path the user named that does not exist or may not be read is their input, not a
     // run-time failure.
     : Error(err == ENOENT || err == ENOTDIR || err == EACCES || err == EPERM ? ErrorKind::usage
                                                                              : ErrorKind::runtime,
-            call + ": " + std::strerror(err), std::move(context)),
+            message, std::move(context)),
       m_errno(err) {}
+
+IoError IoError::with_message(int err, const std::string& message, ErrorContext context) {
+  return IoError(err, message, std::move(context));
+}
 
 }  // namespace ddstage

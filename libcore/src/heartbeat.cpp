@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "control/control_channel.hpp"
+#include "control/control_messages.hpp"
 #include "ddstage/error.hpp"
 #include "peer_watch.hpp"
 #include "stoppable_sleep.hpp"
@@ -22,15 +23,13 @@ Heartbeat::Heartbeat(std::string control, std::string token, int rank, milliseco
 
 void Heartbeat::run(const std::stop_token& stop) {
   const auto interval = heartbeat_interval(m_timeout);
-  Message beat;
-  beat["op"] = "heartbeat";
-  beat["rank"] = m_rank;
+  const Message beat = heartbeat_request(m_rank);
   auto answered = Clock::now();
   for (;;) {
     try {
       // A stopped or cut-off rank 0 may accept the connection and never answer: bounded wait.
       const auto reply = control_request(m_control, m_token, beat, std::min(m_timeout, 2 * interval));
-      if (reply["ok"] && reply["ok"].as<bool>()) answered = Clock::now();
+      if (!failure_of(reply)) answered = Clock::now();
     } catch (const std::exception&) {
       // Not answered: the silence grows until it reaches peer_timeout.
     }

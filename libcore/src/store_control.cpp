@@ -15,6 +15,7 @@
 #include <spdlog/spdlog.h>
 
 #include "control/control_channel.hpp"
+#include "control/control_messages.hpp"
 #include "process.hpp"
 #include "rank_lock.hpp"
 #include "ddstage/error.hpp"
@@ -28,16 +29,12 @@ namespace {
 
 using detail::Message;
 
-/// Sends one request and returns the reply, turning a refusal into the server's error (with
-/// the kind the server gave it, so exit codes survive the round trip).
+/// Sends one request and returns the reply, turning a refusal into the server's error (of the
+/// class the server gave it, so that exit codes survive the round trip).
 Message send(const StoreDescriptor& d, const Message& request, std::chrono::milliseconds timeout,
              const std::function<void(const Message&)>& on_interim = {}) {
   Message reply = detail::control_request(d.control, d.token, request, timeout, on_interim);
-  if (!reply["ok"] || !reply["ok"].as<bool>()) {
-    const auto message = reply["error"] ? reply["error"].as<std::string>() : "the store refused the request";
-    const bool usage = reply["kind"] && reply["kind"].as<std::string>() == "usage";
-    throw Error(usage ? ErrorKind::usage : ErrorKind::runtime, message);
-  }
+  if (const auto failure = detail::failure_of(reply)) failure->raise();
   return reply;
 }
 
@@ -48,46 +45,6 @@ DatasetStatus dataset_status(const StoreDataset& d) {
   for (int r = 0; r < plan.ranks(); ++r) s.samples_per_rank.push_back(plan.range(r).count());
   s.bytes_per_rank = d.region_bytes;
   return s;
-}
-
-/// A list of numbers from a reply of a newer or older server: empty when absent or malformed.
-std::vector<double> numbers(const Message& node) {
-  std::vector<double> out;
-  if (!node || !node.IsSequence()) return out;
-  for (const auto& item : node) {
-    double v = -1;
-    if (item.IsScalar() && YAML::convert<double>::decode(item, v)) out.push_back(v);
-  }
-  return out;
-}
-
-/// map[key] into out when it is there and converts; out is left as it was otherwise.
-template <class T>
-void scalar(const Message& map, const char* key, T& out) {
-  const auto node = map[key];
-  if (node && node.IsScalar()) YAML::convert<T>::decode(node, out);
-}
-
-/// A stop reply: {ok, stopped: [ranks], unreachable: [{rank, host, last_heard}]}. A server from
-/// before those lists answers {ok: true} alone, having stopped every rank.
-StopResult stop_result(const Message& reply, const StoreDescriptor& d) {
-  StopResult result;
-  if (!reply["stopped"] || !reply["stopped"].IsSequence()) {
-    for (const auto& rank : d.ranks) result.stopped.push_back(rank.rank);
-    return result;
-  }
-  for (double r : numbers(reply["stopped"])) result.stopped.push_back(static_cast<int>(r));
-  const auto unreachable = reply["unreachable"];
-  for (std::size_t i = 0; unreachable && unreachable.IsSequence() && i < unreachable.size(); ++i) {
-    const auto item = unreachable[i];
-    if (!item.IsMap()) continue;
-    UnreachableRank u;
-    scalar(item, "rank", u.rank);
-    scalar(item, "host", u.host);
-    scalar(item, "last_heard", u.last_heard);
-    result.unreachable.push_back(u);
-  }
-  return result;
 }
 
 /// The only proof that a rank runs: its lock on this node is held.
@@ -179,43 +136,32 @@ LoadResult StoreControl::load(const LoadRequest& request) {
   // A damaged index is refused here, where the user asked, before any rank opens it or allocates
   // for it. The ranks check it again when they open it: they may see other bytes.
   Index::open(request.index);
-  Message m;
-  m["op"] = "load";
-  m["index"] = std::filesystem::absolute(request.index).string();
-  m["name"] = request.name;
-  m["verify"] = request.verify;
-  m["replace"] = request.replace;
-  m["allow_stale"] = request.allow_stale;
-  m["mem_limit"] = request.mem_limit;
-  if (request.streams) m["streams"] = request.streams;
-  // Asked for even when nobody shows it: the interim messages (at least every 5 s) are what
-  // keeps a load longer than control_timeout from failing, in a job script as on a terminal.
-  m["progress"] = true;
+  // progress asked for even when nobody shows it: the interim messages (at least every 5 s) are
+  // what keeps a load longer than control_timeout from failing, in a job script as on a terminal.
+  const detail::LoadCommand load{.index = std::filesystem::absolute(request.index).string(),
+                                 .name = request.name,
+                                 .verify = request.verify,
+                                 .replace = request.replace,
+                                 .allow_stale = request.allow_stale,
+                                 .mem_limit = request.mem_limit,
+                                 .streams = request.streams,
+                                 .progress = true};
   auto on_interim = [&](const Message& interim) {
-    if (!request.progress) return;
-    request.progress({interim["progress"].as<uint64_t>(), interim["total"].as<uint64_t>(),
-                      interim["samples"].as<uint64_t>()});
+    if (request.progress) request.progress(detail::progress_of(interim));
   };
-  auto reply = send(m_descriptor, m, m_timeout, on_interim);
-  return {reply["name"].as<std::string>(), reply["samples"].as<uint64_t>(), reply["bytes"].as<uint64_t>(),
-          reply["seconds"].as<double>(), reply["verified"].as<bool>()};
+  return detail::load_result_of(send(m_descriptor, detail::load_request(load), m_timeout, on_interim));
 }
 
 void StoreControl::unload(const std::string& name) {
-  Message m;
-  m["op"] = "unload";
-  m["name"] = name;
-  send(m_descriptor, m, m_timeout);
+  send(m_descriptor, detail::unload_request(name), m_timeout);
 }
 
 StoreStatus StoreControl::status() {
-  Message m;
-  m["op"] = "status";
   StoreStatus status{m_descriptor.control, m_descriptor.started};
-  Message reply;
+  detail::StatusReply reply;
   std::string lost;
   try {
-    reply = send(m_descriptor, m, m_timeout);
+    reply = detail::status_of(send(m_descriptor, detail::status_request(), m_timeout));
   } catch (const Error& e) {
     if (e.kind() == ErrorKind::usage) throw;
     lost = e.what();  // report the ranks as lost rather than failing: that is what status is for
@@ -223,13 +169,12 @@ StoreStatus StoreControl::status() {
   // The descriptor was rewritten by the load/unload that came last: read it again.
   if (lost.empty()) m_descriptor = StoreDescriptor::read(m_dir);
   const auto here = detail::host_name();
-  const auto heard = numbers(reply["last_heard"]);
   const double peer_timeout = std::chrono::duration<double>(m_peer_timeout).count();
   for (std::size_t r = 0; r < m_descriptor.ranks.size(); ++r) {
     RankStatus rs{m_descriptor.ranks[r]};
     if (lost.empty()) {
-      if (reply["memory_used"] && r < reply["memory_used"].size()) rs.memory_used = reply["memory_used"][r].as<uint64_t>();
-      if (r < heard.size()) rs.last_heard = heard[r];
+      if (r < reply.memory_used.size()) rs.memory_used = reply.memory_used[r];
+      if (r < reply.last_heard.size()) rs.last_heard = reply.last_heard[r];
       // Rank 0 answers a status without asking the other ranks: one it has not heard from for
       // peer_timeout, or one whose lock on this host is free, is lost though rank 0 answered.
       const bool gone_here = rs.info.host == here && !m_descriptor.id.empty() && !rank_live(m_descriptor, static_cast<int>(r));
@@ -247,18 +192,18 @@ StoreStatus StoreControl::status() {
     status.ranks.push_back(rs);
   }
   for (const auto& d : m_descriptor.datasets) status.datasets.push_back(dataset_status(d));
-  if (lost.empty() && reply["busy"]) status.busy = reply["busy"].as<std::string>();
+  if (lost.empty()) status.busy = reply.busy;
   if (!lost.empty()) status.error = lost;
   status.answered = lost.empty();
   return status;
 }
 
 StopResult StoreControl::stop() {
-  Message m;
-  m["op"] = "stop";
   std::string why;
   try {
-    auto result = stop_result(send(m_descriptor, m, m_timeout), m_descriptor);
+    std::vector<int> all_ranks;
+    for (const auto& rank : m_descriptor.ranks) all_ranks.push_back(rank.rank);
+    auto result = detail::stop_result_of(send(m_descriptor, detail::stop_request(), m_timeout), all_ranks);
     remove_empty_store_directory(m_dir);
     return result;
   } catch (const Error& e) {

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "control/control_channel.hpp"
+#include "control/control_messages.hpp"
 #include "ddstage/error.hpp"
 #include "process.hpp"
 
@@ -47,11 +48,9 @@ std::optional<StoreDescriptor> read_descriptor(const fs::path& dir, std::string&
 
 /// True once the store d names answers a status request with its token.
 bool answers(const StoreDescriptor& d, milliseconds budget, std::string& seen) {
-  detail::Message ping;
-  ping["op"] = "status";
   try {
-    const auto reply = detail::control_request(d.control, d.token, ping, budget);
-    if (reply["ok"] && reply["ok"].as<bool>()) return true;
+    const auto reply = detail::control_request(d.control, d.token, detail::status_request(), budget);
+    if (!detail::failure_of(reply)) return true;
     seen = fmt::format("store.yaml names control {}, which refuses a status request", d.control);
   } catch (const Error&) {
     seen = fmt::format("store.yaml names control {}, which does not answer", d.control);

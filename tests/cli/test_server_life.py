@@ -133,7 +133,7 @@ def test_sigterm_during_a_load_frees_the_segment_being_filled(ddstage, serve, bi
         assert_nothing_left(store, pids)
         out, err = load.communicate(timeout=60)
         if load.returncode != 0:
-            assert_runtime_error(load, "")
+            assert_runtime_error(subprocess.CompletedProcess(load.args, load.returncode, out, err), "")
         else:
             assert "loaded 'big'" in out
     finally:

@@ -47,9 +47,12 @@ class UsageError : public Error {
 class IoError : public Error {
  public:
   IoError(const std::string& call, int err, ErrorContext context = {});
+  /// An IoError whose message is already written (rebuilt from another rank's or process's).
+  static IoError with_message(int err, const std::string& message, ErrorContext context = {});
   int native_code() const noexcept { return m_errno; }
 
  private:
+  IoError(int err, const std::string& message, ErrorContext context);
   int m_errno;
 };
 

@@ -18,6 +18,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "control_messages.hpp"
 #include "ddstage/error.hpp"
 
 namespace ddstage::detail {
@@ -334,7 +335,7 @@ Message control_request(const std::string& address, std::string_view token, cons
   // Without on_interim the whole exchange has one deadline; with it, each message has its own.
   for (;;) {
     Message message = read_reply(fd.get(), on_interim ? Deadline(timeout) : sending, address);
-    if (!on_interim || !message["progress"]) return message;
+    if (!on_interim || !is_interim(message)) return message;
     on_interim(message);
   }
 }

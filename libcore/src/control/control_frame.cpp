@@ -87,14 +87,6 @@ Message decode_body(const std::string& text, const std::string& peer) {
   return message;
 }
 
-Message error_reply(const std::string& message, bool usage) {
-  Message reply;
-  reply["ok"] = false;
-  reply["error"] = message;
-  reply["kind"] = usage ? "usage" : "runtime";
-  return reply;
-}
-
 bool same_token(std::string_view sent, std::string_view expected) noexcept {
   // The length is public (token_chars); only the bytes are secret.
   if (sent.size() != expected.size() || expected.empty()) return false;

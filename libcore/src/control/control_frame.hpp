@@ -14,8 +14,7 @@
 
 namespace ddstage::detail {
 
-/// A control message: a YAML map. Requests carry "op"; replies carry "ok" and, when false,
-/// "error"; interim replies (a load's) carry "progress".
+/// A control message: a YAML map (control_messages.hpp spells each one).
 using Message = YAML::Node;
 
 /// Version 2 moved the token out of the YAML into the fixed header (version 1 was a bare
@@ -52,10 +51,6 @@ void check_length(uint32_t length, const std::string& peer);
 
 /// The body's message: Error naming peer when it is not YAML or not a map.
 Message decode_body(const std::string& text, const std::string& peer);
-
-/// A reply saying the request failed: {ok: false, error, kind: usage|runtime}, so that the
-/// client can raise the same kind of error (and the CLI exit with the same code).
-Message error_reply(const std::string& message, bool usage);
 
 /// Whether a token a peer sent is the store's, in time that does not depend on where they
 /// differ (a byte-by-byte early exit would let a peer find the token a byte at a time).

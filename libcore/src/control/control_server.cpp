@@ -11,6 +11,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "control_messages.hpp"
 #include "ddstage/error.hpp"
 
 namespace ddstage::detail {
@@ -146,8 +147,9 @@ class FrontDesk {
     } catch (const Error& e) {
       m_log.note(p.connection.peer(), e);
       if (p.speaks_protocol) {
-        p.connection.send_now(
-            error_reply(std::string("refused: ") + e.what(), e.kind() == ErrorKind::usage));
+        auto refusal = ErrorRecord::of(e);
+        refusal.text = "refused: " + refusal.text;
+        p.connection.send_now(error_reply(refusal));
       }
     }
     return false;

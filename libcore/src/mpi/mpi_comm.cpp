@@ -18,23 +18,6 @@ void mpi_check(int rc, const char* call, ErrorContext context) {
               std::move(context));
 }
 
-MpiSession::MpiSession(int* argc, char*** argv) {
-  int initialised = 0;
-  MPI_Initialized(&initialised);
-  if (!initialised) {
-    mpi_check(MPI_Init(argc, argv), "MPI_Init");
-    m_owns = true;
-  }
-  // Errors come back as codes, so they become exceptions instead of aborting the job.
-  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
-  MPI_Comm_rank(MPI_COMM_WORLD, &m_rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &m_size);
-}
-
-MpiSession::~MpiSession() {
-  if (m_owns && MPI_Finalize() != MPI_SUCCESS) spdlog::warn("MPI_Finalize failed");
-}
-
 MpiCommDup::MpiCommDup(MPI_Comm comm) {
   mpi_check(MPI_Comm_dup(comm, &m_comm), "MPI_Comm_dup");
   mpi_check(MPI_Comm_set_errhandler(m_comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
@@ -65,15 +48,15 @@ void wait_gently(MPI_Request& request) {
 
 }  // namespace
 
-std::string bcast_string(const std::string& text, MPI_Comm comm) {
+std::string bcast_string(const std::string& text, MPI_Comm comm, int root) {
   int rank = 0;
   MPI_Comm_rank(comm, &rank);
   uint64_t length = text.size();
   MPI_Request request;
-  mpi_check(MPI_Ibcast(&length, 1, MPI_UINT64_T, 0, comm, &request), "MPI_Ibcast");
+  mpi_check(MPI_Ibcast(&length, 1, MPI_UINT64_T, root, comm, &request), "MPI_Ibcast");
   wait_gently(request);
-  std::string out = rank == 0 ? text : std::string(length, '\0');
-  mpi_check(MPI_Ibcast(out.data(), static_cast<int>(length), MPI_CHAR, 0, comm, &request), "MPI_Ibcast");
+  std::string out = rank == root ? text : std::string(length, '\0');
+  mpi_check(MPI_Ibcast(out.data(), static_cast<int>(length), MPI_CHAR, root, comm, &request), "MPI_Ibcast");
   wait_gently(request);
   return out;
 }
@@ -134,6 +117,12 @@ std::optional<RankFailure> first_failure(const std::string& failure, MPI_Comm co
   first = bcast_string(first, comm);
   const auto space = first.find(' ');
   return RankFailure{std::stoi(first.substr(0, space)), first.substr(space + 1)};
+}
+
+void barrier_gently(MPI_Comm comm) {
+  MPI_Request request;
+  mpi_check(MPI_Ibarrier(comm, &request), "MPI_Ibarrier");
+  wait_gently(request);
 }
 
 double max_over_ranks(double v, MPI_Comm comm) {

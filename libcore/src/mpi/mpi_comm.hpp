@@ -1,4 +1,4 @@
-// The few MPI collectives the store server needs, with MPI kept out of public headers.
+// The few MPI collectives ddstage needs, with MPI kept out of public headers.
 #pragma once
 
 #include <mpi.h>
@@ -11,23 +11,6 @@
 #include "ddstage/error.hpp"
 
 namespace ddstage::detail {
-
-/// MPI_Init on construction (unless already initialised), MPI_Finalize on destruction.
-class MpiSession {
- public:
-  MpiSession(int* argc, char*** argv);
-  MpiSession(const MpiSession&) = delete;
-  MpiSession& operator=(const MpiSession&) = delete;
-  ~MpiSession();
-
-  int rank() const noexcept { return m_rank; }
-  int size() const noexcept { return m_size; }
-
- private:
-  bool m_owns = false;
-  int m_rank = 0;
-  int m_size = 1;
-};
 
 /// Owns a duplicate of an app's communicator (errors returned as codes), so that a library's
 /// collectives and messages never match the app's. Collective to create and to free.
@@ -45,9 +28,9 @@ class MpiCommDup {
   MPI_Comm m_comm = MPI_COMM_NULL;
 };
 
-/// Rank 0's text to every rank. Non-root ranks wait with MPI_Ibcast + a short sleep between
-/// tests: an idle server rank must not spin a core (OpenMPI's blocking calls busy-poll).
-std::string bcast_string(const std::string& text, MPI_Comm comm);
+/// root's text to every rank. The others wait with MPI_Ibcast + a short sleep between tests:
+/// an idle server rank must not spin a core (OpenMPI's blocking calls busy-poll).
+std::string bcast_string(const std::string& text, MPI_Comm comm, int root = 0);
 /// Every rank's text, on rank 0 (empty vector elsewhere).
 std::vector<std::string> gather_strings(const std::string& text, MPI_Comm comm);
 /// Every rank's text, on every rank.
@@ -56,6 +39,9 @@ std::vector<std::string> allgather_strings(const std::string& text, MPI_Comm com
 bool all_ok(bool ok, MPI_Comm comm);
 /// Maximum of v over ranks, on every rank.
 double max_over_ranks(double v, MPI_Comm comm);
+/// A barrier that sleeps between tests, like bcast_string: a rank that only waits leaves the
+/// cores to the ranks at work.
+void barrier_gently(MPI_Comm comm);
 
 /// A rank's failure, as every rank learns it from first_failure.
 struct RankFailure {

@@ -1,0 +1,89 @@
+// What the ranks offer readers besides shared memory: a libfabric endpoint per rank when the
+// transport asks for one, refused when an address it publishes reaches only its own host.
+#include <set>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "loopback.hpp"
+#include "mpi/mpi_agree.hpp"
+#include "server/server_rank.hpp"
+
+namespace ddstage::detail {
+namespace {
+
+/// The host part of "HOST:PORT" or "[IPV6]:PORT".
+std::string host_of(const std::string& address) {
+  if (address.starts_with('[')) return address.substr(1, address.find(']') - 1);
+  return address.substr(0, address.rfind(':'));
+}
+
+}  // namespace
+
+std::optional<PublishedEndpoint> ServerRank::start_fabric(bool several_hosts) {
+  const bool wanted = m_transport == TransportId::fabric || (!m_transport && several_hosts);
+#if DDSTAGE_HAVE_FABRIC
+  agree(caught([&] {
+          if (wanted) m_fabric.emplace(FabricOptions::from(m_options.settings));
+        }),
+        [](int rank) {
+          return fmt::format("rank {} could not open its libfabric endpoint: ", rank);
+        });
+  if (!m_fabric) return std::nullopt;
+  const auto peer = m_fabric->peer();
+  if (is_root()) spdlog::info("serving over libfabric too: provider {}", peer.provider);
+  return PublishedEndpoint{peer.provider, peer.address_hex};
+#else
+  // --transport fabric was refused by the transport registry: this build has no libfabric.
+  if (wanted && is_root()) {
+    spdlog::warn(
+        "the store spans several hosts but this ddstage was built without libfabric: clients can "
+        "read "
+        "only ranks on their own node");
+  }
+  return std::nullopt;
+#endif
+}
+
+void ServerRank::refuse_loopback(std::size_t host_count, const std::string& fabric_ip) {
+  const auto failure = caught([&] {
+    if (is_root()) {
+      const auto& control = m_control->address();
+      if (const auto lo = loopback_address_of(host_of(control)); !lo.empty()) {
+        throw UsageError(
+            fmt::format("rank 0's control address {} is loopback ({}) but the ranks span {} hosts: "
+                        "pass --listen with an address the other nodes reach",
+                        control, lo, host_count));
+      }
+    }
+    if (fabric_ip.empty() || loopback_address_of(fabric_ip).empty()) return;
+#if DDSTAGE_HAVE_FABRIC
+    const auto provider = m_fabric ? m_fabric->peer().provider : "";
+#else
+    const std::string provider;
+#endif
+    throw UsageError(
+        fmt::format("rank {} on {} publishes the libfabric address {} ({}), a loopback address, "
+                    "but the ranks span {} hosts: "
+                    "point FI_TCP_IFACE (FI_NET_IFACE, FI_UDP_IFACE for those providers) or the "
+                    "fabric.domain setting at an "
+                    "interface the other nodes reach",
+                    m_mpi.rank(), m_host, fabric_ip, provider, host_count));
+  });
+  agree(failure, [](int) { return std::string(); });
+}
+
+std::optional<PublishedEndpoint> ServerRank::start_transports() {
+  const std::set<std::string> distinct(m_hosts.begin(), m_hosts.end());
+  const auto fabric = start_fabric(distinct.size() > 1);
+  if (distinct.size() > 1) {
+#if DDSTAGE_HAVE_FABRIC
+    refuse_loopback(distinct.size(), m_fabric ? m_fabric->ip_address() : "");
+#else
+    refuse_loopback(distinct.size(), "");
+#endif
+  }
+  return fabric;
+}
+
+}  // namespace ddstage::detail

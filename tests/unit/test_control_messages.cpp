@@ -1,0 +1,116 @@
+// The control messages and the error records they carry: each message reads back as written,
+// a refusal comes back as the class of error the server threw, and an ill-formed request is
+// refused before any rank sees it.
+#include <catch2/catch.hpp>
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "control/control_messages.hpp"
+#include "ddstage/error.hpp"
+#include "error_record.hpp"
+
+using namespace ddstage;
+using detail::ErrorRecord;
+using detail::Message;
+
+namespace {
+
+/// The error a reply carries, thrown as the client throws it.
+void raise_reply(const Message& reply) {
+  const auto failure = detail::failure_of(reply);
+  REQUIRE(failure);
+  failure->raise();
+}
+
+}  // namespace
+
+TEST_CASE("a refusal keeps the class and kind of the server's error", "[control][messages]") {
+  const auto io = detail::error_reply(ErrorRecord::of(IoError("open /x", ENOSPC)));
+  try {
+    raise_reply(io);
+    FAIL("no exception");
+  } catch (const IoError& e) {
+    CHECK(e.native_code() == ENOSPC);
+    CHECK(e.kind() == ErrorKind::runtime);
+    CHECK(std::string(e.what()) == std::string("open /x: ") + std::strerror(ENOSPC));
+  }
+  CHECK_THROWS_AS(raise_reply(detail::error_reply(ErrorRecord::of(IndexError("bad")))), IndexError);
+  CHECK_THROWS_AS(raise_reply(detail::error_reply(ErrorRecord::of(ChecksumError("bad")))),
+                  ChecksumError);
+  CHECK_THROWS_AS(raise_reply(detail::error_reply(ErrorRecord::of(StaleError("old")))), StaleError);
+  CHECK_THROWS_AS(raise_reply(detail::error_reply(ErrorRecord::of(UsageError("no")))), UsageError);
+  CHECK_THROWS_WITH(
+      raise_reply(detail::error_reply(ErrorRecord::of(UsageError("no", {.rank = 2})))),
+      "no (rank 2)");
+}
+
+TEST_CASE("a refusal from a server without classes keeps its kind", "[control][messages]") {
+  Message reply;
+  reply["ok"] = false;
+  reply["error"] = "nope";
+  for (const auto kind : {ErrorKind::usage, ErrorKind::runtime}) {
+    reply["kind"] = kind == ErrorKind::usage ? "usage" : "runtime";
+    try {
+      raise_reply(reply);
+      FAIL("no exception");
+    } catch (const Error& e) {
+      CHECK(e.kind() == kind);
+      CHECK(std::string(e.what()) == "nope");
+    }
+  }
+  CHECK_FALSE(detail::failure_of(detail::ok_reply()));
+}
+
+TEST_CASE("a load request reads back as the command every rank executes", "[control][messages]") {
+  const detail::LoadCommand load{.index = "/d/x.ddx",
+                                 .name = "x",
+                                 .verify = true,
+                                 .mem_limit = 1 << 20,
+                                 .streams = 2,
+                                 .progress = true};
+  const auto command = detail::command_of(detail::load_request(load));
+  CHECK(command.op == "load");
+  CHECK(command.load.index == "/d/x.ddx");
+  CHECK(command.load.name == "x");
+  CHECK(command.load.verify);
+  CHECK_FALSE(command.load.replace);
+  CHECK(command.load.mem_limit == 1 << 20);
+  CHECK(command.load.streams == 2);
+  CHECK(command.load.progress);
+  // Left out: the server's default.
+  CHECK(detail::command_of(detail::load_request({.index = "/d/x.ddx"})).load.streams > 0);
+  CHECK(detail::command_of(detail::unload_request("x")).dataset == "x");
+}
+
+TEST_CASE("ill-formed requests are usage errors", "[control][messages]") {
+  Message no_index;
+  no_index["op"] = "load";
+  CHECK_THROWS_WITH(detail::command_of(no_index), "load request without an index");
+  Message unknown;
+  unknown["op"] = "explode";
+  CHECK_THROWS_AS(detail::command_of(unknown), UsageError);
+  CHECK_THROWS_AS(detail::command_of(Message()), UsageError);
+  CHECK_THROWS_AS(detail::command_of(detail::load_request({.index = "/d", .streams = 100000})),
+                  UsageError);
+  CHECK(detail::heartbeat_rank(detail::heartbeat_request(3)) == 3);
+  CHECK(detail::heartbeat_rank(unknown) == -1);
+}
+
+TEST_CASE("status and stop replies read back, leniently", "[control][messages]") {
+  const auto status = detail::status_of(detail::status_reply({{10, 20}, {0, 1.5}, "load"}));
+  CHECK(status.memory_used == std::vector<uint64_t>{10, 20});
+  CHECK(status.last_heard == std::vector<double>{0, 1.5});
+  CHECK(status.busy == "load");
+  const auto stop = detail::stop_result_of(
+      detail::stop_reply({.stopped = {0}, .unreachable = {{1, "n1", 4.5}}}), {0, 1});
+  CHECK(stop.stopped == std::vector<int>{0});
+  REQUIRE(stop.unreachable.size() == 1);
+  CHECK(stop.unreachable[0].host == "n1");
+  // A server from before the rank lists stopped them all.
+  CHECK(detail::stop_result_of(detail::ok_reply(), {0, 1, 2}).stopped == std::vector<int>{0, 1, 2});
+  const auto progress = detail::progress_of(detail::progress_message({5, 10, 2}));
+  CHECK(progress.bytes_done == 5);
+  CHECK(detail::is_interim(detail::progress_message({})));
+  CHECK_FALSE(detail::is_interim(detail::ok_reply()));
+}
