@@ -94,9 +94,28 @@ py::array_t<int64_t> offsets_of(std::span<const uint64_t> sizes, uint64_t unit, 
   return offsets;
 }
 
-void throw_busy() {
-  throw UsageError("this reader is busy in another thread: a reader belongs to one thread (take one per "
-                   "thread with reader())");
+std::unique_lock<std::mutex> PyReader::claim() {
+  if (check_open) check_open();
+  std::unique_lock lock(busy, std::try_to_lock);
+  if (!lock.owns_lock()) {
+    throw UsageError("this reader is busy in another thread: a reader belongs to one thread (take one per "
+                     "thread with reader())");
+  }
+  return lock;
+}
+
+uint64_t batch_bytes(PyReader& r, const std::string& field, const py::handle& ids_obj) {
+  if (r.check_open) r.check_open();
+  auto ids = as_ids(ids_obj);
+  return r.reader.batch_bytes(field, id_span(ids));
+}
+
+py::array_t<uint64_t> row_sizes(PyReader& r, const std::string& field, const py::handle& ids_obj) {
+  if (r.check_open) r.check_open();
+  auto ids = as_ids(ids_obj);
+  py::array_t<uint64_t> sizes(ids.size());
+  r.reader.row_sizes(field, id_span(ids), {sizes.mutable_data(), static_cast<std::size_t>(ids.size())});
+  return sizes;
 }
 
 }  // namespace ddstage::python
