@@ -75,10 +75,10 @@ py::array_t<uint64_t> row_sizes(PyReader& r, const std::string& field, const py:
 template <class Read>
 py::object get_batch(PyReader& r, const std::string& field, const py::handle& ids_obj, const py::object& out,
                      Read&& read) {
+  auto lock = r.claim();  // first: a closed store's index is gone
   auto ids = as_ids(ids_obj);
   const auto span = id_span(ids);
   const FieldInfo& info = field_info(*r.index, field);
-  auto lock = r.claim();
   const uint64_t bytes = r.reader.batch_bytes(field, span);
   uint64_t rows = span.size();
   py::object offsets = py::none();
