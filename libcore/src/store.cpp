@@ -1,12 +1,12 @@
 #include "ddstage/store.hpp"
 
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <exception>
 #include <memory>
 #include <new>
 #include <optional>
-#include <sstream>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -25,11 +25,9 @@
 #include "mpi/mpi_agree.hpp"
 #include "read/batch_reader.hpp"
 #include "read/collective_exchange.hpp"
+#include "read/embedded_fabric.hpp"
 #include "read/read_batch.hpp"
 #include "read/route_table.hpp"
-#if DDSTAGE_HAVE_FABRIC
-#include "fabric/fabric_server.hpp"
-#endif
 
 namespace ddstage {
 namespace detail {
@@ -61,9 +59,7 @@ struct EmbeddedDataset final : RouteSource {
   std::unique_ptr<std::byte[]> memory;
   std::span<std::byte> region;
   std::vector<const std::byte*> direct;  // by rank: the region when this process maps it, or null
-#if DDSTAGE_HAVE_FABRIC
-  std::optional<FabricRegistration> registration;  // after memory: deregistered before it is freed
-#endif
+  std::unique_ptr<ShardRegistration> registration;  // after memory: deregistered before it is freed
   RouteTable table;
   std::optional<CollectiveExchange> exchange;  // get_batch_collective's, made on first use
 };
@@ -74,7 +70,7 @@ void EmbeddedDataset::build_routes(const Settings& settings) {
   table.routes.resize(n);
   table.targets.mapped.resize(n);
   table.targets.direct.assign(n, nullptr);  // directly addressed ranks are copied through shm
-  table.targets.remotes.resize(n);          // filled by register_fabric for ranks read over libfabric
+  table.targets.remotes.resize(n);          // filled by EmbeddedFabric::expose for ranks read over libfabric
   if (window.get() != MPI_WIN_NULL) table.targets.window = &window;
   for (std::size_t r = 0; r < n; ++r) {
     Route& route = table.routes[r];
@@ -97,15 +93,15 @@ void EmbeddedDataset::build_routes(const Settings& settings) {
 }  // namespace detail
 
 struct Store::State {
-  State(int fortran_comm, StoreOptions options_)
-      : comm(MPI_Comm_f2c(fortran_comm)), options(options_) {
+  State(int fortran_comm, StoreOptions options_, detail::TransportId transport_)
+      : comm(MPI_Comm_f2c(fortran_comm)), options(options_), transport(transport_) {
     MPI_Comm_rank(comm.get(), &rank);
     MPI_Comm_size(comm.get(), &size);
     MPI_Query_thread(&thread_level);
     const int on_node = ranks_on_node();
     // A fabric Store makes no MPI window at all: across nodes whose MPI has no one-sided
     // support (OpenMPI over the tcp BTL alone) creating one fails, whatever reads it would serve.
-    shared = options.direct_on_node && on_node == size && options.transport == "mpi";
+    shared = options.direct_on_node && on_node == size && transport == detail::TransportId::mpi;
     if (options.mem_limit) {
       mem_limit = options.mem_limit;
     } else {
@@ -113,7 +109,7 @@ struct Store::State {
       mem_limit = limit.bytes;
       mem_limit_source = "default: " + limit.source;
     }
-    if (options.transport == "fabric") open_fabric();
+    if (transport == detail::TransportId::fabric) fabric = std::make_unique<detail::EmbeddedFabric>(options.settings, comm.get());
   }
   State(const State&) = delete;
   State& operator=(const State&) = delete;
@@ -122,16 +118,10 @@ struct Store::State {
   ~State() {
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (options.transport != "fabric" || datasets.empty() || finalized) return;
+    if (transport != detail::TransportId::fabric || datasets.empty() || finalized) return;
     if (MPI_Barrier(comm.get()) != MPI_SUCCESS)
       spdlog::warn("Store: MPI_Barrier before freeing the shards failed");
   }
-
-  /// Collective: every rank's libfabric endpoint, agreed on, and every rank's address.
-  void open_fabric();
-  /// Collective, after the shard is filled: registers this rank's region and learns every
-  /// rank's key and base.
-  void register_fabric(detail::EmbeddedDataset& ds);
 
   /// How many ranks of comm share this node's memory (this one included).
   int ranks_on_node() const;
@@ -150,71 +140,18 @@ struct Store::State {
 
   detail::MpiCommDup comm;  // declared first: freed after every window on it
   StoreOptions options;
+  detail::TransportId transport;
   int rank = 0;
   int size = 1;
   int thread_level = 0;
   bool shared = false;  // shards in shared windows, read by memcpy from any rank
   uint64_t mem_limit = 0;
   std::string mem_limit_source = "StoreOptions::mem_limit";  // for the error that cites it
-#if DDSTAGE_HAVE_FABRIC
-  std::optional<detail::FabricServer> fabric;  // before datasets: outlives their registrations
-  std::vector<detail::FabricPeer> fabric_peers;  // by rank
-  std::vector<std::string> hosts;              // by rank, for error messages
-#endif
+  std::unique_ptr<detail::EmbeddedFabric> fabric;  // before datasets: outlives their registrations
   // In load order, which is the same on every rank, so destruction frees the windows (a
   // collective) in the same order everywhere.
   std::vector<std::unique_ptr<detail::EmbeddedDataset>> datasets;
 };
-
-void Store::State::open_fabric() {
-#if DDSTAGE_HAVE_FABRIC
-  std::exception_ptr failure;
-  try {
-    fabric.emplace(detail::FabricOptions::from(options.settings));
-  } catch (...) {
-    failure = std::current_exception();
-  }
-  detail::agree(failure, comm.get());
-  const auto peer = fabric->peer();
-  const auto all = detail::allgather_strings(peer.provider + " " + peer.address_hex + " " + detail::host_name(),
-                                             comm.get());
-  for (const auto& line : all) {
-    std::istringstream in(line);
-    detail::FabricPeer p;
-    std::string host;
-    in >> p.provider >> p.address_hex >> host;
-    fabric_peers.push_back(p);
-    hosts.push_back(host);
-  }
-#else
-  throw UsageError("StoreOptions::transport fabric: this ddstage was built without libfabric");
-#endif
-}
-
-void Store::State::register_fabric([[maybe_unused]] detail::EmbeddedDataset& ds) {
-#if DDSTAGE_HAVE_FABRIC
-  if (!fabric) return;
-  std::exception_ptr failure;
-  std::string mine;
-  try {
-    ds.registration.emplace(*fabric, ds.region);
-    mine = fmt::format("{} {}", ds.registration->info().key, ds.registration->info().base);
-  } catch (...) {
-    failure = std::current_exception();
-  }
-  detail::agree(failure, comm.get());
-  const auto all = detail::allgather_strings(mine, comm.get());
-  ds.table.targets.remotes.resize(static_cast<std::size_t>(size));
-  for (int r = 0; r < size; ++r) {
-    const auto i = static_cast<std::size_t>(r);
-    if (ds.direct[i]) continue;  // copied, not read over the network
-    std::istringstream in(all[i]);
-    detail::FabricRegionInfo region{.bytes = ds.layouts[i].total_bytes()};
-    in >> region.key >> region.base;
-    ds.table.targets.remotes[i] = {fabric_peers[i], region, hosts[i]};
-  }
-#endif
-}
 
 int Store::State::ranks_on_node() const {
   MPI_Comm node = MPI_COMM_NULL;
@@ -274,7 +211,7 @@ void Store::State::check_same_index(const Index& index, const std::filesystem::p
 }
 
 void Store::State::allocate(detail::EmbeddedDataset& ds, uint64_t bytes) const {
-  if (options.transport == "fabric") {
+  if (transport == detail::TransportId::fabric) {
     try {
       ds.memory = std::make_unique_for_overwrite<std::byte[]>(bytes);
     } catch (const std::bad_alloc&) {
@@ -300,15 +237,14 @@ Store::Store(int fortran_comm, StoreOptions options) {
   int initialised = 0;
   MPI_Initialized(&initialised);
   if (!initialised) throw UsageError("a Store needs MPI: call MPI_Init (or MPI_Init_thread) first");
-  if (options.transport != "mpi" && options.transport != "fabric") {
-    throw UsageError("StoreOptions::transport must be mpi or fabric, not '" + options.transport + "'");
-  }
+  static constexpr std::array allowed{detail::TransportId::mpi, detail::TransportId::fabric};
+  const auto transport = *detail::parse_transport(options.transport, allowed, false, "StoreOptions::transport");
   if (options.max_round_bytes == 0 || options.max_round_bytes > static_cast<uint64_t>(INT_MAX)) {
     throw UsageError(fmt::format("max_round_bytes must be 1 to {} bytes, not {}", INT_MAX,
                                  options.max_round_bytes));
   }
   profile::configure(options.settings.get_string("profile"));
-  m = std::make_unique<State>(fortran_comm, options);
+  m = std::make_unique<State>(fortran_comm, options, transport);
 }
 
 Store::Store(Store&&) noexcept = default;
@@ -368,7 +304,7 @@ void Store::load(const std::filesystem::path& index, const std::string& name, bo
     ds->direct.assign(static_cast<std::size_t>(m->size), nullptr);
     ds->direct[static_cast<std::size_t>(m->rank)] = ds->region.data();
   }
-  m->register_fabric(*ds);
+  if (m->fabric) ds->registration = m->fabric->expose(ds->region, ds->layouts, ds->direct, ds->table.targets.remotes);
   ds->build_routes(m->options.settings);
   m->datasets.push_back(std::move(ds));
 }

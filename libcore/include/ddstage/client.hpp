@@ -40,7 +40,8 @@ class Reader {
   void row_sizes(const std::string& field, std::span<const uint64_t> ids, std::span<uint64_t> sizes) const;
   /// Reads the rows of ids (any order, repeats allowed) into dest, concatenated in the order
   /// asked; dest.size() must equal batch_bytes(). With verify, each row's checksum is checked
-  /// against the index (ChecksumError naming sample and field). Every rank the batch touches
+  /// against the index (ChecksumError naming sample, field and rank). Bad input is a
+  /// UsageError before anything is read. Served store only: every rank the batch touches
   /// is checked once per call, before anything is copied: a rank whose process is gone fails
   /// with a run-time Error naming rank, pid and host. Ranks read over libfabric that make no
   /// progress for read_timeout fail the batch naming them; a rank on another host that serves
