@@ -47,24 +47,6 @@ void BatchReader::row_sizes(const std::string& field, std::span<const uint64_t> 
   row_sizes_of(*m_table.index, field, ids, sizes);
 }
 
-void BatchReader::collect_owners(std::span<const uint64_t> ids) {
-  check_ids(*m_table.index, ids);
-  m_owners.clear();
-  // A batch's ids usually come in runs of one rank: look the owner up only when an id leaves
-  // the current rank's range.
-  ShardRange current;
-  for (uint64_t id : ids) {
-    if (id >= current.first && id < current.last) continue;
-    const int r = m_table.plan->owner(id);
-    current = m_table.routes[r].range;
-    if (!m_touched[r]) {
-      m_touched[r] = 1;
-      m_owners.push_back(r);
-    }
-  }
-  for (int r : m_owners) m_touched[r] = 0;
-}
-
 void BatchReader::check_owners() {
   if (m_watch) m_watch->check(m_owners);
   for (int r : m_owners) {
@@ -80,22 +62,29 @@ void BatchReader::throw_unreachable(int rank) const {
 
 void BatchReader::plan_reads(uint32_t field, std::span<const uint64_t> ids, std::byte* dest) {
   for (std::size_t l = 0; l < m_lane_count; ++l) m_lanes[l].reads.clear();
+  m_owners.clear();
   const Index& index = *m_table.index;
   const FieldInfo& info = index.fields()[field];
   const Route* route = nullptr;
-  std::vector<ReadOp>* reads = nullptr;
+  std::vector<ReadOp>* reads = nullptr;  // null for an unreachable rank: check_owners throws
   int rank = -1;
   for (uint64_t id : ids) {
+    // Ids usually come in runs of one rank: look the owner up only when one leaves its range.
     if (!route || id < route->range.first || id >= route->range.last) {
       rank = m_table.plan->owner(id);
       route = &m_table.routes[rank];
-      reads = &m_lanes[m_lane_of[rank]].reads;
+      reads = m_lane_of[rank] == no_lane ? nullptr : &m_lanes[m_lane_of[rank]].reads;
+      if (!m_touched[rank]) {
+        m_touched[rank] = 1;
+        m_owners.push_back(rank);
+      }
     }
     const uint64_t bytes = info.variable ? index.entry(id, field).length : info.row_bytes;
     if (bytes == 0) continue;
-    append_read(*reads, {route->layout->row_offset(id, field), bytes, dest, rank});
+    if (reads) append_read(*reads, {route->layout->row_offset(id, field), bytes, dest, rank});
     dest += bytes;
   }
+  for (int r : m_owners) m_touched[r] = 0;
 }
 
 void BatchReader::move_rows(BatchTimer& timer) {
@@ -118,8 +107,6 @@ void BatchReader::move_rows(BatchTimer& timer) {
 void BatchReader::transfer(uint32_t field, std::span<const uint64_t> ids, std::span<std::byte> dest,
                            bool verify, BatchTimer& timer) {
   const auto started = std::chrono::steady_clock::now();
-  plan_reads(field, ids, dest.data());
-  timer.mark(ProfileStage::other);
   try {
     move_rows(timer);
   } catch (const Error& error) {
@@ -137,12 +124,14 @@ void BatchReader::get_batch(const std::string& field, std::span<const uint64_t> 
   BatchTimer timer;
   const Index& index = *m_table.index;
   const uint32_t f = field_of(index, field);
-  collect_owners(ids);
+  check_ids(index, ids);
   if (const uint64_t need = bytes_of(index, f, ids); dest.size() != need) {
     throw UsageError(
         fmt::format("destination holds {} bytes; the batch needs {}", dest.size(), need));
   }
+  plan_reads(f, ids, dest.data());
   check_owners();
+  timer.mark(ProfileStage::other);
   transfer(f, ids, dest, verify, timer);
   timer.finish(ids.size(), dest.size());
 }
@@ -168,9 +157,11 @@ void BatchReader::get_batch(const std::string& field, std::span<const uint64_t> 
   BatchTimer timer;
   const Index& index = *m_table.index;
   const uint32_t f = field_of(index, field);
-  collect_owners(ids);
+  check_ids(index, ids);
   GpuDestination& device = gpu();
   device.begin(dest, bytes_of(index, f, ids));
+  // Planned straight into dest first: that is the direct path's plan, and it finds the owners.
+  plan_reads(f, ids, static_cast<std::byte*>(dest.ptr));
   check_owners();
   if (device.choose(why_not_direct()) == GpuPath::staged) {
     timer.path("gpu staged");
@@ -179,12 +170,13 @@ void BatchReader::get_batch(const std::string& field, std::span<const uint64_t> 
     if (replaced) {
       for (std::size_t l = 0; l < m_lane_count; ++l) m_lanes[l].transport->forget_destinations();
     }
+    plan_reads(f, ids, host.data());
+    timer.mark(ProfileStage::other);
     transfer(f, ids, host, verify, timer);
     device.finish_staged(dest);
   } else {
     // Every rank of the batch is mapped (why_not_direct is empty), so its reads are all copies.
     timer.path("gpu direct");
-    plan_reads(f, ids, static_cast<std::byte*>(dest.ptr));
     timer.mark(ProfileStage::other);
     const std::span<const ReadOp> reads = m_copy_lane < max_lanes
                                               ? std::span<const ReadOp>(m_lanes[m_copy_lane].reads)

@@ -58,15 +58,14 @@ class BatchReader {
   static constexpr uint8_t no_lane = 0xff;
 
   void open_lanes(OpenTransport open);
-  /// Checks every id and notes which ranks the batch touches.
-  void collect_owners(std::span<const uint64_t> ids);
   /// Every touched rank reachable and (served store) still serving, before anything is read.
   void check_owners();
   [[noreturn]] void throw_unreachable(int rank) const;
-  /// Turns ids into reads at the caller's positions; a run of consecutive samples of one rank
-  /// is one read (append_read).
+  /// Turns ids (checked) into reads at the caller's positions, noting the ranks the batch
+  /// touches; a run of consecutive samples of one rank is one read (append_read). Reads
+  /// nothing: check_owners comes next.
   void plan_reads(uint32_t field, std::span<const uint64_t> ids, std::byte* dest);
-  /// Plans, moves and verifies a batch into host memory.
+  /// Moves and verifies a planned batch in host memory.
   void transfer(uint32_t field, std::span<const uint64_t> ids, std::span<std::byte> dest,
                 bool verify, BatchTimer& timer);
   /// Posts every lane (network reads first, so copies run while they are in flight), then
