@@ -35,9 +35,10 @@ void check_plan(const StoreDescriptor& store, const StoreDataset& info, const In
     }
   }
   if (index.fingerprint() != info.index_fingerprint) {
-    throw IndexError(fmt::format("the index {} changed after dataset '{}' was loaded into the store; "
-                                 "reload it (`ddstage load --replace`)",
-                                 info.index.string(), info.name));
+    throw IndexError(
+        fmt::format("the index {} changed after dataset '{}' was loaded into the store; "
+                    "reload it (`ddstage load --replace`)",
+                    info.index.string(), info.name));
   }
   if (plan.samples() != index.samples()) {
     throw IndexError(
@@ -49,8 +50,8 @@ void check_plan(const StoreDescriptor& store, const StoreDataset& info, const In
 
 /// Whether rank is read over libfabric under the `transport` choice: fabric reads every rank
 /// that serves over it, auto (nullopt) those on other hosts, shm none.
-bool reads_via_fabric(const RankInfo& rank, const StoreDataset& info, std::optional<TransportId> transport,
-                      bool on_this_host) {
+bool reads_via_fabric(const RankInfo& rank, const StoreDataset& info,
+                      std::optional<TransportId> transport, bool on_this_host) {
   if (rank.fabric_address.empty() || info.fabric_keys.empty()) return false;
   return transport == TransportId::fabric || (!transport && !on_this_host);
 }
@@ -61,11 +62,13 @@ void route_via_fabric(ServedDataset& data, const StoreDataset& info, const RankI
   Route& route = data.table.routes[r];
   route.via = TransportId::fabric;
   route.why_not_direct = fmt::format(
-      "rank {} on {} is read over libfabric ({}), and ddstage does not yet register device memory with FI_HMEM",
+      "rank {} on {} is read over libfabric ({}), and ddstage does not yet register device memory "
+      "with FI_HMEM",
       rank.rank, rank.host, rank.fabric_provider);
-  data.table.targets.remotes[r] = {{rank.fabric_provider, rank.fabric_address},
-                                   {info.fabric_keys[r], info.fabric_bases[r], data.layouts[r].total_bytes()},
-                                   rank.host};
+  data.table.targets.remotes[r] = {
+      {rank.fabric_provider, rank.fabric_address},
+      {info.fabric_keys[r], info.fabric_bases[r], data.layouts[r].total_bytes()},
+      rank.host};
 }
 
 /// Maps rank r's segment read-only and routes it through shm. false when the live rank's
@@ -81,11 +84,13 @@ bool route_via_shm(ServedDataset& data, const StoreDataset& info, int r) {
   // be a shard of this range: ShardView checks the header), so no read leaves the mapping.
   const uint64_t need = std::max(info.region_bytes[i], data.layouts[i].total_bytes());
   if (region.size() < need) {
-    throw IndexError(fmt::format("shared memory {} of dataset '{}' holds {} bytes; it should hold {}",
-                                 info.segments[i], info.name, region.size(), need),
-                     {.rank = r});
+    throw IndexError(
+        fmt::format("shared memory {} of dataset '{}' holds {} bytes; it should hold {}",
+                    info.segments[i], info.name, region.size(), need),
+        {.rank = r});
   }
-  (void)ShardView(region, static_cast<uint32_t>(data.index.fields().size()), data.layouts[i].range());
+  (void)ShardView(region, static_cast<uint32_t>(data.index.fields().size()),
+                  data.layouts[i].range());
   Route& route = data.table.routes[i];
   route.via = TransportId::shm;
   route.mapped = region;
@@ -96,25 +101,28 @@ bool route_via_shm(ServedDataset& data, const StoreDataset& info, int r) {
 /// Rank's route, and its process handle when it runs on this host. A dead rank stays
 /// unreachable, so reads of its samples fail naming it while the other ranks' samples still
 /// read. false when its segment is gone or going.
-bool attach_rank(ServedDataset& data, const StoreDataset& info, const RankInfo& rank, const std::string& here,
-                 std::optional<TransportId> transport) {
+bool attach_rank(ServedDataset& data, const StoreDataset& info, const RankInfo& rank,
+                 const std::string& here, std::optional<TransportId> transport) {
   const int r = rank.rank;
-  ServedRank& served = data.ranks.emplace_back(ServedRank{.info = rank, .on_this_host = rank.host == here});
+  ServedRank& served =
+      data.ranks.emplace_back(ServedRank{.info = rank, .on_this_host = rank.host == here});
   Route& route = data.table.routes[static_cast<std::size_t>(r)];
   route = {.range = data.plan.range(r), .layout = &data.layouts[static_cast<std::size_t>(r)]};
   const bool via_fabric = reads_via_fabric(rank, info, transport, served.on_this_host);
   if (via_fabric) route_via_fabric(data, info, rank);
   if (!served.on_this_host) {
-    route.unreachable = {ErrorKind::usage,
-                         fmt::format("rank {} on {} is on another node and this client reads only shared memory: "
-                                     "serve with --transport fabric (auto does on several hosts) and read with "
-                                     "transport auto or fabric",
-                                     r, rank.host)};
+    route.unreachable = {
+        ErrorKind::usage,
+        fmt::format("rank {} on {} is on another node and this client reads only shared memory: "
+                    "serve with --transport fabric (auto does on several hosts) and read with "
+                    "transport auto or fabric",
+                    r, rank.host)};
     return true;
   }
-  route.unreachable = {ErrorKind::runtime,
-                       fmt::format("rank {} (pid {} on {}) is gone: its process has exited; restart the store at {}",
-                                   r, rank.pid, rank.host, data.store.string())};
+  route.unreachable = {
+      ErrorKind::runtime,
+      fmt::format("rank {} (pid {} on {}) is gone: its process has exited; restart the store at {}",
+                  r, rank.pid, rank.host, data.store.string())};
   if (!process_alive(rank.pid)) return true;
   // A pidfd polls readable once the process exits (zombie or reaped) and never follows a
   // reused pid: one poll() per batch checks every rank it touches. Without one (old kernel,
@@ -127,10 +135,11 @@ bool attach_rank(ServedDataset& data, const StoreDataset& info, const RankInfo& 
 }
 
 /// Routes every rank of the dataset; the rank whose segment is gone or going, if any.
-std::optional<int> attach_ranks(ServedDataset& data, const StoreDescriptor& store, const StoreDataset& info,
-                                const Settings& settings) {
+std::optional<int> attach_ranks(ServedDataset& data, const StoreDescriptor& store,
+                                const StoreDataset& info, const Settings& settings) {
   static constexpr std::array allowed{TransportId::shm, TransportId::fabric};
-  const auto transport = parse_transport(settings.get_string("transport"), allowed, true, "transport");
+  const auto transport =
+      parse_transport(settings.get_string("transport"), allowed, true, "transport");
   if (transport == TransportId::fabric && info.fabric_keys.empty()) {
     throw UsageError(
         fmt::format("transport fabric: the store at {} does not serve over libfabric "
@@ -143,7 +152,8 @@ std::optional<int> attach_ranks(ServedDataset& data, const StoreDescriptor& stor
   data.table.targets.mapped.resize(n);
   data.table.targets.remotes.resize(n);
   data.layouts.reserve(n);
-  for (std::size_t r = 0; r < n; ++r) data.layouts.emplace_back(data.index, data.plan.range(static_cast<int>(r)));
+  for (std::size_t r = 0; r < n; ++r)
+    data.layouts.emplace_back(data.index, data.plan.range(static_cast<int>(r)));
   data.ranks.reserve(n);
   const std::string here = host_name();
   for (const RankInfo& rank : store.ranks) {
@@ -177,13 +187,14 @@ Client::Client(const std::filesystem::path& dir, Settings settings)
   // rank 0 on this host can be checked; a remote one is trusted until a read needs it.
   // The rank lock proves it; a pid alone could have been reused.
   const RankInfo& root = m_descriptor.ranks.front();
-  const bool gone = m_descriptor.id.empty() ? !detail::process_alive(root.pid)
-                                            : detail::rank_presence(m_descriptor.id, 0) != detail::RankPresence::live;
+  const bool gone = m_descriptor.id.empty()
+                        ? !detail::process_alive(root.pid)
+                        : detail::rank_presence(m_descriptor.id, 0) != detail::RankPresence::live;
   if (root.host == detail::host_name() && gone) {
-    throw UsageError(
-        fmt::format("the store at {} is not running (rank 0, pid {} on {}, is gone); `ddstage stop --store {}` "
-                    "removes what it left",
-                    dir.string(), root.pid, root.host, dir.string()));
+    throw UsageError(fmt::format(
+        "the store at {} is not running (rank 0, pid {} on {}, is gone); `ddstage stop --store {}` "
+        "removes what it left",
+        dir.string(), root.pid, root.host, dir.string()));
   }
 }
 
@@ -198,7 +209,8 @@ Dataset Client::open(const std::string& name) const {
     auto index = Index::open(info.index);
     auto plan = ShardPlan::from_boundaries(info.boundaries);
     detail::check_plan(store, info, index, plan);
-    auto state = std::make_shared<detail::ServedDataset>(name, m_dir, std::move(index), std::move(plan));
+    auto state =
+        std::make_shared<detail::ServedDataset>(name, m_dir, std::move(index), std::move(plan));
     state->segments = info.segments;
     const auto missing = detail::attach_ranks(*state, store, info, m_settings);
     if (!missing) return Dataset(std::move(state));

@@ -45,7 +45,8 @@ py::array destination(const py::object& out, uint64_t bytes, const FieldInfo& fi
 
 /// Row starts of a variable batch counted in units, the total last. A row that is not a whole
 /// number of units is an IndexError (the index and its manifest disagree).
-py::array_t<int64_t> offsets_of(std::span<const uint64_t> sizes, uint64_t unit, const std::string& field);
+py::array_t<int64_t> offsets_of(std::span<const uint64_t> sizes, uint64_t unit,
+                                const std::string& field);
 
 /// The one Reader binding, for served and embedded datasets alike: behind a lock that is only
 /// ever tried (a Reader belongs to one thread, and two Python threads sharing one get a
@@ -73,8 +74,8 @@ py::array_t<uint64_t> row_sizes(PyReader& r, const std::string& field, const py:
 /// (total, *shape) and int64 offsets (len(ids) + 1) counted along data's first axis.
 /// read(ids, dest) does the reading, without the GIL; r sizes the batch.
 template <class Read>
-py::object get_batch(PyReader& r, const std::string& field, const py::handle& ids_obj, const py::object& out,
-                     Read&& read) {
+py::object get_batch(PyReader& r, const std::string& field, const py::handle& ids_obj,
+                     const py::object& out, Read&& read) {
   auto lock = r.claim();  // first: a closed store's index is gone
   auto ids = as_ids(ids_obj);
   const auto span = id_span(ids);

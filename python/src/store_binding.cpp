@@ -29,9 +29,10 @@ struct StoreHandle {
 
 void bind_store(py::module_& m) {
   const StoreOptions defaults;
-  py::class_<StoreHandle, std::shared_ptr<StoreHandle>>(m, "Store", "The embedded store of an MPI job.")
-      .def(py::init([](int fortran_comm, uint64_t max_round_bytes, bool direct_on_node, bool allow_stale,
-                       uint64_t mem_limit, const std::string& transport,
+  py::class_<StoreHandle, std::shared_ptr<StoreHandle>>(m, "Store",
+                                                        "The embedded store of an MPI job.")
+      .def(py::init([](int fortran_comm, uint64_t max_round_bytes, bool direct_on_node,
+                       bool allow_stale, uint64_t mem_limit, const std::string& transport,
                        const std::map<std::string, std::string>& settings) {
              auto handle = std::make_shared<StoreHandle>();
              StoreOptions options{.max_round_bytes = max_round_bytes,
@@ -45,8 +46,9 @@ void bind_store(py::module_& m) {
              return handle;
            }),
            py::arg("fortran_comm"), py::arg("max_round_bytes") = defaults.max_round_bytes,
-           py::arg("direct_on_node") = defaults.direct_on_node, py::arg("allow_stale") = defaults.allow_stale,
-           py::arg("mem_limit") = defaults.mem_limit, py::arg("transport") = defaults.transport,
+           py::arg("direct_on_node") = defaults.direct_on_node,
+           py::arg("allow_stale") = defaults.allow_stale, py::arg("mem_limit") = defaults.mem_limit,
+           py::arg("transport") = defaults.transport,
            py::arg("settings") = std::map<std::string, std::string>{})
       .def_property_readonly("rank", [](StoreHandle& h) { return h.get().rank(); })
       .def_property_readonly("size", [](StoreHandle& h) { return h.get().size(); })
@@ -54,7 +56,8 @@ void bind_store(py::module_& m) {
       .def_property_readonly("closed", [](const StoreHandle& h) { return !h.store; })
       .def(
           "load",
-          [](StoreHandle& h, const std::filesystem::path& index, const std::string& name, bool verify) {
+          [](StoreHandle& h, const std::filesystem::path& index, const std::string& name,
+             bool verify) {
             Store& store = h.get();
             {
               py::gil_scoped_release released;
@@ -63,8 +66,10 @@ void bind_store(py::module_& m) {
             return name.empty() ? Index::open(index).manifest().name : name;
           },
           py::arg("index"), py::arg("name") = "", py::arg("verify") = false)
-      .def("samples", [](StoreHandle& h, const std::string& name) { return h.get().index(name).samples(); },
-           py::arg("name"))
+      .def(
+          "samples",
+          [](StoreHandle& h, const std::string& name) { return h.get().index(name).samples(); },
+          py::arg("name"))
       .def(
           "fields",
           [](StoreHandle& h, const std::string& name) {
@@ -76,7 +81,8 @@ void bind_store(py::module_& m) {
           "reader",
           [](const std::shared_ptr<StoreHandle>& h, const std::string& name) {
             Store& store = h->get();
-            return std::make_unique<PyReader>(store.reader(name), store.index(name), [h] { h->get(); });
+            return std::make_unique<PyReader>(store.reader(name), store.index(name),
+                                              [h] { h->get(); });
           },
           py::arg("name"))
       .def(
@@ -84,10 +90,12 @@ void bind_store(py::module_& m) {
           [](StoreHandle& h, const std::string& name, PyReader& sizes, const std::string& field,
              const py::handle& ids, const py::object& out) {
             Store& store = h.get();
-            return get_batch(sizes, field, ids, out,
-                             [&](auto span, auto dest) { store.get_batch_collective(name, field, span, dest); });
+            return get_batch(sizes, field, ids, out, [&](auto span, auto dest) {
+              store.get_batch_collective(name, field, span, dest);
+            });
           },
-          py::arg("name"), py::arg("reader"), py::arg("field"), py::arg("ids"), py::arg("out") = py::none(),
+          py::arg("name"), py::arg("reader"), py::arg("field"), py::arg("ids"),
+          py::arg("out") = py::none(),
           "Collective: reader (one of this dataset's) sizes the batch and is held for the call.")
       .def("close", [](StoreHandle& h) {
         py::gil_scoped_release released;
