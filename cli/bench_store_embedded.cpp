@@ -99,13 +99,13 @@ class SharedTempDir {
 };
 
 /// A get_batch (or collective) reader of an embedded dataset, its destination buffer its own.
-ReadFn store_read(std::shared_ptr<Store::Reader> reader, std::string field, bool collective) {
-  return [reader = std::move(reader), field = std::move(field), collective, dest = std::vector<std::byte>()](
-             std::span<const uint64_t> ids) mutable {
+ReadFn store_read(Store& store, std::string name, std::string field, bool collective) {
+  return [&store, reader = std::make_shared<Reader>(store.reader(name)), name = std::move(name),
+          field = std::move(field), collective, dest = std::vector<std::byte>()](std::span<const uint64_t> ids) mutable {
     const uint64_t bytes = reader->batch_bytes(field, ids);
     if (dest.size() < bytes) dest.resize(bytes);
     if (collective) {
-      reader->get_batch_collective(field, ids, std::span(dest).first(bytes));
+      store.get_batch_collective(name, field, ids, std::span(dest).first(bytes));
     } else {
       reader->get_batch(field, ids, std::span(dest).first(bytes));
     }
@@ -165,8 +165,7 @@ struct EmbeddedRun {
       // Concurrent MPI calls from several threads need MPI_THREAD_MULTIPLE.
       const bool single = collective || (way == "mpi" && !job.multiple());
       auto make = [&] {
-        return store_read(std::make_shared<Store::Reader>(stores.at(store_of(way)).reader(name)), field_name,
-                          collective);
+        return store_read(stores.at(store_of(way)), name, field_name, collective);
       };
       store_ways.push_back({way, collective ? "get_batch_collective" : "get_batch",
                             warmed_readers(single ? 1 : max_threads, make, rows.ids), single});

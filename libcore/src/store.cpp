@@ -1,12 +1,12 @@
 #include "ddstage/store.hpp"
 
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <exception>
 #include <memory>
 #include <new>
 #include <optional>
-#include <sstream>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -20,28 +20,34 @@
 #include "mpi/mpi_window.hpp"
 #include "process.hpp"
 #include "batch_timer.hpp"
-#include "gpu/gpu_destination.hpp"
-#include "read_batch.hpp"
-#include "transport/mpi_all_to_all.hpp"
-#include "transport/copy_transport.hpp"
-#include "transport/mpi_rma_transport.hpp"
+#include "ddstage/client.hpp"
 #include "ddstage/config.hpp"
-#if DDSTAGE_HAVE_FABRIC
-#include "fabric/fabric_server.hpp"
-#include "transport/fabric_transport.hpp"
-#endif
+#include "mpi/mpi_agree.hpp"
+#include "read/batch_reader.hpp"
+#include "read/collective_exchange.hpp"
+#include "read/embedded_fabric.hpp"
+#include "read/read_batch.hpp"
+#include "read/route_table.hpp"
 
 namespace ddstage {
 namespace detail {
 
 /// One loaded dataset. Every rank computes every rank's layout from the index, so a reader
 /// finds any remote row by arithmetic, with no metadata round trip.
-struct EmbeddedDataset {
+struct EmbeddedDataset final : RouteSource {
   EmbeddedDataset(std::string name_, Index index_, int ranks)
       : name(std::move(name_)), index(std::move(index_)), plan(ShardPlan::balance(index, ranks)) {
     layouts.reserve(static_cast<std::size_t>(ranks));
     for (int r = 0; r < ranks; ++r) layouts.emplace_back(index, plan.range(r));
+    table.index = &index;
+    table.plan = &plan;
   }
+  EmbeddedDataset(const EmbeddedDataset&) = delete;  // the table points into it
+  EmbeddedDataset& operator=(const EmbeddedDataset&) = delete;
+
+  const RouteTable& routes() const noexcept override { return table; }
+  /// After the shard is filled (and, for fabric, registered): how this rank reads every rank.
+  void build_routes(const Settings& settings);
 
   std::string name;
   Index index;
@@ -53,52 +59,49 @@ struct EmbeddedDataset {
   std::unique_ptr<std::byte[]> memory;
   std::span<std::byte> region;
   std::vector<const std::byte*> direct;  // by rank: the region when this process maps it, or null
-#if DDSTAGE_HAVE_FABRIC
-  std::optional<FabricRegistration> registration;  // after memory: deregistered before it is freed
-  std::vector<FabricRemote> remotes;               // by rank, for ranks read over libfabric
-#endif
+  std::unique_ptr<ShardRegistration> registration;  // after memory: deregistered before it is freed
+  RouteTable table;
+  std::optional<CollectiveExchange> exchange;  // get_batch_collective's, made on first use
 };
 
-namespace {
-
-/// A failure as one line for the other ranks: kind letter, then the message with its context.
-std::string describe(const std::exception_ptr& failure) {
-  if (!failure) return {};
-  try {
-    std::rethrow_exception(failure);
-  } catch (const Error& e) {
-    return (e.kind() == ErrorKind::usage ? "U" : "R") + std::string(e.what());
-  } catch (const std::exception& e) {
-    return "R" + std::string(e.what());
-  } catch (...) {
-    return "Ran unknown exception";
+void EmbeddedDataset::build_routes(const Settings& settings) {
+  const std::size_t n = layouts.size();
+  table.settings = settings;
+  table.routes.resize(n);
+  table.targets.mapped.resize(n);
+  table.targets.direct.assign(n, nullptr);  // directly addressed ranks are copied through shm
+  table.targets.remotes.resize(n);          // filled by EmbeddedFabric::expose for ranks read over libfabric
+  if (window.get() != MPI_WIN_NULL) table.targets.window = &window;
+  for (std::size_t r = 0; r < n; ++r) {
+    Route& route = table.routes[r];
+    route.range = plan.range(static_cast<int>(r));
+    route.layout = &layouts[r];
+    if (direct[r]) {
+      route.via = TransportId::shm;
+      route.mapped = {direct[r], layouts[r].total_bytes()};
+      table.targets.mapped[r] = route.mapped;
+      continue;
+    }
+    route.via = table.targets.remotes[r].peer.address_hex.empty() ? TransportId::mpi : TransportId::fabric;
+    route.why_not_direct = fmt::format(
+        "rank {}'s rows come with MPI_Get or libfabric into host memory (direct needs every rank on one node "
+        "with direct_on_node)",
+        r);
   }
 }
 
-/// Collective. Returns when no rank failed; otherwise throws on every rank: the first failing
-/// rank its own exception, the others an error of the same kind naming that rank.
-void agree(const std::exception_ptr& failure, MPI_Comm comm, int self) {
-  const auto first = first_failure(describe(failure), comm);
-  if (!first) return;
-  if (first->rank == self) std::rethrow_exception(failure);
-  const std::string message = fmt::format("rank {} failed: {}", first->rank, first->text.substr(1));
-  if (first->text[0] == 'U') throw UsageError(message, {.rank = first->rank});
-  throw Error(ErrorKind::runtime, message, {.rank = first->rank});
-}
-
-}  // namespace
 }  // namespace detail
 
 struct Store::State {
-  State(int fortran_comm, StoreOptions options_)
-      : comm(MPI_Comm_f2c(fortran_comm)), options(options_) {
+  State(int fortran_comm, StoreOptions options_, detail::TransportId transport_)
+      : comm(MPI_Comm_f2c(fortran_comm)), options(options_), transport(transport_) {
     MPI_Comm_rank(comm.get(), &rank);
     MPI_Comm_size(comm.get(), &size);
     MPI_Query_thread(&thread_level);
     const int on_node = ranks_on_node();
     // A fabric Store makes no MPI window at all: across nodes whose MPI has no one-sided
     // support (OpenMPI over the tcp BTL alone) creating one fails, whatever reads it would serve.
-    shared = options.direct_on_node && on_node == size && options.transport == "mpi";
+    shared = options.direct_on_node && on_node == size && transport == detail::TransportId::mpi;
     if (options.mem_limit) {
       mem_limit = options.mem_limit;
     } else {
@@ -106,7 +109,7 @@ struct Store::State {
       mem_limit = limit.bytes;
       mem_limit_source = "default: " + limit.source;
     }
-    if (options.transport == "fabric") open_fabric();
+    if (transport == detail::TransportId::fabric) fabric = std::make_unique<detail::EmbeddedFabric>(options.settings, comm.get());
   }
   State(const State&) = delete;
   State& operator=(const State&) = delete;
@@ -115,16 +118,10 @@ struct Store::State {
   ~State() {
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (options.transport != "fabric" || datasets.empty() || finalized) return;
+    if (transport != detail::TransportId::fabric || datasets.empty() || finalized) return;
     if (MPI_Barrier(comm.get()) != MPI_SUCCESS)
       spdlog::warn("Store: MPI_Barrier before freeing the shards failed");
   }
-
-  /// Collective: every rank's libfabric endpoint, agreed on, and every rank's address.
-  void open_fabric();
-  /// Collective, after the shard is filled: registers this rank's region and learns every
-  /// rank's key and base.
-  void register_fabric(detail::EmbeddedDataset& ds);
 
   /// How many ranks of comm share this node's memory (this one included).
   int ranks_on_node() const;
@@ -134,7 +131,7 @@ struct Store::State {
   /// node), or plain memory for transport fabric.
   void allocate(detail::EmbeddedDataset& ds, uint64_t bytes) const;
 
-  const detail::EmbeddedDataset& find(const std::string& name) const;
+  detail::EmbeddedDataset& find(const std::string& name) const;
   std::unique_ptr<detail::EmbeddedDataset> prepare(const std::filesystem::path& path,
                                                    std::string name) const;
   /// Collective: UsageError on every rank unless all ranks opened the same index.
@@ -143,71 +140,18 @@ struct Store::State {
 
   detail::MpiCommDup comm;  // declared first: freed after every window on it
   StoreOptions options;
+  detail::TransportId transport;
   int rank = 0;
   int size = 1;
   int thread_level = 0;
   bool shared = false;  // shards in shared windows, read by memcpy from any rank
   uint64_t mem_limit = 0;
   std::string mem_limit_source = "StoreOptions::mem_limit";  // for the error that cites it
-#if DDSTAGE_HAVE_FABRIC
-  std::optional<detail::FabricServer> fabric;  // before datasets: outlives their registrations
-  std::vector<detail::FabricPeer> fabric_peers;  // by rank
-  std::vector<std::string> hosts;              // by rank, for error messages
-#endif
+  std::unique_ptr<detail::EmbeddedFabric> fabric;  // before datasets: outlives their registrations
   // In load order, which is the same on every rank, so destruction frees the windows (a
   // collective) in the same order everywhere.
   std::vector<std::unique_ptr<detail::EmbeddedDataset>> datasets;
 };
-
-void Store::State::open_fabric() {
-#if DDSTAGE_HAVE_FABRIC
-  std::exception_ptr failure;
-  try {
-    fabric.emplace(detail::FabricOptions::from(options.settings));
-  } catch (...) {
-    failure = std::current_exception();
-  }
-  detail::agree(failure, comm.get(), rank);
-  const auto peer = fabric->peer();
-  const auto all = detail::allgather_strings(peer.provider + " " + peer.address_hex + " " + detail::host_name(),
-                                             comm.get());
-  for (const auto& line : all) {
-    std::istringstream in(line);
-    detail::FabricPeer p;
-    std::string host;
-    in >> p.provider >> p.address_hex >> host;
-    fabric_peers.push_back(p);
-    hosts.push_back(host);
-  }
-#else
-  throw UsageError("StoreOptions::transport fabric: this ddstage was built without libfabric");
-#endif
-}
-
-void Store::State::register_fabric([[maybe_unused]] detail::EmbeddedDataset& ds) {
-#if DDSTAGE_HAVE_FABRIC
-  if (!fabric) return;
-  std::exception_ptr failure;
-  std::string mine;
-  try {
-    ds.registration.emplace(*fabric, ds.region);
-    mine = fmt::format("{} {}", ds.registration->info().key, ds.registration->info().base);
-  } catch (...) {
-    failure = std::current_exception();
-  }
-  detail::agree(failure, comm.get(), rank);
-  const auto all = detail::allgather_strings(mine, comm.get());
-  ds.remotes.resize(static_cast<std::size_t>(size));
-  for (int r = 0; r < size; ++r) {
-    const auto i = static_cast<std::size_t>(r);
-    if (ds.direct[i]) continue;  // copied, not read over the network
-    std::istringstream in(all[i]);
-    detail::FabricRegionInfo region{.bytes = ds.layouts[i].total_bytes()};
-    in >> region.key >> region.base;
-    ds.remotes[i] = {fabric_peers[i], region, hosts[i]};
-  }
-#endif
-}
 
 int Store::State::ranks_on_node() const {
   MPI_Comm node = MPI_COMM_NULL;
@@ -232,7 +176,7 @@ void Store::State::check_fits(const std::string& name, uint64_t need) const {
   }
 }
 
-const detail::EmbeddedDataset& Store::State::find(const std::string& name) const {
+detail::EmbeddedDataset& Store::State::find(const std::string& name) const {
   std::string loaded;
   for (const auto& ds : datasets) {
     if (ds->name == name) return *ds;
@@ -267,7 +211,7 @@ void Store::State::check_same_index(const Index& index, const std::filesystem::p
 }
 
 void Store::State::allocate(detail::EmbeddedDataset& ds, uint64_t bytes) const {
-  if (options.transport == "fabric") {
+  if (transport == detail::TransportId::fabric) {
     try {
       ds.memory = std::make_unique_for_overwrite<std::byte[]>(bytes);
     } catch (const std::bad_alloc&) {
@@ -293,15 +237,14 @@ Store::Store(int fortran_comm, StoreOptions options) {
   int initialised = 0;
   MPI_Initialized(&initialised);
   if (!initialised) throw UsageError("a Store needs MPI: call MPI_Init (or MPI_Init_thread) first");
-  if (options.transport != "mpi" && options.transport != "fabric") {
-    throw UsageError("StoreOptions::transport must be mpi or fabric, not '" + options.transport + "'");
-  }
+  static constexpr std::array allowed{detail::TransportId::mpi, detail::TransportId::fabric};
+  const auto transport = *detail::parse_transport(options.transport, allowed, false, "StoreOptions::transport");
   if (options.max_round_bytes == 0 || options.max_round_bytes > static_cast<uint64_t>(INT_MAX)) {
     throw UsageError(fmt::format("max_round_bytes must be 1 to {} bytes, not {}", INT_MAX,
                                  options.max_round_bytes));
   }
   profile::configure(options.settings.get_string("profile"));
-  m = std::make_unique<State>(fortran_comm, options);
+  m = std::make_unique<State>(fortran_comm, options, transport);
 }
 
 Store::Store(Store&&) noexcept = default;
@@ -331,7 +274,7 @@ void Store::load(const std::filesystem::path& index, const std::string& name, bo
   } catch (...) {
     failure = std::current_exception();
   }
-  detail::agree(failure, comm, m->rank);
+  detail::agree(failure, comm);
   m->check_same_index(ds->index, index);
   // Phase 2: allocate and fill; on any failure every rank drops its window (a collective).
   // An allocation that fails on every rank alike (what MPI libraries do: the window is one
@@ -342,7 +285,7 @@ void Store::load(const std::filesystem::path& index, const std::string& name, bo
   } catch (...) {
     failure = std::current_exception();
   }
-  detail::agree(failure, comm, m->rank);
+  detail::agree(failure, comm);
   const bool windowed = ds->window.get() != MPI_WIN_NULL;
   if (windowed) ds->window.lock_all();
   try {
@@ -352,7 +295,7 @@ void Store::load(const std::filesystem::path& index, const std::string& name, bo
   }
   // Syncs around the agreeing collective order every rank's fill before any direct read.
   if (windowed) ds->window.sync();
-  detail::agree(failure, comm, m->rank);
+  detail::agree(failure, comm);
   if (windowed) ds->window.sync();
   if (m->shared) {
     ds->direct = ds->window.shared_bases(m->size);
@@ -361,7 +304,8 @@ void Store::load(const std::filesystem::path& index, const std::string& name, bo
     ds->direct.assign(static_cast<std::size_t>(m->size), nullptr);
     ds->direct[static_cast<std::size_t>(m->rank)] = ds->region.data();
   }
-  m->register_fabric(*ds);
+  if (m->fabric) ds->registration = m->fabric->expose(ds->region, ds->layouts, ds->direct, ds->table.targets.remotes);
+  ds->build_routes(m->options.settings);
   m->datasets.push_back(std::move(ds));
 }
 
@@ -369,231 +313,54 @@ const Index& Store::index(const std::string& name) const {
   return m->find(name).index;
 }
 
-struct Store::Reader::State {
-  State(const detail::EmbeddedDataset& data_, const Store::State& store)
-      : data(&data_),
-        comm(store.comm.get()),
-        self(store.rank),
-        map{&data->index, &data->plan, &data->layouts[static_cast<std::size_t>(self)],
-            data->region},
-        // No window (fabric): transfer() gives it only this rank's rows, copied.
-        rma(data->window.get(), data->direct),
-        all_to_all(comm, store.options.max_round_bytes),
-        gpu(store.options.settings.get_string("gpu.path")) {
-    for (std::size_t r = 0; r < data->direct.size(); ++r) {
-      direct_regions.emplace_back(data->direct[r], data->direct[r] ? data->layouts[r].total_bytes() : 0);
-    }
-#if DDSTAGE_HAVE_FABRIC
-    const auto remote = [](const detail::FabricRemote& r) { return !r.peer.address_hex.empty(); };
-    // With every rank addressed directly (one rank, or a shared window) there is nothing to
-    // read over the network: the RMA path's memcpy serves.
-    if (store.fabric && std::any_of(data->remotes.begin(), data->remotes.end(), remote)) {
-      local.emplace("local", direct_regions);
-      fabric.emplace(detail::FabricOptions::from(store.options.settings), data->remotes);
-    }
-#endif
-  }
-
-  /// Reads the planned batch: over libfabric (and memcpy for directly addressed ranks) when
-  /// the Store was made with it, else MPI RMA.
-  void transfer(detail::BatchTimer& timer);
-  /// Empty when every rank's region is addressed directly; else why rows cannot go straight
-  /// to device memory.
-  std::string why_not_direct() const;
-
-  /// Turns ids into reads at the caller's positions; a run of consecutive samples of one rank
-  /// is one read.
-  void plan_reads(uint32_t field, std::span<const uint64_t> ids, std::byte* dest);
-  /// The checks get_batch_collective agrees on before any row moves; the field's id.
-  uint32_t check_collective(const std::string& field, std::span<const uint64_t> ids,
-                            std::size_t dest_bytes) const;
-
-  const detail::EmbeddedDataset* data;
-  MPI_Comm comm;
-  int self;
-  detail::ShardMap map;
-  detail::MpiRmaTransport rma;
-  detail::MpiAllToAll all_to_all;
-  std::vector<detail::ReadOp> reads;  // reused across batches
-  detail::GpuDestination gpu;
-  std::vector<std::span<const std::byte>> direct_regions;  // by rank, for direct device copies
-#if DDSTAGE_HAVE_FABRIC
-  std::optional<detail::CopyTransport> local;
-  std::optional<detail::FabricTransport> fabric;
-  std::vector<detail::ReadOp> local_reads, fabric_reads;
-#endif
-};
-
-void Store::Reader::State::transfer(detail::BatchTimer& timer) {
-#if DDSTAGE_HAVE_FABRIC
-  if (fabric) {
-    local_reads.clear();
-    fabric_reads.clear();
-    for (const auto& op : reads) (data->direct[static_cast<std::size_t>(op.rank)] ? local_reads : fabric_reads).push_back(op);
-    if (!fabric_reads.empty()) {
-      timer.path("fabric");
-      fabric->post(fabric_reads);
-      timer.mark(ProfileStage::post);
-    }
-    if (!local_reads.empty()) timer.path("local");
-    local->post(local_reads);
-    timer.mark(ProfileStage::copy);
-    if (!fabric_reads.empty()) {
-      fabric->wait();
-      timer.mark(ProfileStage::completion_wait);
-    }
-    return;
-  }
-#endif
-  // MPI_Get and the shared window's memcpy interleave in one pass: a shared window (every
-  // rank direct) is all copy, anything else counts as posting.
-  const bool all_direct = std::all_of(reads.begin(), reads.end(), [this](const detail::ReadOp& op) {
-    return data->direct[static_cast<std::size_t>(op.rank)] != nullptr;
-  });
-  timer.path(all_direct ? "local" : "mpi-rma");
-  rma.post(reads);
-  timer.mark(all_direct ? ProfileStage::copy : ProfileStage::post);
-  rma.wait();
-  timer.mark(ProfileStage::completion_wait);
+Reader Store::reader(const std::string& name) const {
+  const detail::EmbeddedDataset& ds = m->find(name);
+  // The reader must not outlive the Store (documented): it shares the dataset without owning it.
+  return Reader(std::make_unique<detail::BatchReader>(std::shared_ptr<const detail::RouteSource>(std::shared_ptr<void>(), &ds)));
 }
 
-std::string Store::Reader::State::why_not_direct() const {
-  for (std::size_t r = 0; r < data->direct.size(); ++r) {
-    if (!data->direct[r]) {
-      return fmt::format("rank {}'s rows come with MPI_Get or libfabric into host memory (direct needs "
-                         "every rank on one node with direct_on_node)",
-                         r);
-    }
-  }
-  return {};
-}
+namespace {
 
-void Store::Reader::State::plan_reads(uint32_t field, std::span<const uint64_t> ids,
-                                      std::byte* dest) {
-  reads.clear();
-  const FieldInfo& info = data->index.fields()[field];
-  int rank = 0;
-  ShardRange range;
-  for (uint64_t id : ids) {
-    // Ids usually come in runs of one rank: look the owner up only when one leaves its range.
-    if (id < range.first || id >= range.last) {
-      rank = data->plan.owner(id);
-      range = data->plan.range(rank);
-    }
-    const uint64_t bytes = info.variable ? data->index.entry(id, field).length : info.row_bytes;
-    if (bytes == 0) continue;
-    detail::append_read(reads, {data->layouts[static_cast<std::size_t>(rank)].row_offset(id, field),
-                                bytes, dest, rank});
-    dest += bytes;
-  }
-}
-
-uint32_t Store::Reader::State::check_collective(const std::string& field,
-                                                std::span<const uint64_t> ids,
-                                                std::size_t dest_bytes) const {
-  const uint32_t f = detail::field_of(data->index, field);
-  detail::check_ids(data->index, ids);
-  const uint64_t need = detail::bytes_of(data->index, f, ids);
+/// The checks get_batch_collective agrees on before any row moves; the field's id.
+uint32_t check_collective(const Index& index, const std::string& field, std::span<const uint64_t> ids,
+                          std::size_t dest_bytes) {
+  const uint32_t f = detail::field_of(index, field);
+  detail::check_ids(index, ids);
+  const uint64_t need = detail::bytes_of(index, f, ids);
   if (dest_bytes != need) {
-    throw UsageError(
-        fmt::format("destination holds {} bytes; the batch needs {}", dest_bytes, need));
+    throw UsageError(fmt::format("destination holds {} bytes; the batch needs {}", dest_bytes, need));
   }
   // MPI counts and displacements are int: a rank's whole batch must fit one.
   if (need > static_cast<uint64_t>(INT_MAX) || ids.size() > static_cast<std::size_t>(INT_MAX)) {
     throw UsageError(
-        fmt::format("a collective batch of {} ids, {} bytes is too large (under 2 GiB per rank "
-                    "per call): split it",
+        fmt::format("a collective batch of {} ids, {} bytes is too large (under 2 GiB per rank per call): split it",
                     ids.size(), need));
   }
   return f;
 }
 
-Store::Reader Store::reader(const std::string& name) const {
-  return Reader(std::make_unique<Reader::State>(m->find(name), *m));
-}
+}  // namespace
 
-Store::Reader::Reader(std::unique_ptr<State> state) : m(std::move(state)) {}
-Store::Reader::Reader(Reader&&) noexcept = default;
-Store::Reader& Store::Reader::operator=(Reader&&) noexcept = default;
-Store::Reader::~Reader() = default;
-
-uint64_t Store::Reader::batch_bytes(const std::string& field, std::span<const uint64_t> ids) const {
-  const Index& index = m->data->index;
-  const uint32_t f = detail::field_of(index, field);
-  detail::check_ids(index, ids);
-  return detail::bytes_of(index, f, ids);
-}
-
-void Store::Reader::row_sizes(const std::string& field, std::span<const uint64_t> ids,
-                              std::span<uint64_t> sizes) const {
-  detail::row_sizes_of(m->data->index, field, ids, sizes);
-}
-
-void Store::Reader::get_batch(const std::string& field, std::span<const uint64_t> ids,
-                              std::span<std::byte> dest, bool verify) {
-  detail::BatchTimer timer;
-  const Index& index = m->data->index;
-  const uint32_t f = detail::field_of(index, field);
-  detail::check_ids(index, ids);
-  if (const uint64_t need = detail::bytes_of(index, f, ids); dest.size() != need) {
-    throw UsageError(
-        fmt::format("destination holds {} bytes; the batch needs {}", dest.size(), need));
-  }
-  m->plan_reads(f, ids, dest.data());
-  timer.mark(ProfileStage::other);
-  m->transfer(timer);
-  if (verify) detail::verify_rows(index, m->data->plan, f, ids, dest.data());
-  timer.finish(ids.size(), dest.size());
-}
-
-void Store::Reader::get_batch(const std::string& field, std::span<const uint64_t> ids,
-                              const DeviceBuffer& dest, bool verify) {
-  detail::BatchTimer timer;
-  const Index& index = m->data->index;
-  const uint32_t f = detail::field_of(index, field);
-  detail::check_ids(index, ids);
-  m->gpu.begin(dest, detail::bytes_of(index, f, ids));
-  if (m->gpu.choose(m->why_not_direct()) == GpuPath::staged) {
-    timer.path("gpu staged");
-    bool replaced = false;
-    const auto host = m->gpu.bounce(dest.bytes, &replaced);
-#if DDSTAGE_HAVE_FABRIC
-    if (replaced && m->fabric) m->fabric->forget_destinations();
-#endif
-    m->plan_reads(f, ids, host.data());
-    timer.mark(ProfileStage::other);
-    m->transfer(timer);
-    if (verify) {
-      detail::verify_rows(index, m->data->plan, f, ids, host.data());
-      timer.mark(ProfileStage::other);  // not the GPU copy that follows
-    }
-    m->gpu.finish_staged(dest);
-  } else {
-    timer.path("gpu direct");
-    m->plan_reads(f, ids, static_cast<std::byte*>(dest.ptr));
-    timer.mark(ProfileStage::other);
-    m->gpu.copy_direct(m->reads, m->direct_regions, dest);
-    if (verify) detail::verify_rows(index, m->data->plan, f, ids, m->gpu.copy_back(dest).data());
-  }
-  timer.finish(ids.size(), dest.bytes);
-}
-
-void Store::Reader::get_batch_collective(const std::string& field, std::span<const uint64_t> ids,
-                                         std::span<std::byte> dest) {
-  // Every rank must take part in every exchange, so bad input anywhere stops all ranks here,
-  // before the first all-to-all.
+void Store::get_batch_collective(const std::string& name, const std::string& field, std::span<const uint64_t> ids,
+                                 std::span<std::byte> dest) {
+  // Every rank must take part in every exchange, so bad input anywhere (a dataset not loaded
+  // included) stops all ranks here, before the first all-to-all.
+  detail::EmbeddedDataset* ds = nullptr;
   uint32_t f = 0;
   std::exception_ptr failure;
   try {
-    f = m->check_collective(field, ids, dest.size());
+    ds = &m->find(name);
+    f = check_collective(ds->index, field, ids, dest.size());
+    if (!ds->exchange) ds->exchange.emplace(m->comm.get(), m->options.max_round_bytes);
   } catch (...) {
     failure = std::current_exception();
   }
   detail::BatchTimer timer;
-  detail::agree(failure, m->comm, m->self);
+  detail::agree(failure, m->comm.get());
   timer.mark(ProfileStage::other);
   timer.path("mpi-alltoall");
-  m->all_to_all.exchange(m->map, f, ids, dest.data());
+  const detail::ShardMap map{&ds->index, &ds->plan, &ds->layouts[static_cast<std::size_t>(m->rank)], ds->region};
+  ds->exchange->exchange(map, f, ids, dest.data());
   timer.mark(ProfileStage::completion_wait);
   timer.finish(ids.size(), dest.size());
 }

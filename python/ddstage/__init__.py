@@ -133,10 +133,14 @@ class Client:
 class EmbeddedDataset(Dataset):
     """A dataset of an embedded Store: also reads collectively (every rank at once)."""
 
+    def __init__(self, store, name):
+        super().__init__(name, store.samples(name), store.fields(name), lambda: store.reader(name))
+        self._store = store
+
     def get_batch_collective(self, field, ids, out=None):
         """Collective over the Store's ranks: each rank passes its own ids (possibly none) and
         gets its rows, exchanged all-to-all in bounded rounds."""
-        return self._reader().get_batch_collective(field, ids, out=out)
+        return self._store.get_batch_collective(self.name, self._reader(), field, ids, out=out)
 
 
 class Store:
@@ -177,8 +181,7 @@ class Store:
 
     def dataset(self, name):
         """A loaded dataset; its readers read other ranks' rows with MPI one-sided gets."""
-        store = self._store
-        return EmbeddedDataset(name, store.samples(name), store.fields(name), lambda: store.reader(name))
+        return EmbeddedDataset(self._store, name)
 
     def close(self):
         """Collective: frees every dataset's window; readers refuse to read afterwards."""

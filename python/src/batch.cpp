@@ -8,10 +8,13 @@ namespace ddstage::python {
 
 py::dtype numpy_dtype(DType t) {
   switch (t) {
-    case DType::bytes: return py::dtype("uint8");
-    case DType::boolean: return py::dtype("bool");
+    case DType::bytes:
+      return py::dtype("uint8");
+    case DType::boolean:
+      return py::dtype("bool");
     // Every other canonical name is numpy's own spelling.
-    default: return py::dtype(std::string(dtype_name(t)));
+    default:
+      return py::dtype(std::string(dtype_name(t)));
   }
 }
 
@@ -24,7 +27,8 @@ uint64_t unit_bytes(const FieldInfo& info) {
   uint64_t unit = dtype_size(info.dtype);
   for (uint64_t d : info.shape) unit *= d;
   if (unit == 0) {
-    throw IndexError(fmt::format("field '{}' has an empty element shape", info.name), {.field = info.name});
+    throw IndexError(fmt::format("field '{}' has an empty element shape", info.name),
+                     {.field = info.name});
   }
   return unit;
 }
@@ -33,14 +37,15 @@ py::array_t<int64_t> as_ids(const py::handle& ids) {
   py::array array = py::array::ensure(ids);
   if (!array) throw UsageError("ids must be a sequence of integer sample ids");
   if (array.ndim() != 1) {
-    throw UsageError(fmt::format("ids must be a one-dimensional sequence of sample ids, not {} dimensions",
-                                 array.ndim()));
+    throw UsageError(fmt::format(
+        "ids must be a one-dimensional sequence of sample ids, not {} dimensions", array.ndim()));
   }
   // An empty list becomes a float64 array: no id is no id, whatever its dtype.
   if (array.size() == 0) return py::array_t<int64_t>(0);
   const char kind = array.dtype().kind();
   if (kind != 'i' && kind != 'u') {
-    throw UsageError(fmt::format("ids must be integers, not {}", py::str(array.dtype()).cast<std::string>()));
+    throw UsageError(
+        fmt::format("ids must be integers, not {}", py::str(array.dtype()).cast<std::string>()));
   }
   auto ints = py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(array);
   const int64_t* id = ints.data();
@@ -50,7 +55,8 @@ py::array_t<int64_t> as_ids(const py::handle& ids) {
   return ints;
 }
 
-py::array destination(const py::object& out, uint64_t bytes, const FieldInfo& field, uint64_t rows) {
+py::array destination(const py::object& out, uint64_t bytes, const FieldInfo& field,
+                      uint64_t rows) {
   if (out.is_none()) {
     std::vector<py::ssize_t> shape{static_cast<py::ssize_t>(rows)};
     for (uint64_t d : field.shape) shape.push_back(static_cast<py::ssize_t>(d));
@@ -58,9 +64,11 @@ py::array destination(const py::object& out, uint64_t bytes, const FieldInfo& fi
     // The array comes from the shape, the copy from the index's row sizes: Index::open made
     // them agree, and a disagreement is damage, never a write past the array.
     if (static_cast<uint64_t>(array.nbytes()) != bytes) {
-      throw IndexError(fmt::format("field '{}' has rows of shape {} but this batch is {} bytes; the index is damaged",
-                                   field.name, py::str(py::tuple(py::cast(field.shape))).cast<std::string>(), bytes),
-                       {.field = field.name});
+      throw IndexError(
+          fmt::format(
+              "field '{}' has rows of shape {} but this batch is {} bytes; the index is damaged",
+              field.name, py::str(py::tuple(py::cast(field.shape))).cast<std::string>(), bytes),
+          {.field = field.name});
     }
     return array;
   }
@@ -72,31 +80,54 @@ py::array destination(const py::object& out, uint64_t bytes, const FieldInfo& fi
   if (!(array.flags() & py::array::c_style)) throw UsageError("out must be C-contiguous");
   if (!array.writeable()) throw UsageError("out must be writable");
   if (static_cast<uint64_t>(array.nbytes()) != bytes) {
-    throw UsageError(fmt::format("out holds {} bytes; this batch of field '{}' is {} bytes", array.nbytes(),
-                                 field.name, bytes),
+    throw UsageError(fmt::format("out holds {} bytes; this batch of field '{}' is {} bytes",
+                                 array.nbytes(), field.name, bytes),
                      {.field = field.name});
   }
   return array;
 }
 
-py::array_t<int64_t> offsets_of(std::span<const uint64_t> sizes, uint64_t unit, const std::string& field) {
+py::array_t<int64_t> offsets_of(std::span<const uint64_t> sizes, uint64_t unit,
+                                const std::string& field) {
   py::array_t<int64_t> offsets(static_cast<py::ssize_t>(sizes.size() + 1));
   int64_t* o = offsets.mutable_data();
   o[0] = 0;
   for (std::size_t i = 0; i < sizes.size(); ++i) {
     if (sizes[i] % unit != 0) {
-      throw IndexError(fmt::format("a row of field '{}' holds {} bytes, not a whole number of {}-byte elements",
-                                   field, sizes[i], unit),
-                       {.field = field});
+      throw IndexError(
+          fmt::format("a row of field '{}' holds {} bytes, not a whole number of {}-byte elements",
+                      field, sizes[i], unit),
+          {.field = field});
     }
     o[i + 1] = o[i] + static_cast<int64_t>(sizes[i] / unit);
   }
   return offsets;
 }
 
-void throw_busy() {
-  throw UsageError("this reader is busy in another thread: a reader belongs to one thread (take one per "
-                   "thread with reader())");
+std::unique_lock<std::mutex> PyReader::claim() {
+  if (check_open) check_open();
+  std::unique_lock lock(busy, std::try_to_lock);
+  if (!lock.owns_lock()) {
+    throw UsageError(
+        "this reader is busy in another thread: a reader belongs to one thread (take one per "
+        "thread with reader())");
+  }
+  return lock;
+}
+
+uint64_t batch_bytes(PyReader& r, const std::string& field, const py::handle& ids_obj) {
+  if (r.check_open) r.check_open();
+  auto ids = as_ids(ids_obj);
+  return r.reader.batch_bytes(field, id_span(ids));
+}
+
+py::array_t<uint64_t> row_sizes(PyReader& r, const std::string& field, const py::handle& ids_obj) {
+  if (r.check_open) r.check_open();
+  auto ids = as_ids(ids_obj);
+  py::array_t<uint64_t> sizes(ids.size());
+  r.reader.row_sizes(field, id_span(ids),
+                     {sizes.mutable_data(), static_cast<std::size_t>(ids.size())});
+  return sizes;
 }
 
 }  // namespace ddstage::python

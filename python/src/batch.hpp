@@ -1,8 +1,9 @@
-// What every Python reader shares (served Client readers and embedded Store readers): ids from
+// The Python Reader (served Client readers and embedded Store readers are one Reader): ids from
 // any int sequence, batches read straight into numpy arrays with the GIL released.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <span>
 #include <string>
@@ -11,6 +12,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include "ddstage/client.hpp"
 #include "ddstage/index.hpp"
 
 namespace ddstage::python {
@@ -43,59 +45,47 @@ py::array destination(const py::object& out, uint64_t bytes, const FieldInfo& fi
 
 /// Row starts of a variable batch counted in units, the total last. A row that is not a whole
 /// number of units is an IndexError (the index and its manifest disagree).
-py::array_t<int64_t> offsets_of(std::span<const uint64_t> sizes, uint64_t unit, const std::string& field);
+py::array_t<int64_t> offsets_of(std::span<const uint64_t> sizes, uint64_t unit,
+                                const std::string& field);
 
-[[noreturn]] void throw_busy();
+/// The one Reader binding, for served and embedded datasets alike: behind a lock that is only
+/// ever tried (a Reader belongs to one thread, and two Python threads sharing one get a
+/// UsageError instead of corrupting its scratch), with an optional check that what it reads
+/// from is still open (an embedded Store closed before MPI_Finalize).
+struct PyReader {
+  PyReader(Reader r, const Index& i, std::function<void()> check_open = {})
+      : reader(std::move(r)), index(&i), check_open(std::move(check_open)) {}
 
-/// A reader behind a lock that is only ever tried: a Reader belongs to one thread, and two
-/// Python threads sharing one get a UsageError instead of corrupting its scratch.
-template <class R>
-struct Guarded {
-  Guarded(R r, const Index& i) : reader(std::move(r)), index(&i) {}
+  /// The reader for one call: UsageError when another thread holds it or its store is closed.
+  std::unique_lock<std::mutex> claim();
 
-  std::unique_lock<std::mutex> claim() {
-    std::unique_lock lock(busy, std::try_to_lock);
-    if (!lock.owns_lock()) throw_busy();
-    return lock;
-  }
-
-  R reader;
+  Reader reader;
   const Index* index;  // owned by what the reader keeps alive
+  std::function<void()> check_open;
   std::mutex busy;
 };
 
 /// Total bytes of field for ids (repeats counted).
-template <class R>
-uint64_t batch_bytes(Guarded<R>& g, const std::string& field, const py::handle& ids_obj) {
-  auto ids = as_ids(ids_obj);
-  return g.reader.batch_bytes(field, id_span(ids));
-}
-
+uint64_t batch_bytes(PyReader& r, const std::string& field, const py::handle& ids);
 /// Per-id byte sizes of field, as a uint64 array.
-template <class R>
-py::array_t<uint64_t> row_sizes(Guarded<R>& g, const std::string& field, const py::handle& ids_obj) {
-  auto ids = as_ids(ids_obj);
-  py::array_t<uint64_t> sizes(ids.size());
-  g.reader.row_sizes(field, id_span(ids), {sizes.mutable_data(), static_cast<std::size_t>(ids.size())});
-  return sizes;
-}
+py::array_t<uint64_t> row_sizes(PyReader& r, const std::string& field, const py::handle& ids);
 
 /// Fixed rows: an array (len(ids), *shape). Variable rows: (data, offsets), data of shape
 /// (total, *shape) and int64 offsets (len(ids) + 1) counted along data's first axis.
-/// read(reader, ids, dest) does the reading, without the GIL.
-template <class R, class Read>
-py::object get_batch(Guarded<R>& g, const std::string& field, const py::handle& ids_obj,
+/// read(ids, dest) does the reading, without the GIL; r sizes the batch.
+template <class Read>
+py::object get_batch(PyReader& r, const std::string& field, const py::handle& ids_obj,
                      const py::object& out, Read&& read) {
+  auto lock = r.claim();  // first: a closed store's index is gone
   auto ids = as_ids(ids_obj);
   const auto span = id_span(ids);
-  const FieldInfo& info = field_info(*g.index, field);
-  auto lock = g.claim();
-  const uint64_t bytes = g.reader.batch_bytes(field, span);
+  const FieldInfo& info = field_info(*r.index, field);
+  const uint64_t bytes = r.reader.batch_bytes(field, span);
   uint64_t rows = span.size();
   py::object offsets = py::none();
   if (info.variable) {
     std::vector<uint64_t> sizes(span.size());
-    g.reader.row_sizes(field, span, sizes);
+    r.reader.row_sizes(field, span, sizes);
     auto starts = offsets_of(sizes, unit_bytes(info), field);
     rows = static_cast<uint64_t>(starts.at(span.size()));
     offsets = std::move(starts);
@@ -103,7 +93,7 @@ py::object get_batch(Guarded<R>& g, const std::string& field, const py::handle& 
   py::array dest = destination(out, bytes, info, rows);
   {
     py::gil_scoped_release released;
-    read(g.reader, span, std::span<std::byte>(static_cast<std::byte*>(dest.mutable_data()), bytes));
+    read(span, std::span<std::byte>(static_cast<std::byte*>(dest.mutable_data()), bytes));
   }
   if (!info.variable) return dest;
   return py::make_tuple(dest, offsets);

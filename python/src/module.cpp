@@ -61,8 +61,6 @@ std::vector<FieldInfo> fields_of(const Index& index) {
   return {index.fields().begin(), index.fields().end()};
 }
 
-using ClientReader = Guarded<Reader>;
-
 /// The store directory a Client without one reads: the `store` setting (DDSTAGE_STORE, as for
 /// the CLI's --store), or a UsageError saying how to name one.
 std::filesystem::path store_of(const Settings& settings) {
@@ -74,25 +72,26 @@ std::filesystem::path store_of(const Settings& settings) {
   return dir;
 }
 
-void bind_client(py::module_& m) {
-  py::class_<ClientReader>(m, "Reader", "Reads batches of one served dataset; one per thread.")
-      .def("batch_bytes", &batch_bytes<Reader>, py::arg("field"), py::arg("ids"))
-      .def("row_sizes", &row_sizes<Reader>, py::arg("field"), py::arg("ids"))
+void bind_reader(py::module_& m) {
+  py::class_<PyReader>(m, "Reader", "Reads batches of one dataset, served or embedded; one per thread.")
+      .def("batch_bytes", &batch_bytes, py::arg("field"), py::arg("ids"))
+      .def("row_sizes", &row_sizes, py::arg("field"), py::arg("ids"))
       .def(
           "get_batch",
-          [](ClientReader& g, const std::string& field, const py::handle& ids, const py::object& out,
-             bool verify) {
-            return get_batch(g, field, ids, out, [&](Reader& r, auto span, auto dest) {
-              r.get_batch(field, span, dest, verify);
-            });
+          [](PyReader& r, const std::string& field, const py::handle& ids, const py::object& out, bool verify) {
+            return get_batch(r, field, ids, out,
+                             [&](auto span, auto dest) { r.reader.get_batch(field, span, dest, verify); });
           },
           py::arg("field"), py::arg("ids"), py::arg("out") = py::none(), py::arg("verify") = false);
+}
+
+void bind_client(py::module_& m) {
 
   py::class_<Dataset>(m, "Dataset", "A dataset of a running store.")
       .def_property_readonly("name", &Dataset::name)
       .def_property_readonly("samples", [](const Dataset& d) { return d.index().samples(); })
       .def_property_readonly("fields", [](const Dataset& d) { return fields_of(d.index()); })
-      .def("reader", [](const Dataset& d) { return std::make_unique<ClientReader>(d.reader(), d.index()); });
+      .def("reader", [](const Dataset& d) { return std::make_unique<PyReader>(d.reader(), d.index()); });
 
   py::class_<Client>(m, "Client", "A client of a store started by `ddstage serve`; needs no MPI.")
       .def(py::init([](const std::optional<std::filesystem::path>& store,
@@ -154,6 +153,7 @@ PYBIND11_MODULE(_ddstage, m) {
   m.attr("HAVE_MPI") = bool(DDSTAGE_HAVE_MPI);
   bind_errors(m);
   bind_field(m);
+  bind_reader(m);
   bind_client(m);
   bind_profile(m);
 #if DDSTAGE_HAVE_MPI

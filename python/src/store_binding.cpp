@@ -25,54 +25,14 @@ struct StoreHandle {
   }
 };
 
-struct StoreReader {
-  StoreReader(std::shared_ptr<StoreHandle> h, Store::Reader r, const Index& index)
-      : owner(std::move(h)), guarded(std::move(r), index) {}
-
-  Guarded<Store::Reader>& get() {
-    owner->get();
-    return guarded;
-  }
-
-  std::shared_ptr<StoreHandle> owner;
-  Guarded<Store::Reader> guarded;
-};
-
-void bind_reader(py::module_& m) {
-  py::class_<StoreReader>(m, "StoreReader", "Reads batches of one embedded dataset; one per thread.")
-      .def("batch_bytes", [](StoreReader& r, const std::string& field,
-                             const py::handle& ids) { return batch_bytes(r.get(), field, ids); },
-           py::arg("field"), py::arg("ids"))
-      .def("row_sizes", [](StoreReader& r, const std::string& field,
-                           const py::handle& ids) { return row_sizes(r.get(), field, ids); },
-           py::arg("field"), py::arg("ids"))
-      .def(
-          "get_batch",
-          [](StoreReader& r, const std::string& field, const py::handle& ids, const py::object& out,
-             bool verify) {
-            return get_batch(r.get(), field, ids, out, [&](Store::Reader& reader, auto span, auto dest) {
-              reader.get_batch(field, span, dest, verify);
-            });
-          },
-          py::arg("field"), py::arg("ids"), py::arg("out") = py::none(), py::arg("verify") = false)
-      .def(
-          "get_batch_collective",
-          [](StoreReader& r, const std::string& field, const py::handle& ids, const py::object& out) {
-            return get_batch(r.get(), field, ids, out, [&](Store::Reader& reader, auto span, auto dest) {
-              reader.get_batch_collective(field, span, dest);
-            });
-          },
-          py::arg("field"), py::arg("ids"), py::arg("out") = py::none());
-}
-
 }  // namespace
 
 void bind_store(py::module_& m) {
-  bind_reader(m);
   const StoreOptions defaults;
-  py::class_<StoreHandle, std::shared_ptr<StoreHandle>>(m, "Store", "The embedded store of an MPI job.")
-      .def(py::init([](int fortran_comm, uint64_t max_round_bytes, bool direct_on_node, bool allow_stale,
-                       uint64_t mem_limit, const std::string& transport,
+  py::class_<StoreHandle, std::shared_ptr<StoreHandle>>(m, "Store",
+                                                        "The embedded store of an MPI job.")
+      .def(py::init([](int fortran_comm, uint64_t max_round_bytes, bool direct_on_node,
+                       bool allow_stale, uint64_t mem_limit, const std::string& transport,
                        const std::map<std::string, std::string>& settings) {
              auto handle = std::make_shared<StoreHandle>();
              StoreOptions options{.max_round_bytes = max_round_bytes,
@@ -86,8 +46,9 @@ void bind_store(py::module_& m) {
              return handle;
            }),
            py::arg("fortran_comm"), py::arg("max_round_bytes") = defaults.max_round_bytes,
-           py::arg("direct_on_node") = defaults.direct_on_node, py::arg("allow_stale") = defaults.allow_stale,
-           py::arg("mem_limit") = defaults.mem_limit, py::arg("transport") = defaults.transport,
+           py::arg("direct_on_node") = defaults.direct_on_node,
+           py::arg("allow_stale") = defaults.allow_stale, py::arg("mem_limit") = defaults.mem_limit,
+           py::arg("transport") = defaults.transport,
            py::arg("settings") = std::map<std::string, std::string>{})
       .def_property_readonly("rank", [](StoreHandle& h) { return h.get().rank(); })
       .def_property_readonly("size", [](StoreHandle& h) { return h.get().size(); })
@@ -95,7 +56,8 @@ void bind_store(py::module_& m) {
       .def_property_readonly("closed", [](const StoreHandle& h) { return !h.store; })
       .def(
           "load",
-          [](StoreHandle& h, const std::filesystem::path& index, const std::string& name, bool verify) {
+          [](StoreHandle& h, const std::filesystem::path& index, const std::string& name,
+             bool verify) {
             Store& store = h.get();
             {
               py::gil_scoped_release released;
@@ -104,8 +66,10 @@ void bind_store(py::module_& m) {
             return name.empty() ? Index::open(index).manifest().name : name;
           },
           py::arg("index"), py::arg("name") = "", py::arg("verify") = false)
-      .def("samples", [](StoreHandle& h, const std::string& name) { return h.get().index(name).samples(); },
-           py::arg("name"))
+      .def(
+          "samples",
+          [](StoreHandle& h, const std::string& name) { return h.get().index(name).samples(); },
+          py::arg("name"))
       .def(
           "fields",
           [](StoreHandle& h, const std::string& name) {
@@ -117,9 +81,22 @@ void bind_store(py::module_& m) {
           "reader",
           [](const std::shared_ptr<StoreHandle>& h, const std::string& name) {
             Store& store = h->get();
-            return std::make_unique<StoreReader>(h, store.reader(name), store.index(name));
+            return std::make_unique<PyReader>(store.reader(name), store.index(name),
+                                              [h] { h->get(); });
           },
           py::arg("name"))
+      .def(
+          "get_batch_collective",
+          [](StoreHandle& h, const std::string& name, PyReader& sizes, const std::string& field,
+             const py::handle& ids, const py::object& out) {
+            Store& store = h.get();
+            return get_batch(sizes, field, ids, out, [&](auto span, auto dest) {
+              store.get_batch_collective(name, field, span, dest);
+            });
+          },
+          py::arg("name"), py::arg("reader"), py::arg("field"), py::arg("ids"),
+          py::arg("out") = py::none(),
+          "Collective: reader (one of this dataset's) sizes the batch and is held for the call.")
       .def("close", [](StoreHandle& h) {
         py::gil_scoped_release released;
         h.store.reset();

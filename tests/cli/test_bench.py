@@ -459,4 +459,5 @@ def test_bench_store_profile(ddstage, tmp_path):
     assert (off["dims"]["profile"], on["dims"]["profile"]) == ("off", "on")
     assert off["dims"]["batch"] == on["dims"]["batch"] == 128 and off["rows"] == on["rows"] == 6 * 32
     assert on["x_off_min"] > 0 and on["x_off_mean"] > 0
-    assert "profile overhead" in proc.stdout and "completion_wait" in proc.stdout
+    # A shared window is all memcpy: the stage table shows copies and names the shm path.
+    assert "profile overhead" in proc.stdout and "\ncopy " in proc.stdout and "paths: shm" in proc.stdout

@@ -193,7 +193,7 @@ void test_gpu(const fs::path& dir) {
   const auto with_path = [](const char* path) {
     return Settings::resolve({{"gpu.path", path}}, {}, std::nullopt, false);
   };
-  const auto device_batch = [&](Store::Reader& reader, const std::string& field, const Ids& ids) {
+  const auto device_batch = [&](Reader& reader, const std::string& field, const Ids& ids) {
     const auto bytes = reader.batch_bytes(field, ids);
     DeviceAllocation memory(0, std::max<uint64_t>(bytes, 1));
     memory.fill(std::byte{0xEE}, memory.buffer().bytes);
@@ -228,7 +228,7 @@ void test_collective(Store& store, const Index& index, int trials) {
       Ids ids = random_batch(rng, plan, 32 + 16 * static_cast<std::size_t>(g_rank));
       if (trial == 1 && g_rank == g_size - 1) ids.clear();
       Bytes got(reader.batch_bytes(field, ids));
-      reader.get_batch_collective(field, ids, got);
+      store.get_batch_collective("d", field, ids, got);
       CHECK(got == origin_batch(index, field, ids));
     }
   }
@@ -243,10 +243,13 @@ void test_bad_input(Store& store) {
   check_throws<UsageError>([&] { (void)store.reader("missing"); }, "missing");
   // Bad ids on the last rank only: every rank learns of it before any row moves.
   const Ids ids = g_rank == g_size - 1 ? Ids{samples + 5} : Ids{1};
-  check_throws<UsageError>([&] { reader.get_batch_collective("x", ids, row); }, "out of range");
+  check_throws<UsageError>([&] { store.get_batch_collective("d", "x", ids, row); }, "out of range");
+  // A dataset one rank does not know is bad input like any other: every rank throws.
+  const std::string name = g_rank == g_size - 1 ? "missing" : "d";
+  check_throws<UsageError>([&] { store.get_batch_collective(name, "x", Ids{1}, row); }, "no dataset 'missing'");
   // ...and the ranks are still in step afterwards.
   Bytes got(x_bytes);
-  reader.get_batch_collective("x", Ids{static_cast<uint64_t>(g_rank)}, got);
+  store.get_batch_collective("d", "x", Ids{static_cast<uint64_t>(g_rank)}, got);
   CHECK(got == origin_batch(store.index("d"), "x", Ids{static_cast<uint64_t>(g_rank)}));
 }
 

@@ -17,10 +17,16 @@
 namespace ddstage {
 
 class Dataset;
+class Store;
+namespace detail {
+class BatchReader;
+struct ServedDataset;
+}  // namespace detail
 
-/// Per-thread reader of one dataset: owns its transport state, shares no lock with other
-/// readers. get_batch groups ids by owner rank, coalesces adjacent rows and copies them into
-/// the caller's buffer in the caller's order.
+/// Per-thread reader of one dataset, of a served store (Dataset::reader) or an embedded one
+/// (Store::reader): owns its transport state, shares no lock with other readers. get_batch
+/// groups ids by owner rank, coalesces adjacent rows and copies them into the caller's buffer
+/// in the caller's order.
 class Reader {
  public:
   Reader(Reader&&) noexcept;
@@ -34,7 +40,8 @@ class Reader {
   void row_sizes(const std::string& field, std::span<const uint64_t> ids, std::span<uint64_t> sizes) const;
   /// Reads the rows of ids (any order, repeats allowed) into dest, concatenated in the order
   /// asked; dest.size() must equal batch_bytes(). With verify, each row's checksum is checked
-  /// against the index (ChecksumError naming sample and field). Every rank the batch touches
+  /// against the index (ChecksumError naming sample, field and rank). Bad input is a
+  /// UsageError before anything is read. Served store only: every rank the batch touches
   /// is checked once per call, before anything is copied: a rank whose process is gone fails
   /// with a run-time Error naming rank, pid and host. Ranks read over libfabric that make no
   /// progress for read_timeout fail the batch naming them; a rank on another host that serves
@@ -59,9 +66,9 @@ class Reader {
 
  private:
   friend class Dataset;
-  struct State;
-  explicit Reader(std::unique_ptr<State> state);
-  std::unique_ptr<State> m;
+  friend class Store;
+  explicit Reader(std::unique_ptr<detail::BatchReader> reader);
+  std::unique_ptr<detail::BatchReader> m;
 };
 
 /// A dataset of a running store: its index and the mapped shard regions of every rank.
@@ -78,9 +85,8 @@ class Dataset {
 
  private:
   friend class Client;
-  struct State;
-  explicit Dataset(std::shared_ptr<State> state);
-  std::shared_ptr<State> m;
+  explicit Dataset(std::shared_ptr<const detail::ServedDataset> data);
+  std::shared_ptr<const detail::ServedDataset> m;
 };
 
 /// A client of a store served by `ddstage serve`: reads DIR/store.yaml, maps same-node

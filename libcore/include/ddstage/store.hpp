@@ -9,6 +9,7 @@
 #include <span>
 #include <string>
 
+#include "ddstage/client.hpp"
 #include "ddstage/device_buffer.hpp"
 #include "ddstage/index.hpp"
 #include "ddstage/settings.hpp"
@@ -61,8 +62,6 @@ struct StoreOptions {
 /// itself (load, reader()) and get_batch_collective are for one thread per rank at a time.
 class Store {
  public:
-  class Reader;
-
   /// comm as its Fortran handle (MPI_Comm_c2f), so that this header needs no mpi.h: C++ apps
   /// use make_store(MPI_Comm) from ddstage/mpi.hpp. UsageError when MPI is not initialised or
   /// options are out of range.
@@ -87,55 +86,26 @@ class Store {
   void load(const std::filesystem::path& index, const std::string& name = "", bool verify = false);
   /// A loaded dataset's index; UsageError listing the loaded names when there is none.
   const Index& index(const std::string& name) const;
-  /// A reader of a loaded dataset for the calling thread; it must not outlive the Store.
+  /// A reader of a loaded dataset for the calling thread; it must not outlive the Store. The
+  /// same Reader a Client's Dataset gives: this rank's rows (every rank's, with direct_on_node
+  /// on one node) are copied, other ranks' rows fetched with MPI_Get (one get per run of
+  /// consecutive samples of one rank, one flush per batch) or libfabric (transport "fabric").
+  /// Its device get_batch goes direct only when every rank of the batch is addressed directly
+  /// (one rank, or direct_on_node on one node); other rows are staged through its pinned
+  /// host buffer. Bad input is a UsageError before anything is read.
   Reader reader(const std::string& name) const;
 
- private:
-  struct State;
-  std::unique_ptr<State> m;
-};
-
-/// Per-thread reader of one dataset of a Store: owns its scratch and shares no lock.
-class Store::Reader {
- public:
-  Reader(Reader&&) noexcept;
-  Reader& operator=(Reader&&) noexcept;
-  ~Reader();
-
-  /// Total bytes of field for ids (repeats counted); UsageError for an unknown field or id.
-  uint64_t batch_bytes(const std::string& field, std::span<const uint64_t> ids) const;
-  /// Per-id sizes of field, for variable-length rows (sizes.size() == ids.size()).
-  void row_sizes(const std::string& field, std::span<const uint64_t> ids,
-                 std::span<uint64_t> sizes) const;
-
-  /// One-sided: reads the rows of ids (any order, repeats allowed) into dest, concatenated in
-  /// the order asked; dest.size() must equal batch_bytes(). This rank's rows (every rank's,
-  /// with direct_on_node on one node) are copied, other ranks' rows fetched with MPI_Get (one
-  /// get per run of consecutive samples of one rank), completed by one flush per batch. With
-  /// verify, every row's checksum is checked against the index (ChecksumError naming sample, field
-  /// and rank). Bad input is a UsageError before anything is read.
-  void get_batch(const std::string& field, std::span<const uint64_t> ids, std::span<std::byte> dest,
-                 bool verify = false);
-  /// The same into device memory, by options.settings' `gpu.path` (see Client's Reader):
-  /// direct needs every rank's rows addressed directly (one rank, or direct_on_node on one
-  /// node): rows fetched with MPI_Get or libfabric are staged through this reader's pinned
-  /// host buffer. One event wait on dest.stream per batch.
-  void get_batch(const std::string& field, std::span<const uint64_t> ids, const DeviceBuffer& dest,
-                 bool verify = false);
-
   /// Collective over the Store's ranks: every rank calls it at the same point with its own ids
-  /// (possibly none) and gets them as get_batch would. Requests are exchanged all-to-all, owners
-  /// pack their rows and the rows travel back in rounds of at most max_round_bytes sent per
-  /// rank. Bad input on any rank (unknown field, id out of range, wrong dest size, a batch of
-  /// 2 GiB or more) is a UsageError thrown on every rank before any row moves. One thread per
-  /// rank at a time.
-  void get_batch_collective(const std::string& field, std::span<const uint64_t> ids,
+  /// (possibly none) for dataset `name` and gets them as Reader::get_batch would. Requests are
+  /// exchanged all-to-all, owners pack their rows and the rows travel back in rounds of at most
+  /// max_round_bytes sent per rank. Bad input on any rank (dataset not loaded, unknown field, id
+  /// out of range, wrong dest size, a batch of 2 GiB or more) is a UsageError thrown on every
+  /// rank before any row moves. One thread per rank at a time.
+  void get_batch_collective(const std::string& name, const std::string& field, std::span<const uint64_t> ids,
                             std::span<std::byte> dest);
 
  private:
-  friend class Store;
   struct State;
-  explicit Reader(std::unique_ptr<State> state);
   std::unique_ptr<State> m;
 };
 

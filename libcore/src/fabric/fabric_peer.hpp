@@ -12,6 +12,12 @@ namespace ddstage::detail {
 struct FabricPeer {
   std::string provider;     ///< exact provider name the server runs ("tcp;ofi_rxm"); readers use the same
   std::string address_hex;  ///< fi_getname bytes as lower-case hex
+
+  /// Its fields for mpi/wire_bytes.hpp, when ranks exchange it.
+  template <class Self, class Fields>
+  static void fields(Self& self, Fields& f) {
+    f(self.provider, self.address_hex);
+  }
 };
 
 /// One registered region of a server rank.
@@ -20,6 +26,11 @@ struct FabricRegionInfo {
   uint64_t base = 0;   ///< address of the region's first byte as readers name it: its virtual
                        ///< address under FI_MR_VIRT_ADDR, else 0 (offsets into the registration)
   uint64_t bytes = 0;  ///< length of the region
+
+  template <class Self, class Fields>
+  static void fields(Self& self, Fields& f) {
+    f(self.key, self.base, self.bytes);
+  }
 };
 
 /// Everything a FabricTransport needs about one rank it reads from.

@@ -106,19 +106,6 @@ bool all_ok(bool ok, MPI_Comm comm) {
   return all == 1;
 }
 
-std::optional<RankFailure> first_failure(const std::string& failure, MPI_Comm comm) {
-  // The common case, everyone fine, costs one small allreduce; texts travel only on failure.
-  if (all_ok(failure.empty(), comm)) return std::nullopt;
-  std::string first;
-  const auto failures = gather_strings(failure, comm);
-  for (std::size_t r = 0; r < failures.size() && first.empty(); ++r) {
-    if (!failures[r].empty()) first = std::to_string(r) + " " + failures[r];
-  }
-  first = bcast_string(first, comm);
-  const auto space = first.find(' ');
-  return RankFailure{std::stoi(first.substr(0, space)), first.substr(space + 1)};
-}
-
 void barrier_gently(MPI_Comm comm) {
   MPI_Request request;
   mpi_check(MPI_Ibarrier(comm, &request), "MPI_Ibarrier");

@@ -43,15 +43,6 @@ double max_over_ranks(double v, MPI_Comm comm);
 /// cores to the ranks at work.
 void barrier_gently(MPI_Comm comm);
 
-/// A rank's failure, as every rank learns it from first_failure.
-struct RankFailure {
-  int rank = 0;
-  std::string text;
-};
-/// Collective: nullopt on every rank when `failure` is empty on every rank; otherwise the
-/// lowest failing rank and its text, on every rank (so all ranks can throw the same error).
-std::optional<RankFailure> first_failure(const std::string& failure, MPI_Comm comm);
-
 /// Throws Error naming the MPI call and its error string (and context, e.g. the target rank)
 /// when rc is not MPI_SUCCESS.
 void mpi_check(int rc, const char* call, ErrorContext context = {});

@@ -1,4 +1,4 @@
-#include "transport/mpi_all_to_all.hpp"
+#include "read/collective_exchange.hpp"
 
 #include <algorithm>
 #include <cstring>
@@ -19,7 +19,7 @@ void prefix(const std::vector<int>& counts, std::vector<int>& displs) {
 
 }  // namespace
 
-MpiAllToAll::MpiAllToAll(MPI_Comm comm, uint64_t max_round_bytes)
+CollectiveExchange::CollectiveExchange(MPI_Comm comm, uint64_t max_round_bytes)
     : m_comm(comm), m_cap(max_round_bytes) {
   MPI_Comm_rank(comm, &m_self);
   MPI_Comm_size(comm, &m_size);
@@ -29,19 +29,19 @@ MpiAllToAll::MpiAllToAll(MPI_Comm comm, uint64_t max_round_bytes)
   }
 }
 
-uint64_t MpiAllToAll::row_bytes(uint32_t field, uint64_t id) const {
+uint64_t CollectiveExchange::row_bytes(uint32_t field, uint64_t id) const {
   const FieldInfo& info = m_map->index->fields()[field];
   return info.variable ? m_map->index->entry(id, field).length : info.row_bytes;
 }
 
-uint64_t MpiAllToAll::rows_bytes(uint32_t field, const uint64_t* ids, int rows) const {
+uint64_t CollectiveExchange::rows_bytes(uint32_t field, const uint64_t* ids, int rows) const {
   uint64_t bytes = 0;
   for (int i = 0; i < rows; ++i) bytes += row_bytes(field, ids[i]);
   return bytes;
 }
 
-void MpiAllToAll::exchange(const ShardMap& map, uint32_t field, std::span<const uint64_t> ids,
-                           std::byte* dest) {
+void CollectiveExchange::exchange(const ShardMap& map, uint32_t field,
+                                  std::span<const uint64_t> ids, std::byte* dest) {
   m_map = &map;
   send_requests(field, ids);
   const int rounds = plan_rounds(field);
@@ -50,7 +50,7 @@ void MpiAllToAll::exchange(const ShardMap& map, uint32_t field, std::span<const 
   for (int k = 0; k < rounds; ++k) run_round(k, field, dest);
 }
 
-void MpiAllToAll::send_requests(uint32_t field, std::span<const uint64_t> ids) {
+void CollectiveExchange::send_requests(uint32_t field, std::span<const uint64_t> ids) {
   // Group ids by owner (a counting sort keeps each owner's ids in caller order) and note
   // where each row lands in dest, so arriving rows are placed without searching.
   std::fill(m_ask_count.begin(), m_ask_count.end(), 0);
@@ -81,7 +81,7 @@ void MpiAllToAll::send_requests(uint32_t field, std::span<const uint64_t> ids) {
       "MPI_Alltoallv");
 }
 
-int MpiAllToAll::plan_rounds(uint32_t field) {
+int CollectiveExchange::plan_rounds(uint32_t field) {
   // Greedy: a round takes requested rows until the next one would pass the cap; a row larger
   // than the cap goes alone. Each owner starts with a different requester, so one round's
   // rows spread over the receivers instead of all going to rank 0.
@@ -115,7 +115,7 @@ int MpiAllToAll::plan_rounds(uint32_t field) {
   return rounds;
 }
 
-void MpiAllToAll::run_round(int round, uint32_t field, std::byte* dest) {
+void CollectiveExchange::run_round(int round, uint32_t field, std::byte* dest) {
   const auto base = static_cast<std::size_t>(round) * static_cast<std::size_t>(m_size);
   for (std::size_t r = 0; r < m_out_rows.size(); ++r) {
     m_out_rows[r] =
@@ -140,7 +140,7 @@ void MpiAllToAll::run_round(int round, uint32_t field, std::byte* dest) {
   unpack(field, dest);
 }
 
-void MpiAllToAll::pack(uint32_t field) {
+void CollectiveExchange::pack(uint32_t field) {
   int at = 0;
   for (int r = 0; r < m_size; ++r) {
     m_out_displ[r] = at;
@@ -164,7 +164,7 @@ void MpiAllToAll::pack(uint32_t field) {
   }
 }
 
-void MpiAllToAll::unpack(uint32_t field, std::byte* dest) {
+void CollectiveExchange::unpack(uint32_t field, std::byte* dest) {
   const std::byte* in = m_in.data();
   for (int o = 0; o < m_size; ++o) {
     const auto first = static_cast<std::size_t>(m_ask_displ[o] + m_got[o]);

@@ -47,8 +47,8 @@ inline uint64_t bytes_of(const Index& index, uint32_t field, std::span<const uin
 }
 
 /// Per-id sizes of a field: what a caller sizes variable-length destinations with.
-inline void row_sizes_of(const Index& index, const std::string& field, std::span<const uint64_t> ids,
-                         std::span<uint64_t> sizes) {
+inline void row_sizes_of(const Index& index, const std::string& field,
+                         std::span<const uint64_t> ids, std::span<uint64_t> sizes) {
   const uint32_t f = field_of(index, field);
   if (sizes.size() != ids.size()) {
     throw UsageError(fmt::format("sizes holds {} values for {} ids", sizes.size(), ids.size()));

@@ -1,5 +1,5 @@
-// The collective half of the `mpi` transport: every rank asks, owners pack, rows travel back
-// all-to-all in bounded rounds.
+// get_batch_collective's engine: not a Transport (no one-sided reads) but a collective reader in
+// which every rank asks, owners pack, and rows travel back all-to-all in bounded rounds.
 #pragma once
 
 #include <mpi.h>
@@ -25,10 +25,10 @@ struct ShardMap {
 
 /// Collective get_batch over a communicator. One per Reader (its vectors are reused, so a
 /// warm exchange allocates nothing); all ranks call exchange() together.
-class MpiAllToAll {
+class CollectiveExchange {
  public:
   /// max_round_bytes: most bytes this rank sends in one round, 1 .. INT_MAX.
-  MpiAllToAll(MPI_Comm comm, uint64_t max_round_bytes);
+  CollectiveExchange(MPI_Comm comm, uint64_t max_round_bytes);
 
   /// Rows of field for ids (checked by every rank: in range, dest sized bytes_of, under 2 GiB)
   /// into dest in the caller's order.

@@ -1,0 +1,90 @@
+// The one batch reader: planning, transfer, host and device destinations, verify and profile,
+// over a route table. Client readers and embedded Store readers are both this.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "batch_timer.hpp"
+#include "ddstage/device_buffer.hpp"
+#include "gpu/gpu_destination.hpp"
+#include "read/route_table.hpp"
+#include "transport/transport.hpp"
+
+namespace ddstage::detail {
+
+/// How a reader gets its own instance of a transport: open_transport, or a test's stand-in.
+using OpenTransport = std::unique_ptr<Transport> (*)(TransportId, const TransportTargets&,
+                                                     const Settings&);
+
+/// One per thread. Opens one transport per kind the routes use; scratch vectors are reused
+/// across batches, so a warm reader allocates nothing per call.
+class BatchReader {
+ public:
+  explicit BatchReader(std::shared_ptr<const RouteSource> source,
+                       OpenTransport open = open_transport);
+  BatchReader(const BatchReader&) = delete;
+  BatchReader& operator=(const BatchReader&) = delete;
+  ~BatchReader();
+
+  /// Total bytes of `field` for ids; UsageError for an unknown field or id.
+  uint64_t batch_bytes(const std::string& field, std::span<const uint64_t> ids) const;
+  void row_sizes(const std::string& field, std::span<const uint64_t> ids,
+                 std::span<uint64_t> sizes) const;
+  /// The rows of ids into dest (sized batch_bytes) in the order asked; with verify checked
+  /// against the index's checksums.
+  void get_batch(const std::string& field, std::span<const uint64_t> ids, std::span<std::byte> dest,
+                 bool verify);
+  /// The same into device memory, staged through a pinned buffer or copied straight from the
+  /// mapped regions, by gpu.path.
+  void get_batch(const std::string& field, std::span<const uint64_t> ids, const DeviceBuffer& dest,
+                 bool verify);
+
+ private:
+  /// One transport and the reads planned for it this batch.
+  struct Lane {
+    TransportId id;
+    std::unique_ptr<Transport> transport;
+    std::vector<ReadOp> reads;
+    bool copies;  // reads complete in post (memcpy): counted as copy time, not posting
+  };
+  static constexpr std::size_t max_lanes = 3;  // one per TransportId
+  static constexpr uint8_t no_lane = 0xff;
+
+  void open_lanes(OpenTransport open);
+  /// Every touched rank reachable and (served store) still serving, before anything is read.
+  void check_owners();
+  [[noreturn]] void throw_unreachable(int rank) const;
+  /// Turns ids (checked) into reads at the caller's positions, noting the ranks the batch
+  /// touches; a run of consecutive samples of one rank is one read (append_read). Reads
+  /// nothing: check_owners comes next.
+  void plan_reads(uint32_t field, std::span<const uint64_t> ids, std::byte* dest);
+  /// Moves and verifies a planned batch in host memory.
+  void transfer(uint32_t field, std::span<const uint64_t> ids, std::span<std::byte> dest,
+                bool verify, BatchTimer& timer);
+  /// Posts every lane (network reads first, so copies run while they are in flight), then
+  /// completes them; every way out passes through the lanes' InFlight guards.
+  void move_rows(BatchTimer& timer);
+  std::string why_not_direct() const;
+  GpuDestination& gpu();
+
+  std::shared_ptr<const RouteSource> m_source;
+  const RouteTable& m_table;
+  std::unique_ptr<RouteWatch> m_watch;
+  std::array<Lane, max_lanes> m_lanes;
+  std::size_t m_lane_count = 0;
+  std::size_t m_copy_lane = max_lanes;  // the lane of mapped regions (shm), if any
+  std::vector<uint8_t> m_lane_of;       // per rank
+  std::vector<uint8_t> m_touched;       // per rank; all zero between batches
+  std::vector<int> m_owners;            // ranks the current batch touches
+  std::optional<GpuDestination> m_gpu;
+  std::vector<std::span<const std::byte>> m_regions;  // per rank, for direct device copies
+};
+
+}  // namespace ddstage::detail

@@ -1,0 +1,77 @@
+// How a reader reaches every rank of a dataset: the one place where the served Client and the
+// embedded Store differ for reads, as data (which transport, which mapped region) plus a small
+// hook for what only a served store needs (its ranks' liveness, a dataset withdrawn).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "ddstage/error.hpp"
+#include "ddstage/index.hpp"
+#include "ddstage/settings.hpp"
+#include "ddstage/shard_layout.hpp"
+#include "ddstage/shard_plan.hpp"
+#include "transport/transport_registry.hpp"
+
+namespace ddstage::detail {
+
+/// Why a rank cannot be read from this process: the error a batch that needs it throws.
+struct Unreachable {
+  ErrorKind kind = ErrorKind::usage;
+  std::string why;
+};
+
+/// How one rank's rows are reached.
+struct Route {
+  ShardRange range;
+  /// The transport that reads this rank; nullopt when none does (then `unreachable` says why).
+  std::optional<TransportId> via;
+  Unreachable unreachable;
+  /// Where each row lies in the rank's region, computed from the index (never from the region
+  /// itself, which another process wrote): every read stays inside layout->total_bytes().
+  const ShardLayout* layout = nullptr;
+  /// The region mapped into this process (at least layout->total_bytes() long), for copies
+  /// straight into device memory; empty when rows come over a network transport.
+  std::span<const std::byte> mapped;
+  /// Why rows of this rank cannot go straight to device memory (empty when mapped).
+  std::string why_not_direct;
+};
+
+/// What every reader of a dataset shares, read-only once built: readers on many threads use it
+/// without a lock.
+struct RouteTable {
+  const Index* index = nullptr;
+  const ShardPlan* plan = nullptr;
+  std::vector<Route> routes;  ///< by rank
+  TransportTargets targets;   ///< what each reader's transports are opened on
+  Settings settings;          ///< fabric.*, read_timeout, gpu.path
+};
+
+/// What a served store adds to a batch, per reader (it may keep per-batch scratch). The
+/// embedded Store has none: its ranks live and die with the job.
+class RouteWatch {
+ public:
+  virtual ~RouteWatch() = default;
+  /// Once per batch, before anything is read, for the ranks it touches: throws when one of
+  /// them cannot serve any more (its process gone, the dataset withdrawn).
+  virtual void check(std::span<const int> owners) = 0;
+  /// After a batch's transfer threw `error`: throws a better explanation when there is one (a
+  /// rank that died, a dataset replaced), else returns and the error stands.
+  virtual void explain(const Error& error, std::chrono::steady_clock::time_point started) = 0;
+};
+
+/// Where a reader's routes come from: keeps the table alive for as long as a reader reads.
+class RouteSource {
+ public:
+  virtual ~RouteSource() = default;
+  virtual const RouteTable& routes() const noexcept = 0;
+  /// A new watch for one reader; null when there is nothing to watch.
+  virtual std::unique_ptr<RouteWatch> watch() const { return nullptr; }
+};
+
+}  // namespace ddstage::detail

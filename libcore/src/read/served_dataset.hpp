@@ -1,0 +1,59 @@
+// A dataset of a store served by `ddstage serve`, as its readers reach it: the routes a Client
+// builds at open, and the watch over the server ranks' processes and segments that a served
+// store needs and an embedded one does not.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ddstage/file_descriptor.hpp"
+#include "ddstage/index.hpp"
+#include "ddstage/shard_layout.hpp"
+#include "ddstage/shard_plan.hpp"
+#include "ddstage/shm_segment.hpp"
+#include "ddstage/store_descriptor.hpp"
+#include "read/route_table.hpp"
+
+namespace ddstage::detail {
+
+/// One server rank as this process knows it, beside its route.
+struct ServedRank {
+  RankInfo info;
+  bool on_this_host = false;
+  ShmSegment segment;      // mapped when read through shm, on this host, alive at open
+  FileDescriptor process;  // pidfd of the rank's process (this host), when the kernel gives one
+
+  bool mapped() const noexcept { return segment.bytes().data() != nullptr; }
+};
+
+/// Built by Client::open, read-only afterwards, so readers on many threads share it without a
+/// lock.
+struct ServedDataset final : RouteSource {
+  ServedDataset(std::string name_, std::filesystem::path store_, Index index_, ShardPlan plan_);
+  ServedDataset(const ServedDataset&) = delete;  // the table points into it
+  ServedDataset& operator=(const ServedDataset&) = delete;
+
+  const RouteTable& routes() const noexcept override { return table; }
+  /// Watches the ranks' processes and segments for one reader.
+  std::unique_ptr<RouteWatch> watch() const override;
+
+  std::string name;
+  std::filesystem::path store;  // the store directory, for error messages
+  Index index;
+  ShardPlan plan;
+  std::vector<ShardLayout> layouts;  // by rank, from the index
+  std::vector<ServedRank> ranks;     // by rank
+  // Per rank, as store.yaml named them at open: a replace publishes new names.
+  std::vector<std::string> segments;
+  RouteTable table;
+};
+
+/// Why `data` is no longer served as it was, from a fresh look at store.yaml; empty when the
+/// store still lists the segments the reader mapped.
+std::string why_withdrawn(const ServedDataset& data);
+
+}  // namespace ddstage::detail

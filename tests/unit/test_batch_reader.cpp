@@ -1,0 +1,235 @@
+// The batch reader over a route table built in this process: planning (coalescing, the
+// caller's order), unreachable routes, a route watch, and a transport that fails mid-batch,
+// through a test transport of our own (the reader's side of "in flight by construction": the
+// transports' own tests inject failures into the real backends).
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <filesystem>
+
+#include "ddstage/error.hpp"
+#include "ddstage/shard_layout.hpp"
+#include "ddstage/shard_loader.hpp"
+#include "read/batch_reader.hpp"
+#include "test_support.hpp"
+
+using namespace ddstage;
+using namespace ddstage::detail;
+using Catch::Contains;
+
+namespace {
+
+constexpr uint64_t samples = 40;
+
+uint64_t size_of(uint64_t i) {
+  return (i * 37) % 300 + 1;
+}
+
+/// Reads of the ranks routed over "fabric": posts are recorded and land only in wait(), as an
+/// RDMA read lands after its post; fail_wait makes wait() throw with the reads still pending.
+class TestTransport final : public Transport {
+ public:
+  explicit TestTransport(std::span<const std::byte> region) : m_region(region) {}
+  std::string_view name() const noexcept override { return "fabric"; }
+  void post(std::span<const ReadOp> reads) override {
+    pending.insert(pending.end(), reads.begin(), reads.end());
+  }
+  void wait() override {
+    if (fail_wait) throw TransportError("read failed halfway", {.rank = 1}, false);
+    land();
+  }
+  void quiesce() noexcept override {
+    ++quiesced;
+    pending.clear();  // cancelled: none of them may land any more
+  }
+  void land() {
+    for (const ReadOp& op : pending) std::memcpy(op.dest, m_region.data() + op.offset, op.bytes);
+    posted.insert(posted.end(), pending.begin(), pending.end());
+    pending.clear();
+  }
+
+  std::vector<ReadOp> pending, posted;
+  bool fail_wait = false;
+  int quiesced = 0;
+
+ private:
+  std::span<const std::byte> m_region;
+};
+
+/// Records what the reader asks of the watch; refuses batches of rank `refuse`.
+class TestWatch final : public RouteWatch {
+ public:
+  void check(std::span<const int> owners) override {
+    for (int r : owners) {
+      if (r == refuse) throw Error(ErrorKind::runtime, "rank " + std::to_string(r) + " is gone");
+    }
+  }
+  void explain(const Error& error, std::chrono::steady_clock::time_point) override {
+    explained = error.what();
+  }
+
+  int refuse = -1;
+  std::string explained;
+};
+
+/// Two ranks' shards filled from a real flattened dataset: rank 0 read through shm (memcpy
+/// from its mapped region), rank 1 through TestTransport, or unreachable.
+struct TwoRanks final : RouteSource {
+  explicit TwoRanks(const test::TempDir& dir, bool rank1_reachable = true)
+      : index(make_index(dir)), plan(ShardPlan::balance(index, 2)) {
+    table.index = &index;
+    table.plan = &plan;
+    table.settings = Settings::resolve({}, {}, std::nullopt, false);
+    for (int r = 0; r < 2; ++r) {
+      layouts.emplace_back(index, plan.range(r));
+      regions.emplace_back(layouts.back().total_bytes());
+      fill_shard(index, layouts.back(), regions.back());
+    }
+    table.targets.mapped = {regions[0], {}};
+    table.routes.resize(2);
+    for (int r = 0; r < 2; ++r) table.routes[r] = {.range = plan.range(r), .layout = &layouts[r]};
+    table.routes[0].via = TransportId::shm;
+    table.routes[0].mapped = regions[0];
+    if (rank1_reachable) table.routes[1].via = TransportId::fabric;
+    table.routes[1].unreachable = {ErrorKind::usage, "rank 1 is on the far side"};
+  }
+
+  static Index make_index(const test::TempDir& dir) {
+    for (uint64_t i = 0; i < samples; ++i) {
+      test::write_file(dir / "src" / (std::to_string(1000 + i) + ".bin"),
+                       test::pattern_bytes(size_of(i), i));
+    }
+    return test::flatten_to(dir / "v.ddx", test::request_for({dir / "src"}));
+  }
+
+  const RouteTable& routes() const noexcept override { return table; }
+  std::unique_ptr<RouteWatch> watch() const override {
+    auto w = std::make_unique<TestWatch>();
+    last_watch = w.get();
+    return w;
+  }
+
+  Index index;
+  ShardPlan plan;
+  std::vector<ShardLayout> layouts;
+  std::vector<std::vector<std::byte>> regions;
+  RouteTable table;
+  mutable TestWatch* last_watch = nullptr;
+};
+
+// The reader opens its transports through this: the real shm transport, the test one for fabric.
+TwoRanks* g_ranks = nullptr;
+TestTransport* g_remote = nullptr;
+
+std::unique_ptr<Transport> open_for_test(TransportId id, const TransportTargets& targets,
+                                         const Settings& settings) {
+  if (id != TransportId::fabric) return open_transport(id, targets, settings);
+  auto t = std::make_unique<TestTransport>(g_ranks->regions[1]);
+  g_remote = t.get();
+  return t;
+}
+
+std::vector<std::byte> expected(std::initializer_list<uint64_t> ids) {
+  std::vector<std::byte> out;
+  for (uint64_t id : ids) {
+    const auto row = test::pattern_bytes(size_of(id), id);
+    out.insert(out.end(), row.begin(), row.end());
+  }
+  return out;
+}
+
+struct Fixture {
+  explicit Fixture(bool rank1_reachable = true)
+      : ranks(std::make_shared<TwoRanks>(dir, rank1_reachable)) {
+    g_ranks = ranks.get();
+    g_remote = nullptr;
+    reader.emplace(ranks, open_for_test);
+  }
+  std::vector<std::byte> read(std::vector<uint64_t> ids, bool verify = false) {
+    std::vector<std::byte> dest(reader->batch_bytes(field(), ids), std::byte{0xEE});
+    reader->get_batch(field(), ids, dest, verify);
+    return dest;
+  }
+
+  const std::string& field() const { return ranks->index.fields()[0].name; }
+
+  test::TempDir dir;
+  std::shared_ptr<TwoRanks> ranks;
+  std::optional<BatchReader> reader;
+};
+
+}  // namespace
+
+TEST_CASE("batch reader: rows of both routes land in the caller's order, runs coalesced",
+          "[batch_reader]") {
+  Fixture f;
+  const uint64_t a = f.ranks->plan.range(1).first;
+  CHECK(f.read({0, 1, 2, a, a + 1, a + 2, 3}, true) == expected({0, 1, 2, a, a + 1, a + 2, 3}));
+  // One remote read for the run a..a+2: consecutive samples of one rank, back to back in dest.
+  REQUIRE(g_remote->posted.size() == 1);
+  CHECK(g_remote->posted[0].bytes == size_of(a) + size_of(a + 1) + size_of(a + 2));
+  CHECK(g_remote->posted[0].rank == 1);
+  g_remote->posted.clear();
+  // Repeats and reversed runs are separate reads: the region or dest does not continue.
+  CHECK(f.read({a, a + 1, a, a + 1, a + 2, a + 1}) == expected({a, a + 1, a, a + 1, a + 2, a + 1}));
+  CHECK(g_remote->posted.size() == 3);
+  CHECK(g_remote->quiesced == 0);
+}
+
+TEST_CASE("batch reader: a batch that touches only the mapped rank posts nothing remote",
+          "[batch_reader]") {
+  Fixture f;
+  CHECK(f.read({5, 4, 5}) == expected({5, 4, 5}));
+  CHECK(g_remote->posted.empty());
+}
+
+TEST_CASE("batch reader: a wrong destination size is refused before anything is posted",
+          "[batch_reader]") {
+  Fixture f;
+  const uint64_t a = f.ranks->plan.range(1).first;
+  std::vector<std::byte> dest(size_of(a) + 1);
+  const std::vector<uint64_t> ids{a};
+  CHECK_THROWS_WITH(f.reader->get_batch(f.field(), ids, dest, false),
+                    Contains("destination holds"));
+  CHECK(g_remote->pending.empty());
+  CHECK(g_remote->posted.empty());
+}
+
+TEST_CASE("batch reader: a transport failing mid-batch is quiesced before get_batch throws",
+          "[batch_reader]") {
+  Fixture f;
+  const uint64_t a = f.ranks->plan.range(1).first;
+  g_remote->fail_wait = true;
+  const std::vector<uint64_t> ids{0, a, a + 1};
+  std::vector<std::byte> dest(f.reader->batch_bytes(f.field(), ids), std::byte{0xEE});
+  CHECK_THROWS_AS(f.reader->get_batch(f.field(), ids, dest, false), TransportError);
+  CHECK(g_remote->quiesced == 1);
+  CHECK(f.ranks->last_watch->explained.find("read failed halfway") != std::string::npos);
+  // What was posted can no longer land: the rows of rank 1 stay as the caller left them.
+  g_remote->land();
+  const auto rank1 = std::span(dest).subspan(size_of(0));
+  CHECK(std::all_of(rank1.begin(), rank1.end(), [](std::byte b) { return b == std::byte{0xEE}; }));
+  // The reader is usable afterwards.
+  g_remote->fail_wait = false;
+  CHECK(f.read({a, 0}) == expected({a, 0}));
+}
+
+TEST_CASE("batch reader: an unreachable rank fails only the batches that need it",
+          "[batch_reader]") {
+  Fixture f(/*rank1_reachable=*/false);
+  const uint64_t a = f.ranks->plan.range(1).first;
+  CHECK(g_remote == nullptr);  // no route uses fabric: no transport opened for it
+  CHECK(f.read({1, 0}) == expected({1, 0}));
+  CHECK_THROWS_AS(f.read({0, a}), UsageError);
+  CHECK_THROWS_WITH(f.read({a}), Contains("rank 1 is on the far side"));
+}
+
+TEST_CASE("batch reader: the route watch refuses a batch before anything is read",
+          "[batch_reader]") {
+  Fixture f;
+  const uint64_t a = f.ranks->plan.range(1).first;
+  f.ranks->last_watch->refuse = 1;
+  CHECK(f.read({0}) == expected({0}));
+  CHECK_THROWS_WITH(f.read({0, a}), Contains("rank 1 is gone"));
+  CHECK(g_remote->pending.empty());
+  CHECK(g_remote->posted.empty());
+}
