@@ -13,8 +13,11 @@
 #include "ddstage/error.hpp"
 #include "commands/flatten_cmd.hpp"
 #include "commands/info_cmd.hpp"
+#include "commands/load_cmd.hpp"
 #include "commands/read_cmd.hpp"
-#include "commands/store_cmds.hpp"
+#include "commands/serve_cmd.hpp"
+#include "commands/status_cmd.hpp"
+#include "commands/stop_cmd.hpp"
 #include "commands/wait_cmd.hpp"
 
 namespace {

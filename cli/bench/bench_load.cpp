@@ -13,7 +13,7 @@
 #include "support/json_writer.hpp"
 #include "support/output_file.hpp"
 #include "bench/page_cache.hpp"
-#include "commands/store_cmds.hpp"
+#include "support/store_access.hpp"
 
 namespace ddstage::cli {
 namespace {

@@ -16,7 +16,7 @@
 #include "ddstage/origin_reader.hpp"
 #include "bench/page_cache.hpp"
 #include "support/progress_line.hpp"
-#include "commands/store_cmds.hpp"
+#include "support/store_access.hpp"
 #include "bench/training_loop.hpp"
 #if DDSTAGE_HAVE_HDF5
 #include "ddstage/formats/hdf5_sample_reader.hpp"

@@ -17,7 +17,7 @@
 #include "ddstage/gpu_info.hpp"
 #include "ddstage/profile.hpp"
 #include "ddstage/settings.hpp"
-#include "commands/store_cmds.hpp"
+#include "support/store_access.hpp"
 
 namespace ddstage::cli {
 namespace {

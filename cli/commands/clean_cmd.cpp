@@ -8,7 +8,7 @@
 #include "ddstage/error.hpp"
 #include "ddstage/store_cleanup.hpp"
 #include "support/progress_line.hpp"
-#include "commands/store_cmds.hpp"
+#include "ddstage/store_descriptor.hpp"
 
 namespace ddstage::cli {
 namespace {

@@ -9,7 +9,7 @@
 #include "ddstage/index.hpp"
 #include "ddstage/origin_reader.hpp"
 #include "support/output_file.hpp"
-#include "commands/store_cmds.hpp"
+#include "support/store_access.hpp"
 
 namespace ddstage::cli {
 namespace {

@@ -6,7 +6,7 @@
 
 #include "ddstage/error.hpp"
 #include "ddstage/store_wait.hpp"
-#include "commands/store_cmds.hpp"
+#include "support/store_access.hpp"
 
 namespace ddstage::cli {
 namespace {
@@ -37,9 +37,7 @@ void setup_wait(CLI::App& app, CliContext& ctx) {
   auto opts = std::make_shared<WaitCmdOptions>();
   auto* sub = app.add_subcommand(
       "wait", "Wait until a live store answers at DIR (after `serve &`), then exit 0");
-  sub->add_option(
-      "--store", opts->store,
-      "The store directory (holds store.yaml); default: the setting store (DDSTAGE_STORE)");
+  add_store_option(*sub, opts->store);
   sub->add_option("--timeout", opts->timeout, "Give up (exit 1) after this long: 60s, 500ms, 2m")
       ->capture_default_str();
   sub->add_option("--pid", opts->pid,
