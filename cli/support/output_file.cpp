@@ -46,29 +46,6 @@ fs::path final_target(fs::path path) {
   throw UsageError("output " + path.string() + ": too many levels of symbolic links");
 }
 
-/// Creates a fresh temporary file beside target. The kernel applies the umask to a new name;
-/// a file being replaced keeps its permission bits.
-FileDescriptor create_beside(const std::string& target, const std::string& shown, std::string& tmp) {
-  struct stat st {};
-  const bool replacing = ::stat(target.c_str(), &st) == 0;
-  const mode_t mode = replacing ? (st.st_mode & 07777) : 0666;
-  const auto stem = target + ".partial-" + std::to_string(::getpid());
-  for (int attempt = 0;; ++attempt) {
-    tmp = attempt == 0 ? stem : stem + "-" + std::to_string(attempt);
-    const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode);
-    if (fd >= 0) {
-      if (replacing) ::fchmod(fd, mode);
-      return FileDescriptor(fd, tmp);
-    }
-    // A crashed run with a recycled pid may have left the name behind: try the next one.
-    if (errno != EEXIST || attempt == 100) {
-      const int err = errno;
-      tmp.clear();
-      throw IoError("cannot write " + shown, err, {.file = shown});
-    }
-  }
-}
-
 }  // namespace
 
 OutputFile::OutputFile(const std::string& path) : m_path(path) {
@@ -87,19 +64,20 @@ OutputFile::OutputFile(const std::string& path) : m_path(path) {
     m_fd = FileDescriptor(fd, path);
     return;
   }
-  m_target = final_target(path).string();
-  m_fd = create_beside(m_target, path, m_tmp);
+  m_file.emplace(final_target(path));
 }
 
-OutputFile::~OutputFile() {
-  if (!m_tmp.empty()) ::unlink(m_tmp.c_str());
+void OutputFile::write(std::span<const std::byte> bytes) {
+  if (m_file) {
+    m_file->write(bytes);
+  } else {
+    m_fd.write_all(bytes);
+  }
 }
 
 void OutputFile::commit() {
+  if (m_file) m_fd = m_file->commit();
   m_fd.close();
-  if (m_tmp.empty()) return;
-  if (::rename(m_tmp.c_str(), m_target.c_str()) != 0) throw IoError("cannot write " + m_path, errno, {.file = m_path});
-  m_tmp.clear();
 }
 
 void write_text_file(const std::string& path, std::string_view text) {

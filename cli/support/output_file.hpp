@@ -1,17 +1,19 @@
 // Where a command writes what it produces: `read -o`, `--json`, `--csv`, `--plot`.
 #pragma once
 
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 
+#include "ddstage/atomic_file.hpp"
 #include "ddstage/file_descriptor.hpp"
 
 namespace ddstage::cli {
 
 /// One output path, written the way its kind needs:
-/// - a regular file, a new name, or a symlink (chain) ending at one: written to a temporary file
-///   beside the final target and renamed over it on commit(), so a failed run never leaves a
+/// - a regular file, a new name, or a symlink (chain) ending at one: written as an AtomicFile
+///   beside the final target, renamed over it on commit(), so a failed run never leaves a
 ///   truncated file that looks complete, and a symlink stays a symlink;
 /// - anything else (a character or block device, a FIFO, a socket): written through in place.
 ///   Renaming over it would replace, say, /dev/null with a regular file for every user of the
@@ -24,9 +26,8 @@ class OutputFile {
   explicit OutputFile(const std::string& path);
   OutputFile(const OutputFile&) = delete;
   OutputFile& operator=(const OutputFile&) = delete;
-  ~OutputFile();
 
-  void write(std::span<const std::byte> bytes) { m_fd.write_all(bytes); }
+  void write(std::span<const std::byte> bytes);
   void write(std::string_view text) { write(std::as_bytes(std::span(text.data(), text.size()))); }
   /// Closes the output and, for a regular file, renames it into place; IoError on failure.
   void commit();
@@ -35,8 +36,7 @@ class OutputFile {
 
  private:
   std::string m_path;
-  std::string m_target;  // where the temporary file is renamed to; empty when written in place
-  std::string m_tmp;
+  std::optional<AtomicFile> m_file;  // a regular file; empty when written in place
   FileDescriptor m_fd;
 };
 
