@@ -16,6 +16,7 @@
 
 #include "ddstage/error.hpp"
 #include "ddstage/file_descriptor.hpp"
+#include "ddstage/host_name.hpp"
 #include "support/json_writer.hpp"
 #include "support/output_file.hpp"
 
@@ -70,12 +71,6 @@ std::string cpu_model() {
     }
   }
   return "unknown";
-}
-
-std::string host_name() {
-  char name[256] = {};
-  ::gethostname(name, sizeof name - 1);
-  return name;
 }
 
 std::string csv_field(const std::string& v) {
