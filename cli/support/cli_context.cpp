@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "ddstage/error.hpp"
+#include "ddstage/profile.hpp"
 
 namespace ddstage::cli {
 Settings CliContext::resolve_settings() const {
@@ -23,6 +24,9 @@ Settings CliContext::resolve_settings() const {
   }
   auto settings = Settings::resolve(flags, environment_settings(), path, !config.empty());
   spdlog::set_level(spdlog::level::from_str(settings.get_string("log.level")));  // validated by resolve
+  // DDSTAGE_PROFILE reaches libcore as this setting, for every command, not only those that
+  // open a Client or Store.
+  profile::configure(settings.get_string("profile"));
   return settings;
 }
 
