@@ -12,8 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include <ddstage/client.hpp>
-#include <ddstage/error.hpp>
+#include <ddstage/ddstage.hpp>
 
 namespace {
 
