@@ -30,25 +30,31 @@ struct LoadOptions {
 
 /// The store's progress as ProgressLine draws it: samples estimated from the bytes done.
 ProgressUpdate load_update(const LoadProgress& p, double seconds) {
-  const double fraction = p.bytes_total ? static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total) : 0;
-  return {static_cast<uint64_t>(fraction * static_cast<double>(p.samples_total)), p.samples_total, p.bytes_done,
-          seconds, false};
+  const double fraction =
+      p.bytes_total ? static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total) : 0;
+  return {static_cast<uint64_t>(fraction * static_cast<double>(p.samples_total)), p.samples_total,
+          p.bytes_done, seconds, false};
 }
 
 void run_load(const LoadOptions& opts, const CliContext& ctx) {
   const auto settings = ctx.resolve_settings();
   auto control = store_control(store_dir(opts.store, settings), settings);
-  LoadRequest request{opts.index, opts.name, opts.verify, opts.replace, opts.allow_stale,
-                      parse_mem_limit(opts.mem_limit), opts.streams};
+  LoadRequest request{opts.index,   opts.name,        opts.verify,
+                      opts.replace, opts.allow_stale, parse_mem_limit(opts.mem_limit),
+                      opts.streams};
   const ProgressLine line("load", settings);
   const auto t0 = std::chrono::steady_clock::now();
-  auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
-  if (line.enabled()) request.progress = [&](const LoadProgress& p) { line(load_update(p, elapsed())); };
+  auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  if (line.enabled())
+    request.progress = [&](const LoadProgress& p) { line(load_update(p, elapsed())); };
   LoadResult r;
   try {
     r = control.load(request);
   } catch (...) {
-    if (line.enabled()) fmt::print(stderr, "\n");  // the error line must not overwrite the progress line
+    if (line.enabled())
+      fmt::print(stderr, "\n");  // the error line must not overwrite the progress line
     throw;
   }
   if (line.enabled()) line({r.samples, r.samples, r.bytes, elapsed(), true});
@@ -62,15 +68,22 @@ void run_load(const LoadOptions& opts, const CliContext& ctx) {
 
 void setup_load(CLI::App& app, CliContext& ctx) {
   auto opts = std::make_shared<LoadOptions>();
-  auto* sub = app.add_subcommand("load", "Load a flattened dataset into a running store: each rank reads its shard");
+  auto* sub = app.add_subcommand(
+      "load", "Load a flattened dataset into a running store: each rank reads its shard");
   add_store_option(*sub, opts->store);
-  sub->add_option("dataset", opts->index, "The index directory (DATASET.ddx), readable by every server rank")->required();
+  sub->add_option("dataset", opts->index,
+                  "The index directory (DATASET.ddx), readable by every server rank")
+      ->required();
   sub->add_option("--name", opts->name, "Name in the store (default: the dataset's name)");
   sub->add_flag("--verify", opts->verify, "Check every sample's checksum while loading");
-  sub->add_flag("--replace", opts->replace, "Replace a loaded dataset of the same name (once the new one is loaded)");
+  sub->add_flag("--replace", opts->replace,
+                "Replace a loaded dataset of the same name (once the new one is loaded)");
   sub->add_flag("--allow-stale", opts->allow_stale, "Load sources that changed after flattening");
-  sub->add_option("--mem-limit", opts->mem_limit, "Bytes each rank may hold for this load (default: the server's)");
-  sub->add_option("--streams", opts->streams, "Reader threads per rank, each with large reads in flight (default: the server's)")
+  sub->add_option("--mem-limit", opts->mem_limit,
+                  "Bytes each rank may hold for this load (default: the server's)");
+  sub->add_option(
+         "--streams", opts->streams,
+         "Reader threads per rank, each with large reads in flight (default: the server's)")
       ->check(CLI::Range(1u, max_load_streams));
   sub->callback([opts, &ctx] { run_load(*opts, ctx); });
 }

@@ -25,10 +25,12 @@ void run_serve(const ServeOptions& opts, const CliContext& ctx) {
   const auto dir = store_dir(opts.store, settings);
 #if DDSTAGE_HAVE_MPI
   const auto transport = settings.get_string("transport");
-  run_store_server({dir, opts.listen, transport, parse_mem_limit(opts.mem_limit), std::move(settings)}, ctx.argc,
-                   ctx.argv);
+  run_store_server(
+      {dir, opts.listen, transport, parse_mem_limit(opts.mem_limit), std::move(settings)}, ctx.argc,
+      ctx.argv);
 #else
-  throw UsageError("this ddstage was built without MPI (DDSTAGE_WITH_MPI=OFF): it cannot serve a store");
+  throw UsageError(
+      "this ddstage was built without MPI (DDSTAGE_WITH_MPI=OFF): it cannot serve a store");
 #endif
 }
 
@@ -36,13 +38,18 @@ void run_serve(const ServeOptions& opts, const CliContext& ctx) {
 
 void setup_serve(CLI::App& app, CliContext& ctx) {
   auto opts = std::make_shared<ServeOptions>();
-  auto* sub = app.add_subcommand("serve", "Run a store: one rank per MPI process (mpiexec/srun), until `stop`");
+  auto* sub = app.add_subcommand(
+      "serve", "Run a store: one rank per MPI process (mpiexec/srun), until `stop`");
   add_store_option(*sub, opts->store);
-  sub->add_option("--listen", opts->listen, "Control socket HOST[:PORT] on rank 0 (default: this host's name, any port)");
-  add_setting_option(*sub, ctx, "--transport", "transport",
-                     "What the ranks offer besides shared memory: auto (libfabric when on several hosts), shm, or "
-                     "fabric (setting transport)");
-  sub->add_option("--mem-limit", opts->mem_limit, "Bytes each rank may hold (default: 80% of available memory / ranks on the node)");
+  sub->add_option("--listen", opts->listen,
+                  "Control socket HOST[:PORT] on rank 0 (default: this host's name, any port)");
+  add_setting_option(
+      *sub, ctx, "--transport", "transport",
+      "What the ranks offer besides shared memory: auto (libfabric when on several hosts), shm, or "
+      "fabric (setting transport)");
+  sub->add_option(
+      "--mem-limit", opts->mem_limit,
+      "Bytes each rank may hold (default: 80% of available memory / ranks on the node)");
   sub->callback([opts, &ctx] { run_serve(*opts, ctx); });
 }
 

@@ -23,13 +23,18 @@ struct StatusOptions {
 
 void print_status_json(const StoreStatus& s) {
   JsonWriter j;
-  j.begin_object().field("control", s.control).field("started", s.started).field("healthy", s.error.empty());
+  j.begin_object()
+      .field("control", s.control)
+      .field("started", s.started)
+      .field("healthy", s.error.empty());
   if (!s.error.empty()) j.field("error", s.error);
   if (!s.busy.empty()) j.field("busy", s.busy);
   j.key("ranks").begin_array();
   for (const auto& r : s.ranks) {
     j.begin_object().field("rank", r.info.rank).field("host", r.info.host).field("pid", r.info.pid);
-    j.field("state", std::string(state_name(r.state))).field("memory_used", r.memory_used).field("memory_limit", r.info.memory_limit);
+    j.field("state", std::string(state_name(r.state)))
+        .field("memory_used", r.memory_used)
+        .field("memory_limit", r.info.memory_limit);
     if (r.last_heard >= 0) j.field("last_heard", r.last_heard);
     j.key("transports").begin_array();
     for (const auto& t : r.info.transports) j.value(t);
@@ -37,7 +42,10 @@ void print_status_json(const StoreStatus& s) {
   }
   j.end_array().key("datasets").begin_array();
   for (const auto& d : s.datasets) {
-    j.begin_object().field("name", d.name).field("index", d.index.string()).field("samples", d.samples);
+    j.begin_object()
+        .field("name", d.name)
+        .field("index", d.index.string())
+        .field("samples", d.samples);
     j.key("samples_per_rank").begin_array();
     for (auto n : d.samples_per_rank) j.value(n);
     j.end_array().key("bytes_per_rank").begin_array();
@@ -49,21 +57,24 @@ void print_status_json(const StoreStatus& s) {
 }
 
 void print_status_text(const StoreStatus& s) {
-  fmt::print("store     control {} since {}{}{}\n", s.control, s.started,
-             s.error.empty() ? "" : (s.answered ? "  (UNHEALTHY: " : "  (NOT ANSWERING: ") + s.error + ")",
-             s.busy.empty() ? "" : "  (busy: " + s.busy + "; memory as of before it)");
-  fmt::print("ranks\n  {:<5} {:<20} {:<8} {:<13} {:<12} {:<12} {}\n", "rank", "host", "pid", "state", "memory used",
-             "limit", "transports");
+  fmt::print(
+      "store     control {} since {}{}{}\n", s.control, s.started,
+      s.error.empty() ? "" : (s.answered ? "  (UNHEALTHY: " : "  (NOT ANSWERING: ") + s.error + ")",
+      s.busy.empty() ? "" : "  (busy: " + s.busy + "; memory as of before it)");
+  fmt::print("ranks\n  {:<5} {:<20} {:<8} {:<13} {:<12} {:<12} {}\n", "rank", "host", "pid",
+             "state", "memory used", "limit", "transports");
   for (const auto& r : s.ranks) {
-    fmt::print("  {:<5} {:<20} {:<8} {:<13} {:<12} {:<12} {}\n", r.info.rank, r.info.host, r.info.pid,
-               state_name(r.state), human_bytes(static_cast<double>(r.memory_used)),
-               human_bytes(static_cast<double>(r.info.memory_limit)), fmt::join(r.info.transports, ","));
+    fmt::print("  {:<5} {:<20} {:<8} {:<13} {:<12} {:<12} {}\n", r.info.rank, r.info.host,
+               r.info.pid, state_name(r.state), human_bytes(static_cast<double>(r.memory_used)),
+               human_bytes(static_cast<double>(r.info.memory_limit)),
+               fmt::join(r.info.transports, ","));
   }
   fmt::print("datasets\n");
   if (s.datasets.empty()) fmt::print("  (none loaded)\n");
   for (const auto& d : s.datasets) {
-    fmt::print("  {}: {} samples from {}\n    samples per rank: {}\n    bytes per rank:   {}\n", d.name, d.samples,
-               d.index.string(), fmt::join(d.samples_per_rank, " "), fmt::join(d.bytes_per_rank, " "));
+    fmt::print("  {}: {} samples from {}\n    samples per rank: {}\n    bytes per rank:   {}\n",
+               d.name, d.samples, d.index.string(), fmt::join(d.samples_per_rank, " "),
+               fmt::join(d.bytes_per_rank, " "));
   }
 }
 
@@ -74,7 +85,9 @@ void run_status(const StatusOptions& opts, const CliContext& ctx) {
   opts.json ? print_status_json(status) : print_status_text(status);
   if (!status.error.empty()) {
     throw Error(ErrorKind::runtime,
-                "the store at " + dir + (status.answered ? " has lost a rank: " : " is not answering: ") + status.error);
+                "the store at " + dir +
+                    (status.answered ? " has lost a rank: " : " is not answering: ") +
+                    status.error);
   }
 }
 

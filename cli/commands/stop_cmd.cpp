@@ -24,21 +24,26 @@ void report_stop(const StopResult& r, const std::string& dir) {
   if (r.descriptor_removed) fmt::print("removed {}\n", StoreDescriptor::path_in(dir).string());
   if (!r.stopped.empty()) {
     // Rank 0 silent: say whether stop ended ranks or found them already gone (killed, crashed).
-    const char* how = r.no_answer.empty() ? "" : r.signalled.empty() ? " (already gone: rank 0 did not answer)"
-                                                                      : " (by signal: rank 0 did not answer)";
-    fmt::print("stopped rank{} {} of the store at {}{}\n", r.stopped.size() == 1 ? "" : "s", rank_list(r.stopped), dir,
-               how);
+    const char* how = r.no_answer.empty()   ? ""
+                      : r.signalled.empty() ? " (already gone: rank 0 did not answer)"
+                                            : " (by signal: rank 0 did not answer)";
+    fmt::print("stopped rank{} {} of the store at {}{}\n", r.stopped.size() == 1 ? "" : "s",
+               rank_list(r.stopped), dir, how);
   }
   std::vector<int> missing;
   for (const auto& u : r.unreachable) {
-    const auto heard = u.last_heard >= 0 ? fmt::format(" (last heard {:.0f} s ago)", u.last_heard) : "";
-    fmt::print("rank {} on {}: not reachable{}; it ends itself within peer_timeout; if it was killed, run "
-               "`ddstage clean` on {}\n", u.rank, u.host, heard, u.host);
+    const auto heard =
+        u.last_heard >= 0 ? fmt::format(" (last heard {:.0f} s ago)", u.last_heard) : "";
+    fmt::print(
+        "rank {} on {}: not reachable{}; it ends itself within peer_timeout; if it was killed, run "
+        "`ddstage clean` on {}\n",
+        u.rank, u.host, heard, u.host);
     missing.push_back(u.rank);
   }
   if (!missing.empty()) {
-    throw Error(ErrorKind::runtime, fmt::format("rank{} {} of the store at {} could not be stopped from here",
-                                                missing.size() == 1 ? "" : "s", rank_list(missing), dir));
+    throw Error(ErrorKind::runtime,
+                fmt::format("rank{} {} of the store at {} could not be stopped from here",
+                            missing.size() == 1 ? "" : "s", rank_list(missing), dir));
   }
 }
 

@@ -40,7 +40,9 @@ fs::path final_target(fs::path path) {
     std::error_code ec;
     if (!fs::is_symlink(fs::symlink_status(path, ec))) return path;
     auto link = fs::read_symlink(path, ec);
-    if (ec) throw IoError("cannot read the symlink " + path.string(), ec.value(), {.file = path.string()});
+    if (ec)
+      throw IoError("cannot read the symlink " + path.string(), ec.value(),
+                    {.file = path.string()});
     path = link.is_absolute() ? link : path.parent_path() / link;
   }
   throw UsageError("output " + path.string() + ": too many levels of symbolic links");

@@ -8,7 +8,9 @@
 namespace ddstage::cli {
 
 void add_store_option(CLI::App& sub, std::string& store) {
-  sub.add_option("--store", store, "The store directory (holds store.yaml); default: the setting store (DDSTAGE_STORE)");
+  sub.add_option(
+      "--store", store,
+      "The store directory (holds store.yaml); default: the setting store (DDSTAGE_STORE)");
 }
 
 std::string store_dir(const std::string& flag, const Settings& settings) {
@@ -18,13 +20,15 @@ std::string store_dir(const std::string& flag, const Settings& settings) {
   return dir;
 }
 
-std::string store_for_dataset(const std::string& flag, const std::string& dataset, const CliContext& ctx) {
+std::string store_for_dataset(const std::string& flag, const std::string& dataset,
+                              const CliContext& ctx) {
   if (!flag.empty() || dataset.empty()) return flag;
   return ctx.resolve_settings().get_string("store");
 }
 
 StoreControl store_control(const std::string& dir, const Settings& settings) {
-  return StoreControl(dir, settings.get_duration("control_timeout"), settings.get_duration("peer_timeout"));
+  return StoreControl(dir, settings.get_duration("control_timeout"),
+                      settings.get_duration("peer_timeout"));
 }
 
 uint64_t parse_mem_limit(const std::string& text) {
@@ -40,7 +44,8 @@ std::string rank_list(std::vector<int> ranks) {
   for (std::size_t i = 0; i < ranks.size();) {
     std::size_t j = i;
     while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
-    out += (out.empty() ? "" : ",") + std::to_string(ranks[i]) + (j > i ? "-" + std::to_string(ranks[j]) : "");
+    out += (out.empty() ? "" : ",") + std::to_string(ranks[i]) +
+           (j > i ? "-" + std::to_string(ranks[j]) : "");
     i = j + 1;
   }
   return out;

@@ -22,7 +22,8 @@ std::string store_dir(const std::string& flag, const Settings& settings);
 
 /// For commands whose --dataset NAME means a loaded dataset (read, bench store/loader): the
 /// store is the flag, else, when a dataset is named, the setting `store`. Empty: no store.
-std::string store_for_dataset(const std::string& flag, const std::string& dataset, const CliContext& ctx);
+std::string store_for_dataset(const std::string& flag, const std::string& dataset,
+                              const CliContext& ctx);
 
 /// Control requests to the store in dir, with the control_timeout and peer_timeout settings.
 StoreControl store_control(const std::string& dir, const Settings& settings);

@@ -29,8 +29,8 @@ FileDescriptor create_beside(const std::filesystem::path& target, std::optional<
   for (int attempt = 0;; ++attempt) {
     temp = fmt::format("{}.partial-{:08x}", target.string(), random());
     // 0666 when no mode is asked: the kernel then applies the umask as for any new file.
-    const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
-                          mode.value_or(0666));
+    const int fd =
+        ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, mode.value_or(0666));
     if (fd >= 0) {
       FileDescriptor owned(fd, target);
       if (mode && ::fchmod(fd, *mode) != 0) {
@@ -54,11 +54,6 @@ AtomicFile::AtomicFile(std::filesystem::path target, std::optional<mode_t> mode)
     : m_target(std::move(target)) {
   m_fd = create_beside(m_target, mode, m_temp);
 }
-
-AtomicFile::AtomicFile(AtomicFile&& other) noexcept
-    : m_target(std::move(other.m_target)),
-      m_temp(std::exchange(other.m_temp, {})),
-      m_fd(std::move(other.m_fd)) {}
 
 AtomicFile::~AtomicFile() {
   if (!m_temp.empty() && ::unlink(m_temp.c_str()) != 0 && errno != ENOENT) {

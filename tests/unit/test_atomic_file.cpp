@@ -25,7 +25,9 @@ std::string read_text(const fs::path& path) {
   return {std::istreambuf_iterator<char>(in), {}};
 }
 
-void write_text(const fs::path& path, const std::string& text) { std::ofstream(path) << text; }
+void write_text(const fs::path& path, const std::string& text) {
+  std::ofstream(path) << text;
+}
 
 /// Every name in dir but `keep`: what a writer left behind.
 std::vector<std::string> leftovers(const fs::path& dir, const std::string& keep) {
@@ -67,7 +69,8 @@ class FileSizeLimit {
 
 }  // namespace
 
-TEST_CASE("atomic file: commit replaces the target whole and leaves nothing beside it", "[atomic_file]") {
+TEST_CASE("atomic file: commit replaces the target whole and leaves nothing beside it",
+          "[atomic_file]") {
   test::TempDir dir;
   const auto target = dir / "out.txt";
   write_text(target, "old");
@@ -89,7 +92,8 @@ TEST_CASE("atomic file: commit replaces the target whole and leaves nothing besi
   CHECK(mode_of(dir / "secret.yaml") == 0600);
 }
 
-TEST_CASE("atomic file: a failed write leaves the old content and no temporary file", "[atomic_file]") {
+TEST_CASE("atomic file: a failed write leaves the old content and no temporary file",
+          "[atomic_file]") {
   test::TempDir dir;
   const auto target = dir / "out.bin";
   write_text(target, "precious");
@@ -123,7 +127,8 @@ TEST_CASE("atomic file: a failed rename leaves the target and no temporary file"
   CHECK(leftovers(dir.path(), "taken").empty());
 }
 
-TEST_CASE("atomic file: a directory that is gone is an IoError, nothing is created", "[atomic_file]") {
+TEST_CASE("atomic file: a directory that is gone is an IoError, nothing is created",
+          "[atomic_file]") {
   test::TempDir dir;
   CHECK_THROWS_AS(AtomicFile(dir / "missing/out.txt"), IoError);
   CHECK(leftovers(dir.path(), "").empty());

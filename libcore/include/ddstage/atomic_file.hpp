@@ -23,8 +23,6 @@ class AtomicFile {
   /// permission bits, whatever the umask; without it, those of the file being replaced, or of
   /// a new file (0666 less the umask). IoError when the directory is not writable.
   explicit AtomicFile(std::filesystem::path target, std::optional<mode_t> mode = std::nullopt);
-  AtomicFile(AtomicFile&& other) noexcept;
-  AtomicFile& operator=(AtomicFile&&) = delete;
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;
   ~AtomicFile();
@@ -32,7 +30,9 @@ class AtomicFile {
   /// The open temporary file, named by the target in its errors (the name the user knows).
   const FileDescriptor& fd() const noexcept { return m_fd; }
   void write(std::span<const std::byte> bytes) const { m_fd.write_all(bytes); }
-  void write(std::string_view text) const { write(std::as_bytes(std::span(text.data(), text.size()))); }
+  void write(std::string_view text) const {
+    write(std::as_bytes(std::span(text.data(), text.size())));
+  }
   /// fsyncs and renames the file over the target; returns its descriptor, still open (a lock
   /// taken on it is kept). IoError on failure, and the temporary file is removed.
   FileDescriptor commit();
