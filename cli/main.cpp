@@ -6,16 +6,19 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 
-#include "bench_cmd.hpp"
-#include "clean_cmd.hpp"
-#include "cli_context.hpp"
+#include "commands/bench_cmd.hpp"
+#include "commands/clean_cmd.hpp"
+#include "support/cli_context.hpp"
 #include "ddstage/config.hpp"
 #include "ddstage/error.hpp"
-#include "flatten_cmd.hpp"
-#include "info_cmd.hpp"
-#include "read_cmd.hpp"
-#include "store_cmds.hpp"
-#include "wait_cmd.hpp"
+#include "commands/flatten_cmd.hpp"
+#include "commands/info_cmd.hpp"
+#include "commands/load_cmd.hpp"
+#include "commands/read_cmd.hpp"
+#include "commands/serve_cmd.hpp"
+#include "commands/status_cmd.hpp"
+#include "commands/stop_cmd.hpp"
+#include "commands/wait_cmd.hpp"
 
 namespace {
 

@@ -6,13 +6,13 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <optional>
 #include <random>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include <ddstage/client.hpp>
-#include <ddstage/error.hpp>
+#include <ddstage/ddstage.hpp>
 
 namespace {
 
@@ -54,7 +54,8 @@ Options parse(int argc, char** argv) {
 }
 
 int run(const Options& o) {
-  ddstage::Client client{o.store};
+  // DDSTAGE_* variables apply as settings (DDSTAGE_PROFILE=1 prints the read profile at exit).
+  ddstage::Client client{o.store, ddstage::Settings::resolve({}, ddstage::environment_settings(), std::nullopt, false)};
   ddstage::Dataset dataset = client.open(o.dataset);
   const ddstage::Index& index = dataset.index();
   if (index.samples() == 0) throw ddstage::UsageError("dataset '" + o.dataset + "' has no samples");

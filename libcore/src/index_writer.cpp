@@ -124,7 +124,11 @@ IndexWriter::IndexWriter(IndexWriterOptions options) : m(std::make_unique<State>
   // mkdtemp makes it 0700; the published index should be as readable as its files (umask).
   const mode_t mask = ::umask(0);
   ::umask(mask);
-  if (::chmod(templ.c_str(), 0777 & ~mask) != 0) throw IoError("chmod " + templ, errno);
+  if (::chmod(templ.c_str(), 0777 & ~mask) != 0) {
+    const int err = errno;
+    ::rmdir(templ.c_str());  // the destructor, which removes it otherwise, does not run for a throwing constructor
+    throw IoError("chmod " + templ, err);
+  }
 }
 
 IndexWriter::~IndexWriter() {

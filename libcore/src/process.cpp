@@ -5,20 +5,26 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
+#include <climits>
 #include <ctime>
 #include <fstream>
 #include <iterator>
 
 #include <fmt/format.h>
 
-namespace ddstage::detail {
+namespace ddstage {
 
 std::string host_name() {
-  char name[256] = {};
-  ::gethostname(name, sizeof name - 1);
-  return name;
+  std::array<char, HOST_NAME_MAX + 1> name{};
+  if (::gethostname(name.data(), name.size() - 1) != 0) return {};
+  return name.data();
 }
+
+}  // namespace ddstage
+
+namespace ddstage::detail {
 
 std::string utc_now() {
   std::time_t t = std::time(nullptr);

@@ -5,10 +5,11 @@
 #include <filesystem>
 #include <string>
 
+#include "ddstage/host_name.hpp"
+
 namespace ddstage::detail {
 
-/// This host's name, as server ranks record it in store.yaml.
-std::string host_name();
+using ddstage::host_name;
 /// Now, in UTC, as ISO 8601 ("2026-12-01T03:40:00Z"): for manifests and descriptors.
 std::string utc_now();
 /// True if pid runs. A zombie (killed, not yet reaped by its parent, e.g. under a container's

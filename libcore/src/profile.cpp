@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "batch_timer.hpp"
+#include "ddstage/host_name.hpp"
 
 namespace ddstage {
 namespace {
@@ -89,9 +90,6 @@ bool is_false(std::string_view v) {
   return v.empty() || v == "0" || v == "false" || v == "no" || v == "off";
 }
 
-// An unmodified app is profiled by setting DDSTAGE_PROFILE in its job script: the one
-// variable libcore reads itself (settings otherwise come in from the caller), because asking
-// every app to forward it would defeat the purpose.
 void print_report_at_exit();
 
 std::string& exit_destination() {
@@ -112,21 +110,6 @@ void print_at_exit(std::string_view where) {
     exit_destination() = where;
   }
   std::call_once(registered, [] { std::atexit(print_report_at_exit); });
-}
-
-bool enable_from_environment() {
-  const char* v = std::getenv("DDSTAGE_PROFILE");
-  if (v && !is_false(v)) {
-    g_enabled.store(true, std::memory_order_relaxed);
-    print_at_exit(v);
-  }
-  return true;
-}
-
-std::string host_name() {
-  char name[256] = "";
-  gethostname(name, sizeof name - 1);
-  return name;
 }
 
 void print_report_at_exit() {
@@ -161,16 +144,9 @@ std::string_view stage_name(ProfileStage stage) noexcept {
 
 namespace profile {
 
-void enable(bool on) noexcept {
-  enabled();  // the environment is read first, so that it cannot undo this call later
-  g_enabled.store(on, std::memory_order_relaxed);
-}
+void enable(bool on) noexcept { g_enabled.store(on, std::memory_order_relaxed); }
 
-bool enabled() noexcept {
-  static const bool environment_read = enable_from_environment();
-  (void)environment_read;
-  return g_enabled.load(std::memory_order_relaxed);
-}
+bool enabled() noexcept { return g_enabled.load(std::memory_order_relaxed); }
 
 ProfileReport snapshot() {
   Registry& r = registry();

@@ -9,6 +9,7 @@
 #include <charconv>
 #include <string_view>
 
+#include "ddstage/atomic_file.hpp"
 #include "ddstage/error.hpp"
 #include "process.hpp"
 
@@ -46,24 +47,12 @@ std::string RankLock::file_name(const std::string& store_id, int rank) {
 }
 
 RankLock::RankLock(const std::string& store_id, int rank) {
-  const auto final_path = shm_directory() / file_name(store_id, rank);
-  const auto temp_path = fs::path(final_path.string() + "." + std::to_string(::getpid()) + ".tmp");
-  const int fd = ::open(temp_path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-  if (fd < 0) throw IoError("open " + temp_path.string(), errno);
-  // Named by its final path from the start: that is the name release() removes.
-  FileDescriptor owned(fd, final_path);
-  try {
-    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) throw IoError("flock " + temp_path.string(), errno);
-    const auto pid = std::to_string(::getpid()) + "\n";
-    owned.write_all(std::as_bytes(std::span(pid)));
-    if (::rename(temp_path.c_str(), final_path.c_str()) != 0) {
-      throw IoError("rename " + temp_path.string() + " to " + final_path.string(), errno);
-    }
-  } catch (...) {
-    ::unlink(temp_path.c_str());
-    throw;
-  }
-  m_fd = std::move(owned);
+  AtomicFile file(shm_directory() / file_name(store_id, rank), 0600);
+  if (::flock(file.fd().get(), LOCK_EX | LOCK_NB) != 0) throw IoError("flock " + file.temp_path().string(), errno);
+  file.write(std::to_string(::getpid()) + "\n");
+  // Renamed once locked and written: no one sees the final name unlocked or empty. The
+  // descriptor, named by the final path, is what release() removes.
+  m_fd = file.commit();
 }
 
 RankLock& RankLock::operator=(RankLock&& other) noexcept {

@@ -254,14 +254,25 @@ std::map<std::string, std::string> environment_settings() {
   return env;
 }
 
-std::filesystem::path default_config_path() {
-  if (const char* xdg = std::getenv("XDG_CONFIG_HOME"); xdg && *xdg) {
-    return std::filesystem::path(xdg) / "ddstage/config.yaml";
-  }
+namespace {
+
+/// The XDG base-directory rule: $variable/ddstage, else ~/under_home/ddstage; empty when
+/// neither variable is set.
+std::filesystem::path xdg_directory(const char* variable, const char* under_home) {
+  if (const char* xdg = std::getenv(variable); xdg && *xdg) return std::filesystem::path(xdg) / "ddstage";
   if (const char* home = std::getenv("HOME"); home && *home) {
-    return std::filesystem::path(home) / ".config/ddstage/config.yaml";
+    return std::filesystem::path(home) / under_home / "ddstage";
   }
   return {};
 }
+
+}  // namespace
+
+std::filesystem::path default_config_path() {
+  auto dir = xdg_directory("XDG_CONFIG_HOME", ".config");
+  return dir.empty() ? dir : dir / "config.yaml";
+}
+
+std::filesystem::path default_cache_dir() { return xdg_directory("XDG_CACHE_HOME", ".cache"); }
 
 }  // namespace ddstage

@@ -8,12 +8,11 @@
 #include <array>
 #include <cerrno>
 #include <cstddef>
-#include <span>
 
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 #include <yaml-cpp/yaml.h>
 
+#include "ddstage/atomic_file.hpp"
 #include "ddstage/error.hpp"
 #include "ddstage/file_descriptor.hpp"
 #include "yaml_keys.hpp"
@@ -240,25 +239,6 @@ void make_private_directory(const fs::path& dir) {
   if (::chmod(dir.c_str(), 0700) != 0) throw IoError("chmod " + dir.string(), errno);
 }
 
-/// Removes the temporary file unless it was renamed into place.
-class TempFile {
- public:
-  explicit TempFile(fs::path path) : m_path(std::move(path)) {}
-  TempFile(const TempFile&) = delete;
-  TempFile& operator=(const TempFile&) = delete;
-  ~TempFile() {
-    if (!m_committed && ::unlink(m_path.c_str()) != 0 && errno != ENOENT) {
-      spdlog::warn("cannot remove {}: errno {}", m_path.string(), errno);
-    }
-  }
-  const fs::path& path() const noexcept { return m_path; }
-  void committed() noexcept { m_committed = true; }
-
- private:
-  fs::path m_path;
-  bool m_committed = false;
-};
-
 }  // namespace
 
 StoreDescriptor StoreDescriptor::read(const fs::path& dir) {
@@ -273,23 +253,12 @@ void StoreDescriptor::prepare_directory(const fs::path& dir) {
 }
 
 void StoreDescriptor::write(const fs::path& dir) const {
-  const fs::path file = path_in(dir);
-  // A unique name with O_EXCL: a leftover from a crashed writer, or a link planted there, is
-  // never opened.
-  TempFile temp(dir / (".store.yaml." + random_token().substr(0, 12) + ".tmp"));
-  auto fd = FileDescriptor::open(temp.path(), O_WRONLY | O_CREAT | O_EXCL, 0600);
-  // The token is a secret: 0600 exactly, whatever the umask (open's mode is masked by it).
-  if (::fchmod(fd.get(), 0600) != 0) throw IoError("fchmod " + temp.path().string(), errno);
-  const std::string text = emit(*this);
-  fd.write_all(std::as_bytes(std::span(text)));
-  fd.sync();
-  // No directory fsync: the descriptor describes live processes, so after a crash of the node
-  // there is no store for it to describe anyway.
-  if (::rename(temp.path().c_str(), file.c_str()) != 0) {
-    throw IoError("rename " + temp.path().string() + " to " + file.string(), errno,
-                  {.file = file.string()});
-  }
-  temp.committed();
+  // The token is a secret: 0600 exactly, whatever the umask. No directory fsync: the
+  // descriptor describes live processes, so after a crash of the node there is no store for
+  // it to describe anyway.
+  AtomicFile file(path_in(dir), 0600);
+  file.write(emit(*this));
+  file.commit();
 }
 
 const StoreDataset& StoreDescriptor::dataset(const std::string& name) const {

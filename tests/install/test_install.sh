@@ -74,9 +74,12 @@ mkdir -p "$work/xdg" "$work/home"
 
 step "install into $prefix"
 "$cmake" --install "$build" --prefix "$prefix" >"$work/install.log"
-for f in bin/ddstage include/ddstage/client.hpp include/ddstage/config.hpp; do
+for f in bin/ddstage include/ddstage/ddstage.hpp include/ddstage/client.hpp include/ddstage/config.hpp; do
   [[ -e $prefix/$f ]] || fail "not installed: $f"
 done
+# Apps come in through the front door: the example is what they copy.
+others=$(grep -o '#include <ddstage/[^>]*>' "$source/examples/reader-app/main.cpp" | grep -v '<ddstage/ddstage.hpp>' || true)
+[[ -z $others ]] || fail "examples/reader-app includes more than <ddstage/ddstage.hpp>: $others"
 # lib/ or lib/<multiarch>/, as GNUInstallDirs chose at configure time.
 config=$(find "$prefix" -name ddstageConfig.cmake -path '*/cmake/ddstage/*' | head -1)
 [[ -n $config ]] || fail "no ddstageConfig.cmake under $prefix"

@@ -2,11 +2,14 @@
 // keep their figures, marks made by nested code land in the running batch.
 #include <catch2/catch.hpp>
 
+#include <cstdlib>
+#include <optional>
 #include <thread>
 #include <vector>
 
 #include "batch_timer.hpp"
 #include "ddstage/profile.hpp"
+#include "ddstage/settings.hpp"
 
 using namespace ddstage;
 
@@ -66,4 +69,13 @@ TEST_CASE("profile: the setting's off values change nothing, stage names are sta
   CHECK_FALSE(profile::enabled());
   CHECK(stage_name(ProfileStage::completion_wait) == "completion_wait");
   CHECK(stage_name(ProfileStage::gpu_sync) == "gpu_sync");
+}
+
+TEST_CASE("profile: libcore reads no DDSTAGE_PROFILE itself; the caller's settings carry it", "[profile]") {
+  ::setenv("DDSTAGE_PROFILE", "1", 1);
+  const bool enabled_by_environment = profile::enabled();
+  const auto settings = Settings::resolve({}, environment_settings(), std::nullopt, false);
+  ::unsetenv("DDSTAGE_PROFILE");
+  CHECK_FALSE(enabled_by_environment);
+  CHECK(settings.get_string("profile") == "1");
 }

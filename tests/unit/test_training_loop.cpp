@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "ddstage/error.hpp"
-#include "training_loop.hpp"
+#include "bench/training_loop.hpp"
 
 using namespace ddstage::cli;
 

@@ -46,9 +46,8 @@ struct ProfileReport {
 
 namespace profile {
 
-/// Switches collection on or off for the whole process. It starts as DDSTAGE_PROFILE says
-/// (see configure()): the one environment variable libcore reads itself, so that an unmodified
-/// app can be profiled from its job script.
+/// Switches collection on or off for the whole process. It starts off; configure() (which
+/// Client and Store call with their settings' `profile`) switches it on.
 void enable(bool on = true) noexcept;
 bool enabled() noexcept;
 /// The merged report of all threads, including threads that have ended.

@@ -75,6 +75,10 @@ std::map<std::string, std::string> environment_settings();
 /// The user's config file: $XDG_CONFIG_HOME/ddstage/config.yaml, else
 /// ~/.config/ddstage/config.yaml; empty when neither variable is set.
 std::filesystem::path default_config_path();
+/// Where ddstage keeps per-user caches (what `bench` measured per node): $XDG_CACHE_HOME/ddstage,
+/// else ~/.cache/ddstage; empty when neither variable is set. With default_config_path, the one
+/// place libcore reads the environment for paths.
+std::filesystem::path default_cache_dir();
 
 /// Parses "256M" style sizes, fractions that come to whole bytes too ("12.5K"); nullopt if
 /// malformed.

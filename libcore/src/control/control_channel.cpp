@@ -20,6 +20,7 @@
 
 #include "control_messages.hpp"
 #include "ddstage/error.hpp"
+#include "ddstage/host_name.hpp"
 
 namespace ddstage::detail {
 namespace {
@@ -161,16 +162,10 @@ AddrInfoList resolve(const std::string& host, const std::string& port) {
   return AddrInfoList(list);
 }
 
-std::string this_host_name() {
-  std::array<char, HOST_NAME_MAX + 1> name{};
-  if (::gethostname(name.data(), name.size() - 1) != 0) throw IoError("gethostname", errno);
-  return name.data();
-}
-
 /// Where an empty --listen binds: the host name's address, so other nodes can reach it.
 AddrInfoList resolve_listen_host(const std::string& host, const std::string& port) {
   if (!host.empty()) return resolve(host, port);
-  const std::string name = this_host_name();
+  const std::string name = host_name();
   try {
     return resolve(name, port);
   } catch (const UsageError& e) {
@@ -210,7 +205,7 @@ std::string advertised_address(int fd) {
   }
   const std::string numeric = numeric_address(reinterpret_cast<sockaddr*>(&addr), length);
   if (!is_wildcard(addr)) return numeric;
-  return join_address(this_host_name(), numeric.substr(numeric.rfind(':') + 1));
+  return join_address(host_name(), numeric.substr(numeric.rfind(':') + 1));
 }
 
 FileDescriptor open_socket(const addrinfo& ai, const std::string& what) {

@@ -1,10 +1,10 @@
 #include "ddstage/gpu_info.hpp"
 
-#include <cerrno>
-#include <cstdlib>
 #include <fstream>
 
+#include "ddstage/atomic_file.hpp"
 #include "ddstage/error.hpp"
+#include "ddstage/settings.hpp"
 #include "gpu/device_registry.hpp"
 #include "process.hpp"
 
@@ -35,14 +35,8 @@ std::vector<GpuRuntimeInfo> gpu_info() {
 std::filesystem::path gpu_path_cache_file() {
   // One file per host: a home directory shared by every node must not give one node's answer
   // to another kind of node.
-  const std::string name = "gpu-path-" + detail::host_name();
-  if (const char* xdg = std::getenv("XDG_CACHE_HOME"); xdg && *xdg) {
-    return std::filesystem::path(xdg) / "ddstage" / name;
-  }
-  if (const char* home = std::getenv("HOME"); home && *home) {
-    return std::filesystem::path(home) / ".cache/ddstage" / name;
-  }
-  return {};
+  const auto dir = default_cache_dir();
+  return dir.empty() ? dir : dir / ("gpu-path-" + detail::host_name());
 }
 
 std::optional<GpuPath> cached_gpu_path() {
@@ -62,9 +56,10 @@ void cache_gpu_path(GpuPath path) {
   std::error_code ec;
   std::filesystem::create_directories(file.parent_path(), ec);
   if (ec) throw IoError("mkdir " + file.parent_path().string(), ec.value());
-  std::ofstream out(file, std::ios::trunc);
-  out << gpu_path_name(path) << '\n';
-  if (!out.flush()) throw IoError("write " + file.string(), errno);
+  // Whole or absent: a reader on another rank of this node may look at it meanwhile.
+  AtomicFile out(file);
+  out.write(std::string(gpu_path_name(path)) + "\n");
+  out.commit();
 }
 
 }  // namespace ddstage

@@ -1,0 +1,45 @@
+// `ddstage bench fabric-raw`: the raw fi_read loop, the floor under every fabric read, per row
+// size and batch; bench store puts its fabric cells next to the same floor.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "bench/bench_report.hpp"
+#include "support/cli_context.hpp"
+#include "ddstage/fabric_floor.hpp"
+#include "ddstage/settings.hpp"
+
+namespace ddstage::detail {
+class MpiSession;
+}
+
+namespace ddstage::cli {
+
+void setup_bench_fabric_raw(CLI::App& bench, CliContext& ctx);
+
+/// One measured point of the floor.
+struct FloorPoint {
+  uint64_t row_bytes = 0;
+  uint64_t batch = 0;
+  FabricFloorRun run;
+};
+
+/// The floor for every row size and batch (rows_of(row_bytes) reads each): rank 0 reads a
+/// region on rank 1 (job of two or more ranks) or on an endpoint in this process (no job, or one
+/// rank). Collective over the job: every rank calls it; ranks other than 0 wait without
+/// spinning and get no points. provider: what the reads went over, on rank 0.
+std::vector<FloorPoint> measure_fabric_floor(const Settings& settings, const detail::MpiSession* job,
+                                             const std::vector<uint64_t>& row_sizes,
+                                             const std::vector<uint64_t>& batches,
+                                             const std::function<uint64_t(uint64_t row_bytes)>& rows_of, uint64_t seed,
+                                             std::string& provider);
+
+/// A report cell of a floor point: its figures under these dims.
+BenchCell floor_cell(const FloorPoint& p, std::vector<std::pair<std::string, BenchDim>> dims);
+
+}  // namespace ddstage::cli

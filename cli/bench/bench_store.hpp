@@ -1,0 +1,102 @@
+// `ddstage bench store`: get_batch over a matrix of transports, row sizes, batch sizes, threads
+// and reader sharing, against a memcpy floor (and, for fabric, the raw fi_read floor) measured
+// in the same run. Served (a running store) or embedded (a Store in this MPI job).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "bench/bench_engine.hpp"
+#include "bench/bench_report.hpp"
+#include "support/cli_context.hpp"
+#include "ddstage/index.hpp"
+
+namespace ddstage::cli {
+
+struct BenchStoreOptions {
+  std::string store;    ///< served: the store directory
+  std::string dataset;  ///< served: the loaded dataset
+  std::string field;    ///< the field read (required when there are several)
+  std::vector<std::string> synthetic;  ///< embedded: row sizes of generated datasets ("3K", "12.5K")
+  std::string index;                   ///< embedded: a real dataset's index
+  std::vector<std::string> transports;  ///< empty: the defaults of the mode
+  std::vector<uint64_t> batches{1, 128};
+  std::vector<unsigned> threads{1};
+  std::vector<std::string> sharing{"own"};
+  uint64_t samples = 20000;
+  std::string cell_bytes = "1G";
+  uint64_t synthetic_rows = 0;  ///< 0: enough rows for 128 MiB per size
+  uint64_t seed = 1;
+  bool profile = false;  ///< the read profile per cell, and its overhead
+  /// Served: destinations, "host" and/or "gpu"; gpu cells run once per --gpu-path.
+  std::vector<std::string> dests{"host"};
+  std::vector<std::string> gpu_paths{"direct", "staged"};
+  int gpu = 0;  ///< the device of gpu cells
+  BenchOutputs out;
+};
+
+void setup_bench_store(CLI::App& bench, CliContext& ctx);
+void run_bench_store(const BenchStoreOptions& opts, const CliContext& ctx);
+/// Embedded mode (bench_store_embedded.cpp): a Store in this MPI job, synthetic or real rows.
+void run_bench_store_embedded(const BenchStoreOptions& opts, const CliContext& ctx);
+
+/// One way of reading a dataset in the matrix: a transport, the call it makes, and its readers
+/// (reader(t) for thread t, already warmed up).
+struct StoreWay {
+  std::string transport;  ///< "shm", "mpi", "fabric:tcp", ...
+  std::string mode;       ///< "get_batch", "get_batch_collective"
+  std::function<ReadFn(unsigned thread)> reader;
+  /// Only one thread per rank may call it (a collective).
+  bool single_thread = false;
+  /// "host", "gpu:direct", "gpu:staged" when the run asked for destinations (--dest); empty:
+  /// host, and no dest column.
+  std::string dest;
+};
+
+/// What the matrix needs besides the ways: the rows, the figures' floors and a hook run
+/// before every cell (a barrier, so all ranks measure the same cell together).
+struct MatrixRun {
+  uint64_t row_bytes = 0;
+  std::span<const uint64_t> ids;
+  std::function<void()> before_cell = [] {};
+  /// memcpy of the same rows (the floor for shared memory): a reader for thread t.
+  std::function<ReadFn(unsigned thread)> floor;
+  /// Per way (fabric ones) and batch: the raw fi_read floor's mean ns per row, for x_raw.
+  std::map<std::string, std::map<uint64_t, double>> raw_floor_ns;
+  /// With --profile: measure the profile's own cost on these rows (the dataset nearest 3 KB).
+  bool profile_overhead = false;
+};
+
+/// The rows of one field a bench reads: the mean row size, every cell's random ids, and the
+/// memcpy floor over the same rows.
+struct FieldRows {
+  uint64_t row_bytes = 0;
+  std::vector<uint64_t> ids;
+  std::shared_ptr<const MemcpyFloor> floor;
+};
+/// cell_rows() ids of the field drawn with seed; index must outlive the floor.
+FieldRows pick_rows(const Index& index, uint32_t field, const BenchStoreOptions& opts, uint64_t seed);
+/// count readers from make(), warmed up on ids: reader(t) of a StoreWay.
+std::function<ReadFn(unsigned)> warmed_readers(unsigned count, const std::function<ReadFn()>& make,
+                                               std::span<const uint64_t> ids);
+
+/// Measures every (way, batch, threads, sharing) cell and the floor for each batch, into report;
+/// with --profile, each cell's read profile, and the profile's overhead when run asks for it.
+void measure_matrix(BenchReport& report, const BenchStoreOptions& opts, const MatrixRun& run,
+                    const std::vector<StoreWay>& ways);
+
+/// Rows a cell reads: --samples, cut to --cell-bytes of rows of this size (at least one).
+uint64_t cell_rows(const BenchStoreOptions& opts, uint64_t row_bytes);
+/// Checks the matrix flags (batch sizes, threads, sharing) and outputs before anything runs.
+void check_matrix_options(const BenchStoreOptions& opts);
+/// Notes comparing each way with the floor and its largest batch with its smallest.
+void add_matrix_notes(BenchReport& report);
+
+}  // namespace ddstage::cli

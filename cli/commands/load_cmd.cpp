@@ -1,0 +1,91 @@
+#include "commands/load_cmd.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "ddstage/settings.hpp"
+#include "ddstage/shard_loader.hpp"
+#include "ddstage/store_control.hpp"
+#include "support/progress_line.hpp"
+#include "support/store_access.hpp"
+
+namespace ddstage::cli {
+namespace {
+
+struct LoadOptions {
+  std::string store;
+  std::string index;
+  std::string name;
+  std::string mem_limit;
+  bool verify = false;
+  bool replace = false;
+  bool allow_stale = false;
+  unsigned streams = 0;  ///< 0: the server's default
+};
+
+/// The store's progress as ProgressLine draws it: samples estimated from the bytes done.
+ProgressUpdate load_update(const LoadProgress& p, double seconds) {
+  const double fraction =
+      p.bytes_total ? static_cast<double>(p.bytes_done) / static_cast<double>(p.bytes_total) : 0;
+  return {static_cast<uint64_t>(fraction * static_cast<double>(p.samples_total)), p.samples_total,
+          p.bytes_done, seconds, false};
+}
+
+void run_load(const LoadOptions& opts, const CliContext& ctx) {
+  const auto settings = ctx.resolve_settings();
+  auto control = store_control(store_dir(opts.store, settings), settings);
+  LoadRequest request{opts.index,   opts.name,        opts.verify,
+                      opts.replace, opts.allow_stale, parse_mem_limit(opts.mem_limit),
+                      opts.streams};
+  const ProgressLine line("load", settings);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto elapsed = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  if (line.enabled())
+    request.progress = [&](const LoadProgress& p) { line(load_update(p, elapsed())); };
+  LoadResult r;
+  try {
+    r = control.load(request);
+  } catch (...) {
+    if (line.enabled())
+      fmt::print(stderr, "\n");  // the error line must not overwrite the progress line
+    throw;
+  }
+  if (line.enabled()) line({r.samples, r.samples, r.bytes, elapsed(), true});
+  fmt::print("loaded '{}': {} samples, {} in {:.2f} s ({}/s){}\n", r.name, r.samples,
+             human_bytes(static_cast<double>(r.bytes)), r.seconds,
+             human_bytes(static_cast<double>(r.bytes) / std::max(r.seconds, 1e-9)),
+             r.verified ? ", checksums verified" : "");
+}
+
+}  // namespace
+
+void setup_load(CLI::App& app, CliContext& ctx) {
+  auto opts = std::make_shared<LoadOptions>();
+  auto* sub = app.add_subcommand(
+      "load", "Load a flattened dataset into a running store: each rank reads its shard");
+  add_store_option(*sub, opts->store);
+  sub->add_option("dataset", opts->index,
+                  "The index directory (DATASET.ddx), readable by every server rank")
+      ->required();
+  sub->add_option("--name", opts->name, "Name in the store (default: the dataset's name)");
+  sub->add_flag("--verify", opts->verify, "Check every sample's checksum while loading");
+  sub->add_flag("--replace", opts->replace,
+                "Replace a loaded dataset of the same name (once the new one is loaded)");
+  sub->add_flag("--allow-stale", opts->allow_stale, "Load sources that changed after flattening");
+  sub->add_option("--mem-limit", opts->mem_limit,
+                  "Bytes each rank may hold for this load (default: the server's)");
+  sub->add_option(
+         "--streams", opts->streams,
+         "Reader threads per rank, each with large reads in flight (default: the server's)")
+      ->check(CLI::Range(1u, max_load_streams));
+  sub->callback([opts, &ctx] { run_load(*opts, ctx); });
+}
+
+}  // namespace ddstage::cli

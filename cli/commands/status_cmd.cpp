@@ -1,0 +1,104 @@
+#include "commands/status_cmd.hpp"
+
+#include <memory>
+#include <string>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "ddstage/error.hpp"
+#include "ddstage/settings.hpp"
+#include "ddstage/store_control.hpp"
+#include "support/json_writer.hpp"
+#include "support/progress_line.hpp"
+#include "support/store_access.hpp"
+
+namespace ddstage::cli {
+namespace {
+
+struct StatusOptions {
+  std::string store;
+  bool json = false;
+};
+
+void print_status_json(const StoreStatus& s) {
+  JsonWriter j;
+  j.begin_object()
+      .field("control", s.control)
+      .field("started", s.started)
+      .field("healthy", s.error.empty());
+  if (!s.error.empty()) j.field("error", s.error);
+  if (!s.busy.empty()) j.field("busy", s.busy);
+  j.key("ranks").begin_array();
+  for (const auto& r : s.ranks) {
+    j.begin_object().field("rank", r.info.rank).field("host", r.info.host).field("pid", r.info.pid);
+    j.field("state", std::string(state_name(r.state)))
+        .field("memory_used", r.memory_used)
+        .field("memory_limit", r.info.memory_limit);
+    if (r.last_heard >= 0) j.field("last_heard", r.last_heard);
+    j.key("transports").begin_array();
+    for (const auto& t : r.info.transports) j.value(t);
+    j.end_array().end_object();
+  }
+  j.end_array().key("datasets").begin_array();
+  for (const auto& d : s.datasets) {
+    j.begin_object()
+        .field("name", d.name)
+        .field("index", d.index.string())
+        .field("samples", d.samples);
+    j.key("samples_per_rank").begin_array();
+    for (auto n : d.samples_per_rank) j.value(n);
+    j.end_array().key("bytes_per_rank").begin_array();
+    for (auto n : d.bytes_per_rank) j.value(n);
+    j.end_array().end_object();
+  }
+  j.end_array().end_object();
+  fmt::print("{}\n", j.str());
+}
+
+void print_status_text(const StoreStatus& s) {
+  fmt::print(
+      "store     control {} since {}{}{}\n", s.control, s.started,
+      s.error.empty() ? "" : (s.answered ? "  (UNHEALTHY: " : "  (NOT ANSWERING: ") + s.error + ")",
+      s.busy.empty() ? "" : "  (busy: " + s.busy + "; memory as of before it)");
+  fmt::print("ranks\n  {:<5} {:<20} {:<8} {:<13} {:<12} {:<12} {}\n", "rank", "host", "pid",
+             "state", "memory used", "limit", "transports");
+  for (const auto& r : s.ranks) {
+    fmt::print("  {:<5} {:<20} {:<8} {:<13} {:<12} {:<12} {}\n", r.info.rank, r.info.host,
+               r.info.pid, state_name(r.state), human_bytes(static_cast<double>(r.memory_used)),
+               human_bytes(static_cast<double>(r.info.memory_limit)),
+               fmt::join(r.info.transports, ","));
+  }
+  fmt::print("datasets\n");
+  if (s.datasets.empty()) fmt::print("  (none loaded)\n");
+  for (const auto& d : s.datasets) {
+    fmt::print("  {}: {} samples from {}\n    samples per rank: {}\n    bytes per rank:   {}\n",
+               d.name, d.samples, d.index.string(), fmt::join(d.samples_per_rank, " "),
+               fmt::join(d.bytes_per_rank, " "));
+  }
+}
+
+void run_status(const StatusOptions& opts, const CliContext& ctx) {
+  const auto settings = ctx.resolve_settings();
+  const auto dir = store_dir(opts.store, settings);
+  auto status = store_control(dir, settings).status();
+  opts.json ? print_status_json(status) : print_status_text(status);
+  if (!status.error.empty()) {
+    throw Error(ErrorKind::runtime,
+                "the store at " + dir +
+                    (status.answered ? " has lost a rank: " : " is not answering: ") +
+                    status.error);
+  }
+}
+
+}  // namespace
+
+void setup_status(CLI::App& app, CliContext& ctx) {
+  auto opts = std::make_shared<StatusOptions>();
+  auto* sub = app.add_subcommand("status", "Show a running store's ranks, datasets and memory");
+  add_store_option(*sub, opts->store);
+  sub->add_flag("--json", opts->json, "Print JSON");
+  sub->callback([opts, &ctx] { run_status(*opts, ctx); });
+}
+
+}  // namespace ddstage::cli
