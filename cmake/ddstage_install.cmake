@@ -49,11 +49,14 @@ install(TARGETS ddstage_core EXPORT ddstageTargets
 
 # Public headers, and the generated config.hpp beside them: both resolve as <ddstage/...>
 # through the one $<INSTALL_INTERFACE:include> that libcore already declares.
-# Without MPI, the headers of the MPI-only parts (the server, the embedded Store, <mpi.h>
-# conveniences) would declare what the library does not contain: leave them out.
-set(_ddstage_header_excludes)
+# ddstage/tool/ is what only the CLI, the benches, the formats and the tests use (the store
+# server, shard loading, fabric floors...): it stays in the source tree, so an app sees only
+# the app API behind <ddstage/ddstage.hpp> and can rely on it alone. Without MPI, the
+# headers of the MPI-only parts (the embedded Store, <mpi.h> conveniences) would declare what
+# the library does not contain: leave them out too.
+set(_ddstage_header_excludes PATTERN tool EXCLUDE)
 if(NOT DDSTAGE_HAVE_MPI)
-  foreach(_h mpi.hpp store.hpp store_server.hpp)
+  foreach(_h mpi.hpp store.hpp)
     list(APPEND _ddstage_header_excludes PATTERN ${_h} EXCLUDE)
   endforeach()
 endif()

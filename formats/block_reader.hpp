@@ -9,8 +9,8 @@
 #include <span>
 #include <vector>
 
-#include "ddstage/file_descriptor.hpp"
-#include "ddstage/index_writer.hpp"
+#include "ddstage/tool/file_descriptor.hpp"
+#include "ddstage/tool/index_writer.hpp"
 
 namespace ddstage::formats {
 

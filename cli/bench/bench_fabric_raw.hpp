@@ -11,7 +11,7 @@
 
 #include "bench/bench_report.hpp"
 #include "support/cli_context.hpp"
-#include "ddstage/fabric_floor.hpp"
+#include "ddstage/tool/fabric_floor.hpp"
 #include "ddstage/settings.hpp"
 
 namespace ddstage::detail {

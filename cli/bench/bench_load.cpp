@@ -7,8 +7,8 @@
 #include <fmt/format.h>
 
 #include "ddstage/index.hpp"
-#include "ddstage/shard_loader.hpp"
-#include "ddstage/store_control.hpp"
+#include "ddstage/tool/shard_loader.hpp"
+#include "ddstage/tool/store_control.hpp"
 #include "ddstage/store_descriptor.hpp"
 #include "support/json_writer.hpp"
 #include "support/output_file.hpp"

@@ -8,12 +8,12 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "ddstage/checksum.hpp"
+#include "ddstage/tool/checksum.hpp"
 #include "ddstage/client.hpp"
 #include "ddstage/config.hpp"
 #include "ddstage/error.hpp"
 #include "ddstage/index.hpp"
-#include "ddstage/origin_reader.hpp"
+#include "ddstage/tool/origin_reader.hpp"
 #include "bench/page_cache.hpp"
 #include "support/progress_line.hpp"
 #include "support/store_access.hpp"

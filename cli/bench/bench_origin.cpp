@@ -6,12 +6,12 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "ddstage/checksum.hpp"
+#include "ddstage/tool/checksum.hpp"
 #include "ddstage/config.hpp"
 #include "ddstage/error.hpp"
 #include "ddstage/index.hpp"
 #include "ddstage/latency_histogram.hpp"
-#include "ddstage/origin_reader.hpp"
+#include "ddstage/tool/origin_reader.hpp"
 #if DDSTAGE_HAVE_HDF5
 #include "ddstage/formats/hdf5_sample_reader.hpp"
 #endif

@@ -15,8 +15,8 @@
 #include <fmt/format.h>
 
 #include "ddstage/error.hpp"
-#include "ddstage/file_descriptor.hpp"
-#include "ddstage/host_name.hpp"
+#include "ddstage/tool/file_descriptor.hpp"
+#include "ddstage/tool/host_name.hpp"
 #include "support/json_writer.hpp"
 #include "support/output_file.hpp"
 

@@ -12,9 +12,9 @@
 #include <fmt/ranges.h>
 
 #include "ddstage/client.hpp"
-#include "ddstage/device_allocation.hpp"
+#include "ddstage/tool/device_allocation.hpp"
 #include "ddstage/error.hpp"
-#include "ddstage/gpu_info.hpp"
+#include "ddstage/tool/gpu_info.hpp"
 #include "ddstage/profile.hpp"
 #include "ddstage/settings.hpp"
 #include "support/store_access.hpp"

@@ -6,7 +6,7 @@
 #include <algorithm>
 
 #include "ddstage/error.hpp"
-#include "ddstage/file_descriptor.hpp"
+#include "ddstage/tool/file_descriptor.hpp"
 
 namespace ddstage::cli {
 

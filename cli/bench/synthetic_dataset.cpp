@@ -8,8 +8,8 @@
 
 #include <fmt/format.h>
 
-#include "ddstage/file_descriptor.hpp"
-#include "ddstage/index_writer.hpp"
+#include "ddstage/tool/file_descriptor.hpp"
+#include "ddstage/tool/index_writer.hpp"
 
 namespace ddstage::cli {
 namespace {

@@ -6,7 +6,7 @@
 #include <fmt/format.h>
 
 #include "ddstage/error.hpp"
-#include "ddstage/store_cleanup.hpp"
+#include "ddstage/tool/store_cleanup.hpp"
 #include "support/progress_line.hpp"
 #include "ddstage/store_descriptor.hpp"
 

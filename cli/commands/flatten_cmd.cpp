@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "ddstage/error.hpp"
-#include "ddstage/index_writer.hpp"
+#include "ddstage/tool/index_writer.hpp"
 #include "support/progress_line.hpp"
 
 namespace ddstage::cli {

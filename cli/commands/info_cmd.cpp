@@ -9,11 +9,11 @@
 
 #include "ddstage/config.hpp"
 #include "ddstage/error.hpp"
-#include "ddstage/fabric_info.hpp"
-#include "ddstage/gpu_info.hpp"
+#include "ddstage/tool/fabric_info.hpp"
+#include "ddstage/tool/gpu_info.hpp"
 #include "ddstage/index.hpp"
-#include "ddstage/origin_verify.hpp"
-#include "ddstage/transport_info.hpp"
+#include "ddstage/tool/origin_verify.hpp"
+#include "ddstage/tool/transport_info.hpp"
 #include "support/json_writer.hpp"
 #include "support/progress_line.hpp"
 

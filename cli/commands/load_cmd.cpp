@@ -9,8 +9,8 @@
 #include <fmt/format.h>
 
 #include "ddstage/settings.hpp"
-#include "ddstage/shard_loader.hpp"
-#include "ddstage/store_control.hpp"
+#include "ddstage/tool/shard_loader.hpp"
+#include "ddstage/tool/store_control.hpp"
 #include "support/progress_line.hpp"
 #include "support/store_access.hpp"
 

@@ -3,11 +3,11 @@
 #include <optional>
 
 #include "ddstage/client.hpp"
-#include "ddstage/device_allocation.hpp"
+#include "ddstage/tool/device_allocation.hpp"
 #include "ddstage/error.hpp"
-#include "ddstage/id_spec.hpp"
+#include "ddstage/tool/id_spec.hpp"
 #include "ddstage/index.hpp"
-#include "ddstage/origin_reader.hpp"
+#include "ddstage/tool/origin_reader.hpp"
 #include "support/output_file.hpp"
 #include "support/store_access.hpp"
 

@@ -8,7 +8,7 @@
 #include "ddstage/settings.hpp"
 #include "support/store_access.hpp"
 #if DDSTAGE_HAVE_MPI
-#include "ddstage/store_server.hpp"
+#include "ddstage/tool/store_server.hpp"
 #endif
 
 namespace ddstage::cli {

@@ -8,7 +8,7 @@
 
 #include "ddstage/error.hpp"
 #include "ddstage/settings.hpp"
-#include "ddstage/store_control.hpp"
+#include "ddstage/tool/store_control.hpp"
 #include "support/json_writer.hpp"
 #include "support/progress_line.hpp"
 #include "support/store_access.hpp"

@@ -5,7 +5,7 @@
 #include <fmt/format.h>
 
 #include "ddstage/error.hpp"
-#include "ddstage/store_wait.hpp"
+#include "ddstage/tool/store_wait.hpp"
 #include "support/store_access.hpp"
 
 namespace ddstage::cli {

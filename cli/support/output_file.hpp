@@ -6,8 +6,8 @@
 #include <string>
 #include <string_view>
 
-#include "ddstage/atomic_file.hpp"
-#include "ddstage/file_descriptor.hpp"
+#include "ddstage/tool/atomic_file.hpp"
+#include "ddstage/tool/file_descriptor.hpp"
 
 namespace ddstage::cli {
 

@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "ddstage/index_writer.hpp"
+#include "ddstage/tool/index_writer.hpp"
 #include "ddstage/settings.hpp"
 
 namespace ddstage::cli {

@@ -8,7 +8,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "ddstage/store_control.hpp"
+#include "ddstage/tool/store_control.hpp"
 #include "support/cli_context.hpp"
 
 namespace ddstage::cli {

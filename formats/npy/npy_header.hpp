@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "ddstage/dtype.hpp"
-#include "ddstage/file_descriptor.hpp"
+#include "ddstage/tool/file_descriptor.hpp"
 
 namespace ddstage::formats {
 

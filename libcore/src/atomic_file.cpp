@@ -1,4 +1,4 @@
-#include "ddstage/atomic_file.hpp"
+#include "ddstage/tool/atomic_file.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>

@@ -1,4 +1,4 @@
-#include "ddstage/checksum.hpp"
+#include "ddstage/tool/checksum.hpp"
 
 #include <xxhash.h>
 

@@ -12,9 +12,9 @@
 
 #include "ddstage/error.hpp"
 #include "ddstage/profile.hpp"
-#include "ddstage/shard_layout.hpp"
-#include "ddstage/shard_plan.hpp"
-#include "ddstage/shm_segment.hpp"
+#include "ddstage/tool/shard_layout.hpp"
+#include "ddstage/tool/shard_plan.hpp"
+#include "ddstage/tool/shm_segment.hpp"
 #include "process.hpp"
 #include "rank_lock.hpp"
 #include "read/batch_reader.hpp"

@@ -1,4 +1,4 @@
-#include "ddstage/file_descriptor.hpp"
+#include "ddstage/tool/file_descriptor.hpp"
 
 #include <fcntl.h>
 #include <sys/resource.h>

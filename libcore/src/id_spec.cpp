@@ -1,4 +1,4 @@
-#include "ddstage/id_spec.hpp"
+#include "ddstage/tool/id_spec.hpp"
 
 #include <charconv>
 #include <fstream>

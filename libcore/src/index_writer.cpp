@@ -1,4 +1,4 @@
-#include "ddstage/index_writer.hpp"
+#include "ddstage/tool/index_writer.hpp"
 
 #include <fcntl.h>
 #include <stdio.h>  // renameat2 (glibc >= 2.28)
@@ -15,10 +15,10 @@
 #include <spdlog/spdlog.h>
 #include <xxhash.h>
 
-#include "ddstage/checksum.hpp"
+#include "ddstage/tool/checksum.hpp"
 #include "ddstage/config.hpp"
 #include "ddstage/error.hpp"
-#include "ddstage/file_descriptor.hpp"
+#include "ddstage/tool/file_descriptor.hpp"
 #include "ddstage/mapped_file.hpp"
 #include "index_layout.hpp"
 #include "process.hpp"

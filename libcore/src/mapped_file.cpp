@@ -9,7 +9,7 @@
 #include <spdlog/spdlog.h>
 
 #include "ddstage/error.hpp"
-#include "ddstage/file_descriptor.hpp"
+#include "ddstage/tool/file_descriptor.hpp"
 
 namespace ddstage {
 

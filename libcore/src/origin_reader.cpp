@@ -1,11 +1,11 @@
-#include "ddstage/origin_reader.hpp"
+#include "ddstage/tool/origin_reader.hpp"
 
 #include <fcntl.h>
 
 #include <algorithm>
 #include <cstring>
 
-#include "ddstage/checksum.hpp"
+#include "ddstage/tool/checksum.hpp"
 #include "ddstage/error.hpp"
 
 namespace ddstage {

@@ -1,4 +1,4 @@
-#include "ddstage/origin_verify.hpp"
+#include "ddstage/tool/origin_verify.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -11,8 +11,8 @@
 #include <spdlog/spdlog.h>
 
 #include "ddstage/error.hpp"
-#include "ddstage/file_descriptor.hpp"
-#include "ddstage/origin_reader.hpp"
+#include "ddstage/tool/file_descriptor.hpp"
+#include "ddstage/tool/origin_reader.hpp"
 
 namespace ddstage {
 namespace {

@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <string>
 
-#include "ddstage/host_name.hpp"
+#include "ddstage/tool/host_name.hpp"
 
 namespace ddstage::detail {
 

@@ -13,7 +13,7 @@
 #include <fmt/format.h>
 
 #include "batch_timer.hpp"
-#include "ddstage/host_name.hpp"
+#include "ddstage/tool/host_name.hpp"
 
 namespace ddstage {
 namespace {

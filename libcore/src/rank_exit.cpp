@@ -7,7 +7,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "ddstage/store_cleanup.hpp"
+#include "ddstage/tool/store_cleanup.hpp"
 
 namespace ddstage::detail {
 namespace fs = std::filesystem;

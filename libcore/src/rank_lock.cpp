@@ -9,7 +9,7 @@
 #include <charconv>
 #include <string_view>
 
-#include "ddstage/atomic_file.hpp"
+#include "ddstage/tool/atomic_file.hpp"
 #include "ddstage/error.hpp"
 #include "process.hpp"
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "ddstage/file_descriptor.hpp"
+#include "ddstage/tool/file_descriptor.hpp"
 
 namespace ddstage::detail {
 

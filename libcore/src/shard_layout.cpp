@@ -1,4 +1,4 @@
-#include "ddstage/shard_layout.hpp"
+#include "ddstage/tool/shard_layout.hpp"
 
 #include <cstring>
 

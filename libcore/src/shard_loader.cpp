@@ -1,4 +1,4 @@
-#include "ddstage/shard_loader.hpp"
+#include "ddstage/tool/shard_loader.hpp"
 
 #include <algorithm>
 #include <atomic>
@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "ddstage/error.hpp"
-#include "ddstage/file_descriptor.hpp"
-#include "ddstage/origin_reader.hpp"
+#include "ddstage/tool/file_descriptor.hpp"
+#include "ddstage/tool/origin_reader.hpp"
 
 namespace ddstage {
 namespace {

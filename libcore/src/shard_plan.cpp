@@ -1,4 +1,4 @@
-#include "ddstage/shard_plan.hpp"
+#include "ddstage/tool/shard_plan.hpp"
 
 #include <algorithm>
 

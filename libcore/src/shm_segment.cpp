@@ -1,4 +1,4 @@
-#include "ddstage/shm_segment.hpp"
+#include "ddstage/tool/shm_segment.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -12,7 +12,7 @@
 #include <spdlog/spdlog.h>
 
 #include "ddstage/error.hpp"
-#include "ddstage/file_descriptor.hpp"
+#include "ddstage/tool/file_descriptor.hpp"
 
 namespace ddstage {
 namespace {

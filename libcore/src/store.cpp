@@ -13,9 +13,9 @@
 
 #include "ddstage/error.hpp"
 #include "ddstage/profile.hpp"
-#include "ddstage/shard_layout.hpp"
-#include "ddstage/shard_loader.hpp"
-#include "ddstage/shard_plan.hpp"
+#include "ddstage/tool/shard_layout.hpp"
+#include "ddstage/tool/shard_loader.hpp"
+#include "ddstage/tool/shard_plan.hpp"
 #include "mpi/mpi_comm.hpp"
 #include "mpi/mpi_window.hpp"
 #include "process.hpp"

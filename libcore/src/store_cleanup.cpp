@@ -1,4 +1,4 @@
-#include "ddstage/store_cleanup.hpp"
+#include "ddstage/tool/store_cleanup.hpp"
 
 #include <sys/stat.h>
 #include <unistd.h>

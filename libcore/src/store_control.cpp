@@ -1,4 +1,4 @@
-#include "ddstage/store_control.hpp"
+#include "ddstage/tool/store_control.hpp"
 
 #include <signal.h>
 #include <sys/syscall.h>
@@ -19,10 +19,10 @@
 #include "process.hpp"
 #include "rank_lock.hpp"
 #include "ddstage/error.hpp"
-#include "ddstage/file_descriptor.hpp"
+#include "ddstage/tool/file_descriptor.hpp"
 #include "ddstage/index.hpp"
-#include "ddstage/shard_plan.hpp"
-#include "ddstage/store_cleanup.hpp"
+#include "ddstage/tool/shard_plan.hpp"
+#include "ddstage/tool/store_cleanup.hpp"
 
 namespace ddstage {
 namespace {

@@ -12,9 +12,9 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
-#include "ddstage/atomic_file.hpp"
+#include "ddstage/tool/atomic_file.hpp"
 #include "ddstage/error.hpp"
-#include "ddstage/file_descriptor.hpp"
+#include "ddstage/tool/file_descriptor.hpp"
 #include "yaml_keys.hpp"
 #include "yaml_limits.hpp"
 

@@ -1,4 +1,4 @@
-#include "ddstage/store_server.hpp"
+#include "ddstage/tool/store_server.hpp"
 
 #include <cstring>
 

@@ -1,4 +1,4 @@
-#include "ddstage/store_wait.hpp"
+#include "ddstage/tool/store_wait.hpp"
 
 #include <algorithm>
 #include <optional>

@@ -11,7 +11,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "ddstage/error.hpp"
-#include "ddstage/file_descriptor.hpp"
+#include "ddstage/tool/file_descriptor.hpp"
 
 namespace ddstage::detail {
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <string_view>
 
-#include "ddstage/id_spec.hpp"
+#include "ddstage/tool/id_spec.hpp"
 #include "fuzz_support.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

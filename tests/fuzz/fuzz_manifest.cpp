@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <vector>
 
-#include "ddstage/index_writer.hpp"
+#include "ddstage/tool/index_writer.hpp"
 #include "index_contract.hpp"
 
 namespace {

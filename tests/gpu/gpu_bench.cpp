@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "ddstage/client.hpp"
-#include "ddstage/device_allocation.hpp"
+#include "ddstage/tool/device_allocation.hpp"
 #include "ddstage/error.hpp"
-#include "ddstage/gpu_info.hpp"
+#include "ddstage/tool/gpu_info.hpp"
 #include "ddstage/profile.hpp"
 
 using namespace ddstage;

@@ -9,9 +9,9 @@
 #include <thread>
 
 #include "client_test_store.hpp"
-#include "ddstage/device_allocation.hpp"
+#include "ddstage/tool/device_allocation.hpp"
 #include "ddstage/error.hpp"
-#include "ddstage/gpu_info.hpp"
+#include "ddstage/tool/gpu_info.hpp"
 #include "ddstage/profile.hpp"
 
 using namespace ddstage;

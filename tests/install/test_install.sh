@@ -77,6 +77,8 @@ step "install into $prefix"
 for f in bin/ddstage include/ddstage/ddstage.hpp include/ddstage/client.hpp include/ddstage/config.hpp; do
   [[ -e $prefix/$f ]] || fail "not installed: $f"
 done
+# Tool plumbing (the server, shard loading, ...) is not part of the installed API.
+[[ ! -e $prefix/include/ddstage/tool ]] || fail "ddstage/tool/ was installed: $(ls "$prefix/include/ddstage/tool")"
 # Apps come in through the front door: the example is what they copy.
 others=$(grep -o '#include <ddstage/[^>]*>' "$source/examples/reader-app/main.cpp" | grep -v '<ddstage/ddstage.hpp>' || true)
 [[ -z $others ]] || fail "examples/reader-app includes more than <ddstage/ddstage.hpp>: $others"

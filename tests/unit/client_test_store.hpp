@@ -11,11 +11,11 @@
 #include <vector>
 
 #include "ddstage/client.hpp"
-#include "ddstage/index_writer.hpp"
-#include "ddstage/origin_reader.hpp"
-#include "ddstage/shard_layout.hpp"
-#include "ddstage/shard_loader.hpp"
-#include "ddstage/shard_plan.hpp"
+#include "ddstage/tool/index_writer.hpp"
+#include "ddstage/tool/origin_reader.hpp"
+#include "ddstage/tool/shard_layout.hpp"
+#include "ddstage/tool/shard_loader.hpp"
+#include "ddstage/tool/shard_plan.hpp"
 #include "ddstage/store_descriptor.hpp"
 #include "test_support.hpp"
 

@@ -10,7 +10,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "ddstage/shm_segment.hpp"
+#include "ddstage/tool/shm_segment.hpp"
 #include "rank_lock.hpp"
 
 namespace ddstage::test {

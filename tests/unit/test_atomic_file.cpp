@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "ddstage/atomic_file.hpp"
+#include "ddstage/tool/atomic_file.hpp"
 #include "ddstage/error.hpp"
 #include "test_support.hpp"
 

@@ -7,8 +7,8 @@
 #include <filesystem>
 
 #include "ddstage/error.hpp"
-#include "ddstage/shard_layout.hpp"
-#include "ddstage/shard_loader.hpp"
+#include "ddstage/tool/shard_layout.hpp"
+#include "ddstage/tool/shard_loader.hpp"
 #include "read/batch_reader.hpp"
 #include "test_support.hpp"
 

@@ -16,7 +16,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "ddstage/fabric_floor.hpp"
+#include "ddstage/tool/fabric_floor.hpp"
 #include "fabric/fabric_endpoint.hpp"
 #include "fabric/fabric_provider.hpp"
 #include "fabric/fabric_region.hpp"

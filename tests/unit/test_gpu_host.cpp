@@ -5,9 +5,9 @@
 #include <cstdlib>
 
 #include "client_test_store.hpp"
-#include "ddstage/device_allocation.hpp"
+#include "ddstage/tool/device_allocation.hpp"
 #include "ddstage/error.hpp"
-#include "ddstage/gpu_info.hpp"
+#include "ddstage/tool/gpu_info.hpp"
 
 using namespace ddstage;
 using namespace ddstage::test;

@@ -11,8 +11,8 @@
 #include "ddstage/formats/format.hpp"
 #include "ddstage/formats/hdf5_sample_reader.hpp"
 #include "ddstage/index.hpp"
-#include "ddstage/index_writer.hpp"
-#include "ddstage/origin_reader.hpp"
+#include "ddstage/tool/index_writer.hpp"
+#include "ddstage/tool/origin_reader.hpp"
 #include "test_support.hpp"
 
 using namespace ddstage;

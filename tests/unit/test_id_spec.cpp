@@ -1,7 +1,7 @@
 #include <catch2/catch.hpp>
 
 #include "ddstage/error.hpp"
-#include "ddstage/id_spec.hpp"
+#include "ddstage/tool/id_spec.hpp"
 #include "test_support.hpp"
 
 using ddstage::parse_ids;

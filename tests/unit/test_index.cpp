@@ -8,13 +8,13 @@
 #include <cstring>
 #include <fstream>
 
-#include "ddstage/checksum.hpp"
+#include "ddstage/tool/checksum.hpp"
 #include "ddstage/error.hpp"
 #include "ddstage/index.hpp"
-#include "ddstage/index_writer.hpp"
-#include "ddstage/origin_reader.hpp"
-#include "ddstage/shard_layout.hpp"
-#include "ddstage/shard_loader.hpp"
+#include "ddstage/tool/index_writer.hpp"
+#include "ddstage/tool/origin_reader.hpp"
+#include "ddstage/tool/shard_layout.hpp"
+#include "ddstage/tool/shard_loader.hpp"
 #include "index_layout.hpp"
 #include "test_support.hpp"
 

@@ -9,8 +9,8 @@
 #include "ddstage/error.hpp"
 #include "ddstage/formats/format.hpp"
 #include "ddstage/index.hpp"
-#include "ddstage/index_writer.hpp"
-#include "ddstage/origin_reader.hpp"
+#include "ddstage/tool/index_writer.hpp"
+#include "ddstage/tool/origin_reader.hpp"
 #include "test_support.hpp"
 
 namespace fs = std::filesystem;

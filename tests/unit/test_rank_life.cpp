@@ -14,7 +14,7 @@
 #include <thread>
 
 #include "control/control_server.hpp"
-#include "ddstage/shm_segment.hpp"
+#include "ddstage/tool/shm_segment.hpp"
 #include "ddstage/store_descriptor.hpp"
 #include "heartbeat.hpp"
 #include "peer_watch.hpp"

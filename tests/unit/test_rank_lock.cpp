@@ -12,7 +12,7 @@
 #include "forked_rank.hpp"
 #include "test_support.hpp"
 #include "shm_namespace_rank.hpp"
-#include "ddstage/shm_segment.hpp"
+#include "ddstage/tool/shm_segment.hpp"
 
 using namespace ddstage;
 using namespace ddstage::detail;

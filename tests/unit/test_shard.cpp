@@ -5,10 +5,10 @@
 #include <filesystem>
 
 #include "ddstage/error.hpp"
-#include "ddstage/origin_reader.hpp"
-#include "ddstage/shard_layout.hpp"
-#include "ddstage/shard_plan.hpp"
-#include "ddstage/shm_segment.hpp"
+#include "ddstage/tool/origin_reader.hpp"
+#include "ddstage/tool/shard_layout.hpp"
+#include "ddstage/tool/shard_plan.hpp"
+#include "ddstage/tool/shm_segment.hpp"
 #include "test_support.hpp"
 
 using namespace ddstage;

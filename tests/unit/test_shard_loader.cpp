@@ -7,10 +7,10 @@
 #include <unistd.h>
 
 #include "ddstage/error.hpp"
-#include "ddstage/index_writer.hpp"
-#include "ddstage/shard_layout.hpp"
-#include "ddstage/shard_loader.hpp"
-#include "ddstage/shard_plan.hpp"
+#include "ddstage/tool/index_writer.hpp"
+#include "ddstage/tool/shard_layout.hpp"
+#include "ddstage/tool/shard_loader.hpp"
+#include "ddstage/tool/shard_plan.hpp"
 #include "test_support.hpp"
 
 using namespace ddstage;

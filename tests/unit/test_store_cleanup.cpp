@@ -10,9 +10,9 @@
 #include <catch2/catch.hpp>
 
 #include "ddstage/error.hpp"
-#include "ddstage/shm_segment.hpp"
-#include "ddstage/store_cleanup.hpp"
-#include "ddstage/store_wait.hpp"
+#include "ddstage/tool/shm_segment.hpp"
+#include "ddstage/tool/store_cleanup.hpp"
+#include "ddstage/tool/store_wait.hpp"
 #include "process.hpp"
 #include "rank_lock.hpp"
 #include "shm_namespace_rank.hpp"

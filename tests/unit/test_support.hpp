@@ -13,7 +13,7 @@
 
 #include "ddstage/formats/format.hpp"
 #include "ddstage/index.hpp"
-#include "ddstage/index_writer.hpp"
+#include "ddstage/tool/index_writer.hpp"
 
 namespace ddstage::test {
 

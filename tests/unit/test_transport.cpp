@@ -10,7 +10,7 @@
 
 #include "ddstage/config.hpp"
 #include "ddstage/settings.hpp"
-#include "ddstage/transport_info.hpp"
+#include "ddstage/tool/transport_info.hpp"
 #include "transport/copy_transport.hpp"
 #include "transport/transport_registry.hpp"
 

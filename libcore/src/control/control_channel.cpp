@@ -20,7 +20,7 @@
 
 #include "control_messages.hpp"
 #include "ddstage/error.hpp"
-#include "ddstage/host_name.hpp"
+#include "ddstage/tool/host_name.hpp"
 
 namespace ddstage::detail {
 namespace {

@@ -9,7 +9,7 @@
 #include <string_view>
 
 #include "control_frame.hpp"
-#include "ddstage/file_descriptor.hpp"
+#include "ddstage/tool/file_descriptor.hpp"
 
 namespace ddstage::detail {
 

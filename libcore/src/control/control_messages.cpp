@@ -1,7 +1,7 @@
 #include "control_messages.hpp"
 
 #include "ddstage/error.hpp"
-#include "ddstage/shard_loader.hpp"
+#include "ddstage/tool/shard_loader.hpp"
 
 namespace ddstage::detail {
 namespace {

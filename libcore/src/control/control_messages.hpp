@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "control_frame.hpp"
-#include "ddstage/store_control.hpp"
+#include "ddstage/tool/store_control.hpp"
 #include "error_record.hpp"
 
 namespace ddstage::detail {

@@ -1,4 +1,4 @@
-#include "ddstage/fabric_floor.hpp"
+#include "ddstage/tool/fabric_floor.hpp"
 
 #include <rdma/fi_rma.h>
 

@@ -1,6 +1,6 @@
 // The fabric floor in a build without libfabric: a clear error instead.
 #include "ddstage/error.hpp"
-#include "ddstage/fabric_floor.hpp"
+#include "ddstage/tool/fabric_floor.hpp"
 
 namespace ddstage {
 namespace {

@@ -1,6 +1,6 @@
 // `ddstage info --fabric` in a build without libfabric.
 #include "ddstage/error.hpp"
-#include "ddstage/fabric_info.hpp"
+#include "ddstage/tool/fabric_info.hpp"
 
 namespace ddstage {
 

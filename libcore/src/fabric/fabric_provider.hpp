@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "ddstage/fabric_info.hpp"
+#include "ddstage/tool/fabric_info.hpp"
 #include "fabric/fabric_handles.hpp"
 
 namespace ddstage::detail {

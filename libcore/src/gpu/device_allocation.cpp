@@ -1,4 +1,4 @@
-#include "ddstage/device_allocation.hpp"
+#include "ddstage/tool/device_allocation.hpp"
 
 #include <fmt/format.h>
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "ddstage/device_buffer.hpp"
-#include "ddstage/gpu_info.hpp"
+#include "ddstage/tool/gpu_info.hpp"
 #include "gpu/device_runtime.hpp"
 #include "transport/transport.hpp"
 

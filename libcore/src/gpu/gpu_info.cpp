@@ -1,8 +1,8 @@
-#include "ddstage/gpu_info.hpp"
+#include "ddstage/tool/gpu_info.hpp"
 
 #include <fstream>
 
-#include "ddstage/atomic_file.hpp"
+#include "ddstage/tool/atomic_file.hpp"
 #include "ddstage/error.hpp"
 #include "ddstage/settings.hpp"
 #include "gpu/device_registry.hpp"

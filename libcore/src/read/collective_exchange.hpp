@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "ddstage/index.hpp"
-#include "ddstage/shard_layout.hpp"
-#include "ddstage/shard_plan.hpp"
+#include "ddstage/tool/shard_layout.hpp"
+#include "ddstage/tool/shard_plan.hpp"
 
 namespace ddstage::detail {
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "ddstage/settings.hpp"
-#include "ddstage/shard_layout.hpp"
+#include "ddstage/tool/shard_layout.hpp"
 #include "fabric/fabric_peer.hpp"
 
 namespace ddstage::detail {

@@ -9,10 +9,10 @@
 
 #include <fmt/format.h>
 
-#include "ddstage/checksum.hpp"
+#include "ddstage/tool/checksum.hpp"
 #include "ddstage/error.hpp"
 #include "ddstage/index.hpp"
-#include "ddstage/shard_plan.hpp"
+#include "ddstage/tool/shard_plan.hpp"
 #include "transport/transport.hpp"
 
 namespace ddstage::detail {

@@ -14,8 +14,8 @@
 #include "ddstage/error.hpp"
 #include "ddstage/index.hpp"
 #include "ddstage/settings.hpp"
-#include "ddstage/shard_layout.hpp"
-#include "ddstage/shard_plan.hpp"
+#include "ddstage/tool/shard_layout.hpp"
+#include "ddstage/tool/shard_plan.hpp"
 #include "transport/transport_registry.hpp"
 
 namespace ddstage::detail {

@@ -3,8 +3,8 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "ddstage/shard_layout.hpp"
-#include "ddstage/shard_loader.hpp"
+#include "ddstage/tool/shard_layout.hpp"
+#include "ddstage/tool/shard_loader.hpp"
 #include "mpi/mpi_agree.hpp"
 #include "mpi/mpi_exchange.hpp"
 #include "server/server_rank.hpp"

@@ -6,8 +6,8 @@
 #include <spdlog/spdlog.h>
 
 #include "control/control_channel.hpp"
-#include "ddstage/store_cleanup.hpp"
-#include "ddstage/store_control.hpp"
+#include "ddstage/tool/store_cleanup.hpp"
+#include "ddstage/tool/store_control.hpp"
 #include "mpi/mpi_agree.hpp"
 #include "mpi/mpi_exchange.hpp"
 #include "process.hpp"

@@ -5,7 +5,7 @@
 
 #include <spdlog/spdlog.h>
 
-#include "ddstage/store_cleanup.hpp"
+#include "ddstage/tool/store_cleanup.hpp"
 #include "mpi/mpi_exchange.hpp"
 #include "server/server_rank.hpp"
 

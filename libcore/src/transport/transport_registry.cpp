@@ -9,7 +9,7 @@
 
 #include "ddstage/config.hpp"
 #include "ddstage/error.hpp"
-#include "ddstage/transport_info.hpp"
+#include "ddstage/tool/transport_info.hpp"
 #include "transport/copy_transport.hpp"
 
 #if DDSTAGE_HAVE_MPI

@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "ddstage/index_writer.hpp"
+#include "ddstage/tool/index_writer.hpp"
 
 namespace ddstage::formats {
 

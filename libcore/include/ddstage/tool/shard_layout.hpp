@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "ddstage/index.hpp"
-#include "ddstage/shard_plan.hpp"
+#include "ddstage/tool/shard_plan.hpp"
 
 namespace ddstage {
 

@@ -6,7 +6,7 @@
 #include <span>
 #include <string>
 
-#include "ddstage/file_descriptor.hpp"
+#include "ddstage/tool/file_descriptor.hpp"
 
 namespace ddstage {
 

@@ -6,7 +6,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "ddstage/file_descriptor.hpp"
+#include "ddstage/tool/file_descriptor.hpp"
 #include "ddstage/index.hpp"
 
 namespace ddstage {

@@ -8,9 +8,9 @@
 #include <string>
 
 #include "ddstage/index.hpp"
-#include "ddstage/shard_layout.hpp"
-#include "ddstage/shard_plan.hpp"
-#include "ddstage/shm_segment.hpp"
+#include "ddstage/tool/shard_layout.hpp"
+#include "ddstage/tool/shard_plan.hpp"
+#include "ddstage/tool/shm_segment.hpp"
 
 namespace ddstage {
 

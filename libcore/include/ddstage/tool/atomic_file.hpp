@@ -8,7 +8,7 @@
 #include <span>
 #include <string_view>
 
-#include "ddstage/file_descriptor.hpp"
+#include "ddstage/tool/file_descriptor.hpp"
 
 namespace ddstage {
 

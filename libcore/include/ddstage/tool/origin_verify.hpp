@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "ddstage/index.hpp"
-#include "ddstage/index_writer.hpp"
+#include "ddstage/tool/index_writer.hpp"
 
 namespace ddstage {
 

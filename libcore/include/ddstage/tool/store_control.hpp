@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "ddstage/store_cleanup.hpp"
+#include "ddstage/tool/store_cleanup.hpp"
 #include "ddstage/store_descriptor.hpp"
 
 namespace ddstage {
