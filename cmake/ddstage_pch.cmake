@@ -1,5 +1,5 @@
 # DDSTAGE_PCH: every C++ target precompiles the standard headers most files include. Parsing them
-# is half of a file's compile time at -O0 (the ASan build) and a fifth at -O3; scripts/test turns
+# is about a third of a file's compile time at -O0 (the ASan build), a sixth at -O3; scripts/test turns
 # it on. Off by default: a precompiled header is force-included, so a file missing one of these
 # includes would still compile, and ccache does not cache files built with it unless told to.
 # Only standard headers: third-party ones (fmt, spdlog) depend on definitions that differ by target.
