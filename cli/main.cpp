@@ -2,15 +2,12 @@
 #include <csignal>
 #include <cstdio>
 
-#include <CLI/CLI.hpp>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
 
 #include "commands/bench_cmd.hpp"
 #include "commands/clean_cmd.hpp"
-#include "support/cli_context.hpp"
-#include "ddstage/config.hpp"
-#include "ddstage/error.hpp"
 #include "commands/flatten_cmd.hpp"
 #include "commands/info_cmd.hpp"
 #include "commands/load_cmd.hpp"
@@ -19,6 +16,9 @@
 #include "commands/status_cmd.hpp"
 #include "commands/stop_cmd.hpp"
 #include "commands/wait_cmd.hpp"
+#include "ddstage/config.hpp"
+#include "ddstage/error.hpp"
+#include "support/cli_context.hpp"
 
 namespace {
 
@@ -38,14 +38,16 @@ int main(int argc, char** argv) {
   logger->set_pattern("ddstage: %l: %v");
   spdlog::set_default_logger(logger);
 
-  CLI::App app{"ddstage: stage training datasets off the parallel file system.\n"
-               "Flatten a dataset once into a byte-offset index, then read samples with one pread each.",
-               "ddstage"};
+  CLI::App app{
+      "ddstage: stage training datasets off the parallel file system.\n"
+      "Flatten a dataset once into a byte-offset index, then read samples with one pread each.",
+      "ddstage"};
   app.set_version_flag("--version", "ddstage " DDSTAGE_VERSION);
   app.require_subcommand(1);
   app.fallthrough();
-  app.footer("Exit codes: 0 success, 1 runtime error (I/O, checksum mismatch, stale source), "
-             "2 usage error (bad flag, bad id, missing file).\nSee ddstage(1) and ddstage-<command>(1).");
+  app.footer(
+      "Exit codes: 0 success, 1 runtime error (I/O, checksum mismatch, stale source), "
+      "2 usage error (bad flag, bad id, missing file).\nSee ddstage(1) and ddstage-<command>(1).");
   ddstage::cli::CliContext ctx;
   ctx.argc = &argc;
   ctx.argv = &argv;
@@ -66,8 +68,10 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);
     if (app.get_subcommands().empty() && !app.remaining().empty()) {
-      return fail("unknown command '" + app.remaining().front() +
-                      "' (commands: flatten, info, read, serve, wait, load, status, stop, clean, bench)", 2);
+      return fail(
+          "unknown command '" + app.remaining().front() +
+              "' (commands: flatten, info, read, serve, wait, load, status, stop, clean, bench)",
+          2);
     }
     return fail(std::string(e.what()) + " (see ddstage --help)", 2);
   } catch (const ddstage::Error& e) {

@@ -8,10 +8,10 @@ namespace ddstage::formats {
 std::span<const Format> format_registry() {
   static const std::vector<Format> formats = {
 #if DDSTAGE_HAVE_HDF5
-      hdf5_format(),
+    hdf5_format(),
 #endif
-      npy_format(),
-      files_format(),
+    npy_format(),
+    files_format(),
   };
   return formats;
 }
@@ -35,7 +35,8 @@ void flatten(const FlattenRequest& request, IndexWriter& writer) {
     if (request.format == f.name) return run(f, request, writer);
   }
   if (request.format != "auto") {
-    throw UsageError(fmt::format("unknown --format '{}' (this build has: auto, {})", request.format, names));
+    throw UsageError(
+        fmt::format("unknown --format '{}' (this build has: auto, {})", request.format, names));
   }
   // Detection order matters: files is the catch-all for directories and lists.
   for (const auto& f : formats) {

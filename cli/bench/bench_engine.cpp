@@ -23,7 +23,8 @@ struct ThreadTally {
   std::exception_ptr error;
 };
 
-void read_share(const ReadFn& read, std::span<const uint64_t> share, uint64_t batch, ThreadTally& tally) {
+void read_share(const ReadFn& read, std::span<const uint64_t> share, uint64_t batch,
+                ThreadTally& tally) {
   for (std::size_t first = 0; first < share.size(); first += batch) {
     const auto calls = share.subspan(first, std::min<std::size_t>(batch, share.size() - first));
     const auto t0 = Clock::now();
@@ -36,17 +37,19 @@ void read_share(const ReadFn& read, std::span<const uint64_t> share, uint64_t ba
 /// read behind lock, for threads sharing one reader. With the profile on, the wait for the
 /// lock is its queue_wait: the cost of sharing.
 ReadFn locked(ReadFn read, std::mutex& lock) {
-  return [shared = std::make_shared<ReadFn>(std::move(read)), &lock](std::span<const uint64_t> batch) {
-    if (!profile::enabled()) {
-      const std::lock_guard guard(lock);
-      return (*shared)(batch);
-    }
-    const auto t0 = Clock::now();
-    const std::lock_guard guard(lock);
-    const auto waited = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
-    profile::add(ProfileStage::queue_wait, static_cast<uint64_t>(waited));
-    return (*shared)(batch);
-  };
+  return
+      [shared = std::make_shared<ReadFn>(std::move(read)), &lock](std::span<const uint64_t> batch) {
+        if (!profile::enabled()) {
+          const std::lock_guard guard(lock);
+          return (*shared)(batch);
+        }
+        const auto t0 = Clock::now();
+        const std::lock_guard guard(lock);
+        const auto waited =
+            std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+        profile::add(ProfileStage::queue_wait, static_cast<uint64_t>(waited));
+        return (*shared)(batch);
+      };
 }
 
 }  // namespace
@@ -107,13 +110,13 @@ constexpr uint64_t floor_buffer_cap = 1ull << 30;
 }  // namespace
 
 MemcpyFloor::MemcpyFloor(uint64_t source_bytes, std::function<uint64_t(uint64_t id)> length_of)
-    : m_source(std::make_shared<const std::vector<std::byte>>(std::clamp<uint64_t>(source_bytes, 1, floor_buffer_cap),
-                                                              std::byte{1})),
+    : m_source(std::make_shared<const std::vector<std::byte>>(
+          std::clamp<uint64_t>(source_bytes, 1, floor_buffer_cap), std::byte{1})),
       m_length_of(std::move(length_of)) {}
 
 ReadFn MemcpyFloor::reader() const {
-  return [source = m_source, length_of = m_length_of, dest = std::vector<std::byte>()](
-             std::span<const uint64_t> ids) mutable {
+  return [source = m_source, length_of = m_length_of,
+          dest = std::vector<std::byte>()](std::span<const uint64_t> ids) mutable {
     uint64_t at = 0;
     for (uint64_t id : ids) {
       const uint64_t len = length_of(id);
@@ -135,7 +138,8 @@ void warm_up(const std::vector<ReadFn>& readers, std::span<const uint64_t> ids) 
   for (std::size_t first = 0; first < ids.size(); first += 128) {
     readers.front()(ids.subspan(first, std::min<std::size_t>(128, ids.size() - first)));
   }
-  for (std::size_t r = 1; r < readers.size(); ++r) readers[r](ids.first(std::min<std::size_t>(32, ids.size())));
+  for (std::size_t r = 1; r < readers.size(); ++r)
+    readers[r](ids.first(std::min<std::size_t>(32, ids.size())));
 }
 
 }  // namespace ddstage::cli

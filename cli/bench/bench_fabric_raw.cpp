@@ -29,7 +29,8 @@ struct BenchFabricRawOptions {
 
 /// Target bytes: room for many rows of the largest size at random offsets, at least 64 MiB.
 uint64_t target_bytes(const std::vector<uint64_t>& row_sizes) {
-  return std::max<uint64_t>(64ull << 20, 16 * *std::max_element(row_sizes.begin(), row_sizes.end()));
+  return std::max<uint64_t>(64ull << 20,
+                            16 * *std::max_element(row_sizes.begin(), row_sizes.end()));
 }
 
 std::vector<FloorPoint> read_all(FabricFloorReader& reader, const std::vector<uint64_t>& row_sizes,
@@ -39,7 +40,8 @@ std::vector<FloorPoint> read_all(FabricFloorReader& reader, const std::vector<ui
   for (uint64_t row_bytes : row_sizes) {
     // Connections (rxm connects lazily) and first touches land before the first timed call.
     reader.run(row_bytes, std::min<uint64_t>(rows_of(row_bytes), 256), 32, seed);
-    for (uint64_t batch : batches) points.push_back({row_bytes, batch, reader.run(row_bytes, rows_of(row_bytes), batch, seed)});
+    for (uint64_t batch : batches)
+      points.push_back({row_bytes, batch, reader.run(row_bytes, rows_of(row_bytes), batch, seed)});
   }
   return points;
 }
@@ -55,32 +57,45 @@ void run_bench_fabric_raw(const BenchFabricRawOptions& opts, const CliContext& c
     throw UsageError("--batch sizes must be > 0");
   }
   const auto cap = parse_size(opts.cell_bytes);
-  if (!cap || *cap == 0) throw UsageError("bad --cell-bytes '" + opts.cell_bytes + "' (a size like 1G)");
+  if (!cap || *cap == 0)
+    throw UsageError("bad --cell-bytes '" + opts.cell_bytes + "' (a size like 1G)");
   opts.out.check();
   const auto settings = ctx.resolve_settings();
-  auto rows_of = [&](uint64_t row_bytes) { return std::max<uint64_t>(1, std::min(opts.samples, *cap / row_bytes)); };
+  auto rows_of = [&](uint64_t row_bytes) {
+    return std::max<uint64_t>(1, std::min(opts.samples, *cap / row_bytes));
+  };
   std::string provider;
 #if DDSTAGE_HAVE_MPI
   const detail::MpiSession job(ctx.argc, ctx.argv, MPI_THREAD_FUNNELED);
-  const auto points = measure_fabric_floor(settings, &job, sizes, opts.batches, rows_of, opts.seed, provider);
+  const auto points =
+      measure_fabric_floor(settings, &job, sizes, opts.batches, rows_of, opts.seed, provider);
   if (job.rank() != 0) return;
   const int ranks = job.size();
 #else
-  const auto points = measure_fabric_floor(settings, nullptr, sizes, opts.batches, rows_of, opts.seed, provider);
+  const auto points =
+      measure_fabric_floor(settings, nullptr, sizes, opts.batches, rows_of, opts.seed, provider);
   const int ranks = 1;
 #endif
   BenchReport report("fabric-raw");
-  report.describe("provider", provider + (settings.get_string("fabric.domain").empty()
-                                              ? ""
-                                              : " in domain " + settings.get_string("fabric.domain")));
-  report.describe("reads", ranks > 1 ? "rank 0 reads a region registered by rank 1"
-                                     : "this process reads a region registered on a second endpoint of its own");
-  report.describe("window", fmt::format("{} reads, {} bytes in flight at most (fabric.window, fabric.inflight_bytes)",
-                                        settings.get_int("fabric.window"), settings.get_size("fabric.inflight_bytes")));
+  report.describe("provider",
+                  provider + (settings.get_string("fabric.domain").empty()
+                                  ? ""
+                                  : " in domain " + settings.get_string("fabric.domain")));
+  report.describe("reads",
+                  ranks > 1
+                      ? "rank 0 reads a region registered by rank 1"
+                      : "this process reads a region registered on a second endpoint of its own");
+  report.describe(
+      "window",
+      fmt::format("{} reads, {} bytes in flight at most (fabric.window, fabric.inflight_bytes)",
+                  settings.get_int("fabric.window"), settings.get_size("fabric.inflight_bytes")));
   report.describe("seed", std::to_string(opts.seed));
-  for (const auto& p : points) report.add(floor_cell(p, {{"transport", "fabric-raw"}, {"provider", provider}}));
-  report.note("each call posts `batch` fi_reads at random offsets and waits for all of them: µs/row is the call's "
-              "time over its reads");
+  for (const auto& p : points)
+    report.add(floor_cell(p, {{"transport", "fabric-raw"}, {"provider", provider}}));
+  report.note(
+      "each call posts `batch` fi_reads at random offsets and waits for all of them: µs/row is the "
+      "call's "
+      "time over its reads");
   report.print();
   report.write(opts.out);
 }
@@ -98,11 +113,11 @@ BenchCell floor_cell(const FloorPoint& p, std::vector<std::pair<std::string, Ben
   return c;
 }
 
-std::vector<FloorPoint> measure_fabric_floor(const Settings& settings, const detail::MpiSession* job,
-                                             const std::vector<uint64_t>& row_sizes,
-                                             const std::vector<uint64_t>& batches,
-                                             const std::function<uint64_t(uint64_t row_bytes)>& rows_of, uint64_t seed,
-                                             std::string& provider) {
+std::vector<FloorPoint> measure_fabric_floor(
+    const Settings& settings, const detail::MpiSession* job, const std::vector<uint64_t>& row_sizes,
+    const std::vector<uint64_t>& batches,
+    const std::function<uint64_t(uint64_t row_bytes)>& rows_of, uint64_t seed,
+    std::string& provider) {
 #if DDSTAGE_HAVE_MPI
   if (job && job->size() > 1) {
     // Rank 1's address, or the error that kept it from serving one (the 64 MiB target's
@@ -142,16 +157,22 @@ std::vector<FloorPoint> measure_fabric_floor(const Settings& settings, const det
 
 void setup_bench_fabric_raw(CLI::App& bench, CliContext& ctx) {
   auto opts = std::make_shared<BenchFabricRawOptions>();
-  auto* s = bench.add_subcommand("fabric-raw", "The raw fi_read loop: the floor under fabric reads, per row size");
-  s->add_option("--size", opts->sizes, "Row sizes, comma-separated")->delimiter(',')->capture_default_str();
+  auto* s = bench.add_subcommand(
+      "fabric-raw", "The raw fi_read loop: the floor under fabric reads, per row size");
+  s->add_option("--size", opts->sizes, "Row sizes, comma-separated")
+      ->delimiter(',')
+      ->capture_default_str();
   s->add_option("--batch", opts->batches, "Reads per call (each call waits for all of them)")
       ->delimiter(',')
       ->capture_default_str();
-  s->add_option("--samples", opts->samples, "Reads per cell")->capture_default_str()->check(CLI::PositiveNumber);
+  s->add_option("--samples", opts->samples, "Reads per cell")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   s->add_option("--cell-bytes", opts->cell_bytes, "Bytes a cell reads at most (reads cut to fit)")
       ->capture_default_str();
   s->add_option("--seed", opts->seed, "Seed for the random offsets")->capture_default_str();
-  add_setting_option(*s, ctx, "--provider", "fabric.provider", "libfabric provider (tcp, shm, cxi, verbs, ...)");
+  add_setting_option(*s, ctx, "--provider", "fabric.provider",
+                     "libfabric provider (tcp, shm, cxi, verbs, ...)");
   add_bench_output_options(*s, opts->out);
   s->callback([opts, &ctx] { run_bench_fabric_raw(*opts, ctx); });
 }

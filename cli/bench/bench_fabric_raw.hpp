@@ -10,9 +10,9 @@
 #include <CLI/CLI.hpp>
 
 #include "bench/bench_report.hpp"
-#include "support/cli_context.hpp"
-#include "ddstage/tool/fabric_floor.hpp"
 #include "ddstage/settings.hpp"
+#include "ddstage/tool/fabric_floor.hpp"
+#include "support/cli_context.hpp"
 
 namespace ddstage::detail {
 class MpiSession;
@@ -33,11 +33,11 @@ struct FloorPoint {
 /// region on rank 1 (job of two or more ranks) or on an endpoint in this process (no job, or one
 /// rank). Collective over the job: every rank calls it; ranks other than 0 wait without
 /// spinning and get no points. provider: what the reads went over, on rank 0.
-std::vector<FloorPoint> measure_fabric_floor(const Settings& settings, const detail::MpiSession* job,
-                                             const std::vector<uint64_t>& row_sizes,
-                                             const std::vector<uint64_t>& batches,
-                                             const std::function<uint64_t(uint64_t row_bytes)>& rows_of, uint64_t seed,
-                                             std::string& provider);
+std::vector<FloorPoint> measure_fabric_floor(
+    const Settings& settings, const detail::MpiSession* job, const std::vector<uint64_t>& row_sizes,
+    const std::vector<uint64_t>& batches,
+    const std::function<uint64_t(uint64_t row_bytes)>& rows_of, uint64_t seed,
+    std::string& provider);
 
 /// A report cell of a floor point: its figures under these dims.
 BenchCell floor_cell(const FloorPoint& p, std::vector<std::pair<std::string, BenchDim>> dims);

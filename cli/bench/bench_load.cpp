@@ -6,13 +6,13 @@
 
 #include <fmt/format.h>
 
+#include "bench/page_cache.hpp"
 #include "ddstage/index.hpp"
+#include "ddstage/store_descriptor.hpp"
 #include "ddstage/tool/shard_loader.hpp"
 #include "ddstage/tool/store_control.hpp"
-#include "ddstage/store_descriptor.hpp"
 #include "support/json_writer.hpp"
 #include "support/output_file.hpp"
-#include "bench/page_cache.hpp"
 #include "support/store_access.hpp"
 
 namespace ddstage::cli {
@@ -39,7 +39,8 @@ struct LoadFigures {
 
 /// The baseline first, then the load, each after dropping the files' pages unless warm (then
 /// the baseline warms them for the load).
-LoadFigures measure(const BenchLoadOptions& opts, const std::string& name, const Settings& settings) {
+LoadFigures measure(const BenchLoadOptions& opts, const std::string& name,
+                    const Settings& settings) {
   const auto index = Index::open(opts.index);
   const auto files = index_files(index, {FileKind::source, FileKind::pack});
   auto control = store_control(opts.store, settings);
@@ -58,7 +59,8 @@ LoadFigures measure(const BenchLoadOptions& opts, const std::string& name, const
 void run_bench_load(BenchLoadOptions opts, const CliContext& ctx) {
   const auto settings = ctx.resolve_settings();
   opts.store = store_dir(opts.store, settings);
-  const std::string name = opts.name.empty() ? fmt::format("ddstage-bench-load-{}", ::getpid()) : opts.name;
+  const std::string name =
+      opts.name.empty() ? fmt::format("ddstage-bench-load-{}", ::getpid()) : opts.name;
   const auto f = measure(opts, name, settings);
   const unsigned streams = opts.streams ? opts.streams : ShardLoadOptions{}.streams;
   const auto ranks = StoreDescriptor::read(opts.store).ranks.size();
@@ -66,16 +68,23 @@ void run_bench_load(BenchLoadOptions opts, const CliContext& ctx) {
   fmt::print("files read {} (page cache {})\n", opts.warm ? "warm" : "cold",
              opts.warm ? "kept" : "dropped before each step");
   fmt::print("{:<34} {:>14} {:>10} {:>10}\n", "step", "bytes", "seconds", "MB/s");
-  fmt::print("{:<34} {:>14} {:>10.3f} {:>10.1f}\n", "sequential read (cat)", f.cat_bytes, f.cat_seconds, f.cat_mbs());
-  fmt::print("{:<34} {:>14} {:>10.3f} {:>10.1f}\n", fmt::format("load ({} ranks, {} streams)", ranks, streams),
-             f.load.bytes, f.load.seconds, f.load_mbs());
-  fmt::print("ratio: load at {:.0f}% of the sequential read's bandwidth ({} samples)\n", 100.0 * ratio,
-             f.load.samples);
+  fmt::print("{:<34} {:>14} {:>10.3f} {:>10.1f}\n", "sequential read (cat)", f.cat_bytes,
+             f.cat_seconds, f.cat_mbs());
+  fmt::print("{:<34} {:>14} {:>10.3f} {:>10.1f}\n",
+             fmt::format("load ({} ranks, {} streams)", ranks, streams), f.load.bytes,
+             f.load.seconds, f.load_mbs());
+  fmt::print("ratio: load at {:.0f}% of the sequential read's bandwidth ({} samples)\n",
+             100.0 * ratio, f.load.samples);
   if (!opts.json.empty()) {
     JsonWriter j;
-    j.begin_object().field("bench", "load").field("warm", opts.warm).field("ranks", static_cast<uint64_t>(ranks));
+    j.begin_object()
+        .field("bench", "load")
+        .field("warm", opts.warm)
+        .field("ranks", static_cast<uint64_t>(ranks));
     j.field("streams", streams).field("samples", f.load.samples).field("bytes", f.load.bytes);
-    j.field("cat_bytes", f.cat_bytes).field("cat_seconds", f.cat_seconds).field("cat_mb_per_s", f.cat_mbs());
+    j.field("cat_bytes", f.cat_bytes)
+        .field("cat_seconds", f.cat_seconds)
+        .field("cat_mb_per_s", f.cat_mbs());
     j.field("load_seconds", f.load.seconds).field("load_mb_per_s", f.load_mbs());
     j.field("ratio_vs_cat", ratio).end_object();
     write_text_file(opts.json, j.str());
@@ -86,14 +95,18 @@ void run_bench_load(BenchLoadOptions opts, const CliContext& ctx) {
 
 void setup_bench_load(CLI::App& bench, CliContext& ctx) {
   auto opts = std::make_shared<BenchLoadOptions>();
-  auto* sub = bench.add_subcommand("load", "A store's load bandwidth vs a sequential read (cat) of the same files");
-  sub->add_option("--store", opts->store, "The store directory (holds store.yaml); default: DDSTAGE_STORE");
+  auto* sub = bench.add_subcommand(
+      "load", "A store's load bandwidth vs a sequential read (cat) of the same files");
+  sub->add_option("--store", opts->store,
+                  "The store directory (holds store.yaml); default: DDSTAGE_STORE");
   sub->add_option("dataset", opts->index, "The index directory (DATASET.ddx)")->required();
-  sub->add_option("--name", opts->name, "Name to load under, unloaded afterwards (default: a temporary one)");
+  sub->add_option("--name", opts->name,
+                  "Name to load under, unloaded afterwards (default: a temporary one)");
   sub->add_option("--streams", opts->streams, "Reader threads per rank (default: the server's)")
       ->check(CLI::Range(1u, max_load_streams));
   sub->add_option("--json", opts->json, "Also write every figure as JSON to this file");
-  sub->add_flag("--warm", opts->warm, "Keep the files in the page cache (default: drop them before each step)");
+  sub->add_flag("--warm", opts->warm,
+                "Keep the files in the page cache (default: drop them before each step)");
   sub->callback([opts, &ctx] { run_bench_load(*opts, ctx); });
 }
 

@@ -8,16 +8,16 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "ddstage/tool/checksum.hpp"
+#include "bench/page_cache.hpp"
+#include "bench/training_loop.hpp"
 #include "ddstage/client.hpp"
 #include "ddstage/config.hpp"
 #include "ddstage/error.hpp"
 #include "ddstage/index.hpp"
+#include "ddstage/tool/checksum.hpp"
 #include "ddstage/tool/origin_reader.hpp"
-#include "bench/page_cache.hpp"
 #include "support/progress_line.hpp"
 #include "support/store_access.hpp"
-#include "bench/training_loop.hpp"
 #if DDSTAGE_HAVE_HDF5
 #include "ddstage/formats/hdf5_sample_reader.hpp"
 #endif
@@ -26,7 +26,8 @@ namespace ddstage::cli {
 namespace {
 
 /// Bytes of a batch laid out field after field, each field's rows in the order of ids.
-uint64_t batch_bytes(const Index& index, std::span<const uint32_t> fields, std::span<const uint64_t> ids) {
+uint64_t batch_bytes(const Index& index, std::span<const uint32_t> fields,
+                     std::span<const uint64_t> ids) {
   uint64_t bytes = 0;
   for (uint32_t f : fields) {
     for (uint64_t id : ids) bytes += index.entry(id, f).length;
@@ -37,7 +38,8 @@ uint64_t batch_bytes(const Index& index, std::span<const uint32_t> fields, std::
 /// get_batch from a running store, one call per field.
 class StoreBatches final : public BatchSource {
  public:
-  StoreBatches(const Dataset& dataset, std::span<const uint32_t> fields) : m_reader(dataset.reader()) {
+  StoreBatches(const Dataset& dataset, std::span<const uint32_t> fields)
+      : m_reader(dataset.reader()) {
     for (uint32_t f : fields) m_names.push_back(dataset.index().fields()[f].name);
   }
   void read(std::span<const uint64_t> ids, std::vector<std::byte>& out) override {
@@ -60,7 +62,9 @@ class StoreBatches final : public BatchSource {
 class OriginBatches final : public BatchSource {
  public:
   OriginBatches(const Index& index, std::span<const uint32_t> fields, bool allow_stale)
-      : m_index(index), m_fields(fields), m_reader(index, {.verify = false, .allow_stale = allow_stale}) {}
+      : m_index(index),
+        m_fields(fields),
+        m_reader(index, {.verify = false, .allow_stale = allow_stale}) {}
   void read(std::span<const uint64_t> ids, std::vector<std::byte>& out) override {
     out.resize(batch_bytes(m_index, m_fields, ids));
     uint64_t at = 0;
@@ -141,7 +145,8 @@ std::vector<std::string> checked_compare(const BenchLoaderOptions& opts) {
   auto wanted = opts.compare;
   if (wanted.empty() && opts.store.empty()) wanted = {"origin", "hdf5"};
   for (const auto& m : wanted) {
-    if (m != "origin" && m != "hdf5") throw UsageError(fmt::format("unknown --compare mode '{}' (origin, hdf5)", m));
+    if (m != "origin" && m != "hdf5")
+      throw UsageError(fmt::format("unknown --compare mode '{}' (origin, hdf5)", m));
     if (std::find(modes.begin(), modes.end(), m) == modes.end()) modes.push_back(m);
   }
   return modes;
@@ -149,7 +154,8 @@ std::vector<std::string> checked_compare(const BenchLoaderOptions& opts) {
 
 void check_sources(const BenchLoaderOptions& opts) {
   if (opts.store.empty() && opts.index.empty()) {
-    throw UsageError("give --store DIR --dataset NAME, or --index DATASET.ddx for origin modes only");
+    throw UsageError(
+        "give --store DIR --dataset NAME, or --index DATASET.ddx for origin modes only");
   }
   if (!opts.store.empty() && opts.dataset.empty()) throw UsageError("--store needs --dataset NAME");
   if (opts.store.empty() && !opts.dataset.empty()) throw UsageError("--dataset needs --store DIR");
@@ -166,19 +172,25 @@ std::vector<uint32_t> field_ids(const Index& index, const std::vector<std::strin
 
 /// Runs the loop with progress on stderr when it is a terminal.
 ModeRun run_mode(std::string mode, const TrainingLoopOptions& loop, std::span<const uint64_t> ids,
-                 const BatchSourceFactory& sources, const BatchCheck& check, const Settings& settings) {
+                 const BatchSourceFactory& sources, const BatchCheck& check,
+                 const Settings& settings) {
   ProgressLine line(fmt::format("loader {}", mode), settings);
   double shown = -1;
   auto progress = [&](uint64_t done, uint64_t bytes, double seconds) {
     if (seconds - shown < 0.2 && done < loop.steps) return;
     shown = seconds;
-    line({.items_done = done, .total_items = loop.steps, .bytes_done = bytes, .seconds = seconds,
+    line({.items_done = done,
+          .total_items = loop.steps,
+          .bytes_done = bytes,
+          .seconds = seconds,
           .final = done == loop.steps});
   };
   return {std::move(mode), "", run_training_loop(loop, ids, sources, check, progress)};
 }
 
-double fraction(uint64_t n, uint64_t of) { return of ? static_cast<double>(n) / static_cast<double>(of) : 0; }
+double fraction(uint64_t n, uint64_t of) {
+  return of ? static_cast<double>(n) / static_cast<double>(of) : 0;
+}
 
 struct RunDescription {
   std::string dataset;
@@ -192,48 +204,59 @@ struct RunDescription {
 /// A mode's cell: rows are samples, latencies the trainer's wait per step.
 BenchCell cell_of(const ModeRun& run, uint64_t per_epoch) {
   const auto& r = run.result;
-  BenchCell c{.dims = {{"mode", run.mode}}, .rows = r.samples, .bytes = r.bytes, .seconds = r.seconds};
+  BenchCell c{
+      .dims = {{"mode", run.mode}}, .rows = r.samples, .bytes = r.bytes, .seconds = r.seconds};
   c.ns_per_row = r.wait_ns;
-  c.extras = {{"samples_per_s", static_cast<double>(r.samples) / r.seconds},
-              {"epoch_s", r.seconds / static_cast<double>(r.steps) * static_cast<double>(per_epoch)},
-              {"over_100ms", fraction(r.waits_over_short, r.steps)},
-              {"over_1s", fraction(r.waits_over_long, r.steps)},
-              {"mismatches", static_cast<double>(r.mismatches)}};
+  c.extras = {
+      {"samples_per_s", static_cast<double>(r.samples) / r.seconds},
+      {"epoch_s", r.seconds / static_cast<double>(r.steps) * static_cast<double>(per_epoch)},
+      {"over_100ms", fraction(r.waits_over_short, r.steps)},
+      {"over_1s", fraction(r.waits_over_long, r.steps)},
+      {"mismatches", static_cast<double>(r.mismatches)}};
   return c;
 }
 
 /// An origin mode against the store: how much longer an epoch takes and how much worse the
 /// wait tail is, as extras of its cell and a note.
-void compare_with_store(BenchReport& report, BenchCell& cell, const ModeRun& run, const TrainingLoopResult& store) {
+void compare_with_store(BenchReport& report, BenchCell& cell, const ModeRun& run,
+                        const TrainingLoopResult& store) {
   auto over = [](double a, double b) { return b > 0 ? a / b : 0.0; };
   const auto& r = run.result;
   const double epoch = over(r.seconds, store.seconds);
   const double mean = over(r.wait_ns.mean(), store.wait_ns.mean());
-  const double p99 =
-      over(static_cast<double>(r.wait_ns.percentile(0.99)), static_cast<double>(store.wait_ns.percentile(0.99)));
+  const double p99 = over(static_cast<double>(r.wait_ns.percentile(0.99)),
+                          static_cast<double>(store.wait_ns.percentile(0.99)));
   cell.extras.emplace_back("epoch_vs_store", epoch);
   cell.extras.emplace_back("p99_vs_store", p99);
-  report.note(fmt::format("{} vs store: epoch {:.2f}x as long, wait mean {:.1f}x, wait p99 {:.1f}x; steps waiting "
-                          "> 1 s: {:.1f}% vs {:.1f}%",
-                          run.mode, epoch, mean, p99, 100 * fraction(r.waits_over_long, r.steps),
-                          100 * fraction(store.waits_over_long, store.steps)));
+  report.note(fmt::format(
+      "{} vs store: epoch {:.2f}x as long, wait mean {:.1f}x, wait p99 {:.1f}x; steps waiting "
+      "> 1 s: {:.1f}% vs {:.1f}%",
+      run.mode, epoch, mean, p99, 100 * fraction(r.waits_over_long, r.steps),
+      100 * fraction(store.waits_over_long, store.steps)));
 }
 
-BenchReport loader_report(const BenchLoaderOptions& opts, const RunDescription& d, const std::vector<ModeRun>& runs) {
+BenchReport loader_report(const BenchLoaderOptions& opts, const RunDescription& d,
+                          const std::vector<ModeRun>& runs) {
   BenchReport report("loader", "step");
-  report.describe("dataset", fmt::format("{} ({} samples), fields {}", d.dataset, d.samples, fmt::join(d.fields, ",")));
-  report.describe("loop", fmt::format("batch {}, {} steps ({:.2f} epochs of {}, global shuffle, seed {}), compute "
-                                      "{} ms per step",
-                                      opts.batch, opts.steps,
-                                      static_cast<double>(opts.steps) / static_cast<double>(d.per_epoch),
-                                      d.per_epoch, opts.seed, opts.compute_ms));
-  report.describe("loader", fmt::format("prefetch {}, {} threads, each with its own reader", opts.prefetch,
-                                        opts.threads));
+  report.describe("dataset", fmt::format("{} ({} samples), fields {}", d.dataset, d.samples,
+                                         fmt::join(d.fields, ",")));
+  report.describe(
+      "loop",
+      fmt::format("batch {}, {} steps ({:.2f} epochs of {}, global shuffle, seed {}), compute "
+                  "{} ms per step",
+                  opts.batch, opts.steps,
+                  static_cast<double>(opts.steps) / static_cast<double>(d.per_epoch), d.per_epoch,
+                  opts.seed, opts.compute_ms));
+  report.describe("loader", fmt::format("prefetch {}, {} threads, each with its own reader",
+                                        opts.prefetch, opts.threads));
   if (d.origin_modes) {
-    report.describe("origin files", d.cold ? "read cold: dropped from the page cache before each origin mode"
-                                           : "read warm: page cache kept (--warm)");
+    report.describe("origin files",
+                    d.cold ? "read cold: dropped from the page cache before each origin mode"
+                           : "read warm: page cache kept (--warm)");
   }
-  report.describe("latencies", "the trainer's wait for each step's batch; over_*: fraction of steps waiting longer");
+  report.describe(
+      "latencies",
+      "the trainer's wait for each step's batch; over_*: fraction of steps waiting longer");
   const bool with_store = !runs.empty() && runs.front().mode == "store";
   for (const auto& run : runs) {
     if (!run.unavailable.empty()) {
@@ -241,7 +264,8 @@ BenchReport loader_report(const BenchLoaderOptions& opts, const RunDescription& 
       continue;
     }
     auto cell = cell_of(run, d.per_epoch);
-    if (with_store && run.mode != "store") compare_with_store(report, cell, run, runs.front().result);
+    if (with_store && run.mode != "store")
+      compare_with_store(report, cell, run, runs.front().result);
     report.add(std::move(cell));
   }
   return report;
@@ -288,15 +312,19 @@ void run_bench_loader(const BenchLoaderOptions& opts, const CliContext& ctx) {
   const auto fields = field_ids(index, opts.fields);
   const auto ids = shuffled_batches(index.samples(), opts.batch, opts.steps, opts.seed);
   if (!compare.empty() && !allow_stale) index.check_all_fresh();
-  const TrainingLoopOptions loop{.batch = opts.batch, .steps = opts.steps,
-                                 .compute = std::chrono::nanoseconds(static_cast<int64_t>(opts.compute_ms * 1e6)),
-                                 .prefetch = opts.prefetch, .threads = opts.threads};
+  const TrainingLoopOptions loop{
+      .batch = opts.batch,
+      .steps = opts.steps,
+      .compute = std::chrono::nanoseconds(static_cast<int64_t>(opts.compute_ms * 1e6)),
+      .prefetch = opts.prefetch,
+      .threads = opts.threads};
   const auto check = checksum_check(index, fields);
   std::vector<ModeRun> runs;
   if (sources.dataset) {
     const Dataset& dataset = *sources.dataset;
-    runs.push_back(run_mode("store", loop, ids, [&] { return std::make_unique<StoreBatches>(dataset, fields); },
-                            check, settings));
+    runs.push_back(run_mode(
+        "store", loop, ids, [&] { return std::make_unique<StoreBatches>(dataset, fields); }, check,
+        settings));
   }
   const auto origin_files = index_files(index, {FileKind::source, FileKind::pack});
   [[maybe_unused]] std::mutex hdf5_library;
@@ -310,7 +338,8 @@ void run_bench_loader(const BenchLoaderOptions& opts, const CliContext& ctx) {
       return std::make_unique<OriginBatches>(index, fields, allow_stale);
     };
 #if DDSTAGE_HAVE_HDF5
-    if (mode == "hdf5") factory = [&] { return std::make_unique<Hdf5Batches>(index, fields, hdf5_library); };
+    if (mode == "hdf5")
+      factory = [&] { return std::make_unique<Hdf5Batches>(index, fields, hdf5_library); };
 #endif
     runs.push_back(run_mode(mode, loop, ids, factory, check, settings));
   }
@@ -324,7 +353,8 @@ void run_bench_loader(const BenchLoaderOptions& opts, const CliContext& ctx) {
   report.print();
   for (const auto& run : runs) {
     if (run.result.mismatches) {
-      spdlog::error("{}: {} rows returned bytes that do not match the index", run.mode, run.result.mismatches);
+      spdlog::error("{}: {} rows returned bytes that do not match the index", run.mode,
+                    run.result.mismatches);
     }
   }
   report.write(opts.outputs);
@@ -332,19 +362,28 @@ void run_bench_loader(const BenchLoaderOptions& opts, const CliContext& ctx) {
 
 void setup_bench_loader(CLI::App& bench, CliContext& ctx) {
   auto opts = std::make_shared<BenchLoaderOptions>();
-  auto* sub = bench.add_subcommand("loader", "A training loop's DataLoader wait per step: store vs origin, same ids");
-  sub->add_option("--store", opts->store, "The store directory (default with --dataset: DDSTAGE_STORE)");
+  auto* sub = bench.add_subcommand(
+      "loader", "A training loop's DataLoader wait per step: store vs origin, same ids");
+  sub->add_option("--store", opts->store,
+                  "The store directory (default with --dataset: DDSTAGE_STORE)");
   sub->add_option("--dataset", opts->dataset, "The loaded dataset");
-  sub->add_option("--index", opts->index, "DATASET.ddx: without a store, run the origin modes only");
-  sub->add_option("--field", opts->fields, "Fields to read per step, comma-separated (default: all)")
+  sub->add_option("--index", opts->index,
+                  "DATASET.ddx: without a store, run the origin modes only");
+  sub->add_option("--field", opts->fields,
+                  "Fields to read per step, comma-separated (default: all)")
       ->delimiter(',');
-  sub->add_option("--compare", opts->compare, "Origin modes to run too: origin (index + pread), hdf5 (HDF5 API)")
+  sub->add_option("--compare", opts->compare,
+                  "Origin modes to run too: origin (index + pread), hdf5 (HDF5 API)")
       ->delimiter(',');
-  sub->add_option("--batch", opts->batch, "Samples per step")->capture_default_str()->check(CLI::PositiveNumber);
+  sub->add_option("--batch", opts->batch, "Samples per step")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   sub->add_option("--compute-ms", opts->compute_ms, "Simulated compute per step, milliseconds")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  sub->add_option("--steps", opts->steps, "Training steps per mode")->capture_default_str()->check(CLI::PositiveNumber);
+  sub->add_option("--steps", opts->steps, "Training steps per mode")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   sub->add_option("--prefetch", opts->prefetch, "Batches read ahead of the trainer")
       ->capture_default_str()
       ->check(CLI::Range(1u, 1024u));

@@ -14,10 +14,10 @@
 namespace ddstage::cli {
 
 struct BenchLoaderOptions {
-  std::string store;    ///< a running store; empty: origin modes only, from index
-  std::string dataset;  ///< the dataset's name in the store
-  std::string index;    ///< DATASET.ddx, for runs without a store
-  std::vector<std::string> fields;  ///< fields to read per step; empty: all of them
+  std::string store;                 ///< a running store; empty: origin modes only, from index
+  std::string dataset;               ///< the dataset's name in the store
+  std::string index;                 ///< DATASET.ddx, for runs without a store
+  std::vector<std::string> fields;   ///< fields to read per step; empty: all of them
   std::vector<std::string> compare;  ///< origin modes to run too: origin, hdf5
   uint64_t batch = 64;
   double compute_ms = 150;

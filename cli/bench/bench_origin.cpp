@@ -6,11 +6,11 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "ddstage/tool/checksum.hpp"
 #include "ddstage/config.hpp"
 #include "ddstage/error.hpp"
 #include "ddstage/index.hpp"
 #include "ddstage/latency_histogram.hpp"
+#include "ddstage/tool/checksum.hpp"
 #include "ddstage/tool/origin_reader.hpp"
 #if DDSTAGE_HAVE_HDF5
 #include "ddstage/formats/hdf5_sample_reader.hpp"
@@ -41,7 +41,8 @@ std::vector<uint64_t> random_ids(uint64_t n, uint64_t samples, uint64_t seed) {
 /// order, and checks each field's bytes against the index checksum (untimed), so a fast wrong
 /// answer cannot win.
 template <typename ReadFn>
-ModeResult time_mode(std::string mode, const Index& index, const std::vector<uint64_t>& ids, ReadFn&& read_sample) {
+ModeResult time_mode(std::string mode, const Index& index, const std::vector<uint64_t>& ids,
+                     ReadFn&& read_sample) {
   ModeResult r{std::move(mode)};
   std::vector<std::byte> buffer;
   const auto fields = static_cast<uint32_t>(index.fields().size());
@@ -51,7 +52,8 @@ ModeResult time_mode(std::string mode, const Index& index, const std::vector<uin
     buffer.resize(bytes);
     const auto t0 = Clock::now();
     read_sample(id, std::span(buffer));
-    r.ns.record(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count()));
+    r.ns.record(static_cast<uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count()));
     uint64_t at = 0;
     for (uint32_t f = 0; f < fields; ++f) {
       const auto& e = index.entry(id, f);
@@ -82,7 +84,9 @@ void run_bench_origin(const BenchOriginOptions& opts, const CliContext& ctx) {
   const auto ids = random_ids(opts.samples, index.samples(), opts.seed);
 
   OriginReader reader(index, {.verify = false, .allow_stale = allow_stale});
-  auto pread_sample = [&reader](uint64_t id, std::span<std::byte> out) { reader.read_sample(id, out); };
+  auto pread_sample = [&reader](uint64_t id, std::span<std::byte> out) {
+    reader.read_sample(id, out);
+  };
   // The VM drops idle file pages: warm the same samples first so both modes read page cache.
   time_mode("warm-up", index, ids, pread_sample);
 
@@ -92,35 +96,43 @@ void run_bench_origin(const BenchOriginOptions& opts, const CliContext& ctx) {
   if (index.manifest().format == "hdf5") {
     formats::Hdf5SampleReader h5(index);
     const auto fields = static_cast<uint32_t>(index.fields().size());
-    results.push_back(time_mode("hdf5-api", index, ids, [&h5, fields](uint64_t id, std::span<std::byte> out) {
-      for (uint32_t f = 0; f < fields; ++f) out = out.subspan(h5.read(id, f, out));
-    }));
+    results.push_back(
+        time_mode("hdf5-api", index, ids, [&h5, fields](uint64_t id, std::span<std::byte> out) {
+          for (uint32_t f = 0; f < fields; ++f) out = out.subspan(h5.read(id, f, out));
+        }));
   }
 #endif
   BenchReport report("origin", "sample");
-  report.describe("dataset", fmt::format("{} ({} samples, {} fields, format {})", index.dir().string(),
-                                         index.samples(), index.fields().size(), index.manifest().format));
-  report.describe("samples", fmt::format("{} random ones, seed {}, every field of each", ids.size(), opts.seed));
+  report.describe("dataset",
+                  fmt::format("{} ({} samples, {} fields, format {})", index.dir().string(),
+                              index.samples(), index.fields().size(), index.manifest().format));
+  report.describe("samples", fmt::format("{} random ones, seed {}, every field of each", ids.size(),
+                                         opts.seed));
   report.describe("page cache", "warm: the samples are read once before timing");
-  if (results.size() == 1) report.describe("hdf5-api", "n/a: not an HDF5 source (" + index.manifest().format + ")");
+  if (results.size() == 1)
+    report.describe("hdf5-api", "n/a: not an HDF5 source (" + index.manifest().format + ")");
   for (const auto& r : results) report.add(cell_of(r, ids.size()));
   if (results.size() == 2) {
     const auto& pread = results[0].ns;
     const auto& h5 = results[1].ns;
-    report.note(fmt::format("ratio: hdf5-api is {:.1f}x the cost of index+pread per sample (mean), {:.1f}x at p50",
-                            h5.mean() / pread.mean(), static_cast<double>(h5.percentile(0.5)) /
-                                                          static_cast<double>(pread.percentile(0.5))));
+    report.note(fmt::format(
+        "ratio: hdf5-api is {:.1f}x the cost of index+pread per sample (mean), {:.1f}x at p50",
+        h5.mean() / pread.mean(),
+        static_cast<double>(h5.percentile(0.5)) / static_cast<double>(pread.percentile(0.5))));
   }
   report.print();
   for (const auto& r : results) {
-    if (r.mismatches) spdlog::error("{}: {} samples returned bytes that do not match the index", r.mode, r.mismatches);
+    if (r.mismatches)
+      spdlog::error("{}: {} samples returned bytes that do not match the index", r.mode,
+                    r.mismatches);
   }
   report.write(opts.outputs);
 }
 
 void setup_bench_origin(CLI::App& bench, CliContext& ctx) {
   auto opts = std::make_shared<BenchOriginOptions>();
-  auto* sub = bench.add_subcommand("origin", "Per-sample reads: index + pread vs the HDF5 API, same samples");
+  auto* sub = bench.add_subcommand("origin",
+                                   "Per-sample reads: index + pread vs the HDF5 API, same samples");
   sub->add_option("dataset", opts->dataset, "The index directory (DATASET.ddx)")->required();
   sub->add_option("--samples", opts->samples, "Random samples to read")
       ->capture_default_str()

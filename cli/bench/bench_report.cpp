@@ -52,13 +52,17 @@ std::string dim_text(const BenchDim& d) {
   return std::visit([](const auto& v) { return fmt::format("{}", v); }, d);
 }
 
-double us(uint64_t ns) { return static_cast<double>(ns) / 1e3; }
+double us(uint64_t ns) {
+  return static_cast<double>(ns) / 1e3;
+}
 
 /// The latency figures every cell has, in column order, in µs per unit.
 std::vector<std::pair<std::string, double>> latency_figures(const BenchCell& c) {
   const auto& h = c.ns_per_row;
-  return {{"mean_us", h.mean() / 1e3},          {"p50_us", us(h.percentile(0.50))},
-          {"p99_us", us(h.percentile(0.99))},   {"p999_us", us(h.percentile(0.999))},
+  return {{"mean_us", h.mean() / 1e3},
+          {"p50_us", us(h.percentile(0.50))},
+          {"p99_us", us(h.percentile(0.99))},
+          {"p999_us", us(h.percentile(0.999))},
           {"max_us", us(h.max())}};
 }
 
@@ -149,17 +153,22 @@ void BenchOutputs::check() const {
   if (plot.empty()) return;
   terminal_for(plot);
   if (!on_path("gnuplot")) {
-    throw UsageError("--plot needs gnuplot, which is not on PATH (Debian: apt-get install gnuplot-nox)");
+    throw UsageError(
+        "--plot needs gnuplot, which is not on PATH (Debian: apt-get install gnuplot-nox)");
   }
 }
 
 void add_bench_output_options(CLI::App& sub, BenchOutputs& out) {
-  sub.add_option("--json", out.json, "Also write every figure and the run's description as JSON to this file");
-  sub.add_option("--csv", out.csv, "Also write one line per cell (with a header line) to this CSV file");
-  sub.add_option("--plot", out.plot, "Draw µs/row and GB/s against row size with gnuplot (FILE.png or FILE.svg)");
+  sub.add_option("--json", out.json,
+                 "Also write every figure and the run's description as JSON to this file");
+  sub.add_option("--csv", out.csv,
+                 "Also write one line per cell (with a header line) to this CSV file");
+  sub.add_option("--plot", out.plot,
+                 "Draw µs/row and GB/s against row size with gnuplot (FILE.png or FILE.svg)");
 }
 
-BenchReport::BenchReport(std::string bench, std::string unit) : m_bench(std::move(bench)), m_unit(std::move(unit)) {
+BenchReport::BenchReport(std::string bench, std::string unit)
+    : m_bench(std::move(bench)), m_unit(std::move(unit)) {
   utsname u{};
   ::uname(&u);
   describe("host", host_name());
@@ -172,11 +181,16 @@ void BenchReport::describe(std::string key, std::string value) {
   m_description.emplace_back(std::move(key), std::move(value));
 }
 
-BenchCell& BenchReport::add(BenchCell cell) { return m_cells.emplace_back(std::move(cell)); }
+BenchCell& BenchReport::add(BenchCell cell) {
+  return m_cells.emplace_back(std::move(cell));
+}
 
-void BenchReport::note(std::string text) { m_notes.push_back(std::move(text)); }
+void BenchReport::note(std::string text) {
+  m_notes.push_back(std::move(text));
+}
 
-const BenchCell* BenchReport::find(const std::vector<std::pair<std::string, BenchDim>>& dims) const {
+const BenchCell* BenchReport::find(
+    const std::vector<std::pair<std::string, BenchDim>>& dims) const {
   for (const auto& c : m_cells) {
     if (std::all_of(dims.begin(), dims.end(), [&c](const auto& d) {
           const auto* v = c.dim(d.first);
@@ -201,7 +215,8 @@ void BenchReport::print() const {
   const auto dims = dim_names();
   const auto extras = extra_names();
   std::vector<std::string> header(dims);
-  for (const char* h : {"rows", "GB/s", "mean_us", "p50_us", "p99_us", "p99.9_us", "max_us"}) header.emplace_back(h);
+  for (const char* h : {"rows", "GB/s", "mean_us", "p50_us", "p99_us", "p99.9_us", "max_us"})
+    header.emplace_back(h);
   header.insert(header.end(), extras.begin(), extras.end());
   std::vector<std::vector<std::string>> rows{header};
   for (const auto& c : m_cells) {
@@ -210,7 +225,8 @@ void BenchReport::print() const {
     row.push_back(std::to_string(c.rows));
     row.push_back(fmt::format("{:.3f}", c.gb_per_s()));
     for (const auto& f : latency_figures(c)) row.push_back(fmt::format("{:.3f}", f.second));
-    for (const auto& e : extras) row.push_back(c.extra(e) ? fmt::format("{:.3f}", *c.extra(e)) : "-");
+    for (const auto& e : extras)
+      row.push_back(c.extra(e) ? fmt::format("{:.3f}", *c.extra(e)) : "-");
   }
   std::vector<std::size_t> width(header.size(), 0);
   for (const auto& row : rows) {
@@ -221,12 +237,14 @@ void BenchReport::print() const {
     std::string line;
     for (std::size_t i = 0; i < row.size(); ++i) {
       // Names left, figures right: numbers line up on their last digit.
-      line += i < dims.size() ? fmt::format("{:<{}}  ", row[i], width[i]) : fmt::format("{:>{}}  ", row[i], width[i]);
+      line += i < dims.size() ? fmt::format("{:<{}}  ", row[i], width[i])
+                              : fmt::format("{:>{}}  ", row[i], width[i]);
     }
     fmt::print("{}\n", line.substr(0, line.find_last_not_of(' ') + 1));
   }
   for (const auto& c : m_cells) {
-    if (!c.detail.empty()) fmt::print("\n{}:\n{}", c.label(), c.detail.back() == '\n' ? c.detail : c.detail + '\n');
+    if (!c.detail.empty())
+      fmt::print("\n{}:\n{}", c.label(), c.detail.back() == '\n' ? c.detail : c.detail + '\n');
   }
   if (!m_notes.empty()) fmt::print("\n");
   for (const auto& n : m_notes) fmt::print("{}\n", n);
@@ -269,8 +287,8 @@ std::string BenchReport::csv() const {
   const auto dims = dim_names();
   const auto extras = extra_names();
   std::vector<std::string> header(dims);
-  for (const char* h : {"rows", "bytes", "seconds", "gb_per_s", "calls", "mean_us", "p50_us", "p99_us", "p999_us",
-                        "max_us"}) {
+  for (const char* h : {"rows", "bytes", "seconds", "gb_per_s", "calls", "mean_us", "p50_us",
+                        "p99_us", "p999_us", "max_us"}) {
     header.emplace_back(h);
   }
   header.insert(header.end(), extras.begin(), extras.end());
@@ -289,7 +307,8 @@ std::string BenchReport::csv() const {
     fields.push_back(fmt::format("{:.6g}", c.gb_per_s()));
     fields.push_back(std::to_string(c.ns_per_row.count()));
     for (const auto& f : latency_figures(c)) fields.push_back(fmt::format("{:.6g}", f.second));
-    for (const auto& e : extras) fields.push_back(c.extra(e) ? fmt::format("{:.6g}", *c.extra(e)) : "");
+    for (const auto& e : extras)
+      fields.push_back(c.extra(e) ? fmt::format("{:.6g}", *c.extra(e)) : "");
     out += line(fields);
   }
   return out;
@@ -311,7 +330,8 @@ void BenchReport::plot(const std::string& path) const {
   const bool written = std::fwrite(script.data(), 1, script.size(), gp) == script.size();
   const int status = ::pclose(gp);
   if (!written || status != 0) {
-    throw Error(ErrorKind::runtime, fmt::format("gnuplot could not draw {} (exit status {})", path, status));
+    throw Error(ErrorKind::runtime,
+                fmt::format("gnuplot could not draw {} (exit status {})", path, status));
   }
   std::vector<std::byte> image(drawn.fd().size());
   drawn.fd().pread_exact(image, 0);
@@ -323,10 +343,11 @@ void BenchReport::plot(const std::string& path) const {
 // Series are the cells that differ only in the x coordinate; with no numeric x coordinate every
 // cell is one point of a single series, labelled on the x axis.
 std::string BenchReport::plot_script(const std::string& path, const std::string& output) const {
-  const bool by_x = !m_cells.empty() && std::all_of(m_cells.begin(), m_cells.end(), [this](const BenchCell& c) {
-    const auto* x = c.dim(m_plot_x);
-    return x && std::holds_alternative<uint64_t>(*x);
-  });
+  const bool by_x =
+      !m_cells.empty() && std::all_of(m_cells.begin(), m_cells.end(), [this](const BenchCell& c) {
+        const auto* x = c.dim(m_plot_x);
+        return x && std::holds_alternative<uint64_t>(*x);
+      });
   std::map<std::string, std::vector<const BenchCell*>> series;
   std::vector<std::string> order;
   for (const auto& c : m_cells) {
@@ -358,10 +379,12 @@ std::string BenchReport::plot_script(const std::string& path, const std::string&
     }
     return cmd + "\n";
   };
-  std::string script = fmt::format("set terminal {}\nset output {}\n", terminal_for(path), gp_string(output));
+  std::string script =
+      fmt::format("set terminal {}\nset output {}\n", terminal_for(path), gp_string(output));
   script += data;
-  script += fmt::format("set multiplot layout 1,2 title {}\n",
-                        gp_string(fmt::format("ddstage bench {} on {}", m_bench, m_description.front().second)));
+  script += fmt::format(
+      "set multiplot layout 1,2 title {}\n",
+      gp_string(fmt::format("ddstage bench {} on {}", m_bench, m_description.front().second)));
   script += "set grid\nset key top left font ',8'\nset logscale y\n";
   if (by_x) {
     // Padded by a factor of 2 each side: a single row size still gets an x range.
@@ -370,13 +393,14 @@ std::string BenchReport::plot_script(const std::string& path, const std::string&
       lo = std::min(lo, std::get<uint64_t>(*c.dim(m_plot_x)));
       hi = std::max(hi, std::get<uint64_t>(*c.dim(m_plot_x)));
     }
-    script += fmt::format("set logscale x 2\nset format x '%.0b%B'\nset xrange [{}:{}]\nset xlabel {}\n",
-                          static_cast<double>(lo) / 2,
-                          static_cast<double>(hi) * 2, gp_string(m_plot_x));
+    script +=
+        fmt::format("set logscale x 2\nset format x '%.0b%B'\nset xrange [{}:{}]\nset xlabel {}\n",
+                    static_cast<double>(lo) / 2, static_cast<double>(hi) * 2, gp_string(m_plot_x));
   } else {
     script += "set xtics rotate by -30\n";
   }
-  script += fmt::format("set ylabel {}\n", gp_string(fmt::format("µs per {} (mean)", m_unit))) + plot_line(2);
+  script += fmt::format("set ylabel {}\n", gp_string(fmt::format("µs per {} (mean)", m_unit))) +
+            plot_line(2);
   return script + "set ylabel 'GB/s'\n" + plot_line(3) + "unset multiplot\n";
 }
 

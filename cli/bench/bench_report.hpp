@@ -37,7 +37,9 @@ struct BenchCell {
   /// object "profile" {stage: {figure: value}}.
   std::vector<std::pair<std::string, std::vector<std::pair<std::string, double>>>> profile;
 
-  double gb_per_s() const noexcept { return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0; }
+  double gb_per_s() const noexcept {
+    return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0;
+  }
   /// The extra figure `name`, if the cell has it.
   std::optional<double> extra(std::string_view name) const noexcept;
   /// The coordinate on `name`, or nullptr.

@@ -12,11 +12,11 @@
 #include <fmt/ranges.h>
 
 #include "ddstage/client.hpp"
-#include "ddstage/tool/device_allocation.hpp"
 #include "ddstage/error.hpp"
-#include "ddstage/tool/gpu_info.hpp"
 #include "ddstage/profile.hpp"
 #include "ddstage/settings.hpp"
+#include "ddstage/tool/device_allocation.hpp"
+#include "ddstage/tool/gpu_info.hpp"
 #include "support/store_access.hpp"
 
 namespace ddstage::cli {
@@ -27,12 +27,13 @@ namespace {
 /// timed call pays for growing it.
 ReadFn client_read(std::shared_ptr<Reader> reader, std::string field) {
   auto dest = std::make_shared<std::vector<std::byte>>();
-  return [reader = std::move(reader), field = std::move(field), dest](std::span<const uint64_t> ids) {
-    const uint64_t bytes = reader->batch_bytes(field, ids);
-    if (dest->size() < bytes) dest->resize(std::bit_ceil(bytes));
-    reader->get_batch(field, ids, std::span(*dest).first(bytes));
-    return bytes;
-  };
+  return
+      [reader = std::move(reader), field = std::move(field), dest](std::span<const uint64_t> ids) {
+        const uint64_t bytes = reader->batch_bytes(field, ids);
+        if (dest->size() < bytes) dest->resize(std::bit_ceil(bytes));
+        reader->get_batch(field, ids, std::span(*dest).first(bytes));
+        return bytes;
+      };
 }
 
 /// The same into device memory: an allocation with its own stream per reader, shared by its
@@ -41,7 +42,8 @@ ReadFn client_read(std::shared_ptr<Reader> reader, std::string field) {
 ReadFn device_read(std::shared_ptr<Reader> reader, std::string field, int device) {
   auto dest = std::make_shared<std::optional<DeviceAllocation>>();
   auto capacity = std::make_shared<uint64_t>(0);
-  return [reader = std::move(reader), field = std::move(field), device, dest, capacity](std::span<const uint64_t> ids) {
+  return [reader = std::move(reader), field = std::move(field), device, dest,
+          capacity](std::span<const uint64_t> ids) {
     const uint64_t bytes = reader->batch_bytes(field, ids);
     if (*capacity < bytes) {
       dest->reset();
@@ -74,15 +76,18 @@ std::vector<std::string> destinations(const BenchStoreOptions& opts, BenchReport
     gpu = gpu || d == "gpu";
   }
   for (const auto& p : opts.gpu_paths) {
-    if (p != "direct" && p != "staged") throw UsageError("bad --gpu-path '" + p + "' (direct or staged)");
+    if (p != "direct" && p != "staged")
+      throw UsageError("bad --gpu-path '" + p + "' (direct or staged)");
   }
   if (!gpu) return {""};
   std::string reasons;
   for (const auto& runtime : gpu_info()) {
     if (runtime.devices > opts.gpu) {
       const auto at = static_cast<std::size_t>(opts.gpu);
-      report.describe("gpu", fmt::format("device {} of {}{}", opts.gpu, memory_kind_name(runtime.kind),
-                                         at < runtime.device_names.size() ? ": " + runtime.device_names[at] : ""));
+      report.describe(
+          "gpu",
+          fmt::format("device {} of {}{}", opts.gpu, memory_kind_name(runtime.kind),
+                      at < runtime.device_names.size() ? ": " + runtime.device_names[at] : ""));
       std::vector<std::string> out;
       for (const auto& d : opts.dests) {
         if (d == "host") out.emplace_back("host");
@@ -92,10 +97,12 @@ std::vector<std::string> destinations(const BenchStoreOptions& opts, BenchReport
       }
       return out;
     }
-    reasons += fmt::format("{}{}: {}", reasons.empty() ? "" : "; ", memory_kind_name(runtime.kind),
-                           runtime.devices > 0 ? fmt::format("no device {}", opts.gpu) : runtime.reason);
+    reasons +=
+        fmt::format("{}{}: {}", reasons.empty() ? "" : "; ", memory_kind_name(runtime.kind),
+                    runtime.devices > 0 ? fmt::format("no device {}", opts.gpu) : runtime.reason);
   }
-  throw Error(ErrorKind::runtime, "no GPU: " + (reasons.empty() ? "ddstage was built without CUDA and HIP" : reasons));
+  throw Error(ErrorKind::runtime,
+              "no GPU: " + (reasons.empty() ? "ddstage was built without CUDA and HIP" : reasons));
 }
 
 /// With both GPU paths measured: the faster at the largest batch (one thread, own reader)
@@ -107,7 +114,8 @@ void cache_faster_gpu_path(BenchReport& report, const std::vector<uint64_t>& bat
     for (const auto& c : report.cells()) {
       const auto* d = c.dim("dest");
       if (d && *d == BenchDim{std::string(dest)} && *c.dim("batch") == BenchDim{batch} &&
-          *c.dim("threads") == BenchDim{uint64_t{1}} && *c.dim("sharing") == BenchDim{std::string("own")}) {
+          *c.dim("threads") == BenchDim{uint64_t{1}} &&
+          *c.dim("sharing") == BenchDim{std::string("own")}) {
         sum += c.ns_per_row.mean();
       }
     }
@@ -119,12 +127,13 @@ void cache_faster_gpu_path(BenchReport& report, const std::vector<uint64_t>& bat
   const GpuPath faster = direct < staged ? GpuPath::direct : GpuPath::staged;
   try {
     cache_gpu_path(faster);
-    report.note(fmt::format("gpu.path=auto on this node is now {} (batch {}: direct {:.3f}, staged {:.3f} µs/row "
-                            "summed over the ways; cached in {})",
-                            gpu_path_name(faster), batch, direct / 1e3, staged / 1e3, gpu_path_cache_file().string()));
+    report.note(fmt::format(
+        "gpu.path=auto on this node is now {} (batch {}: direct {:.3f}, staged {:.3f} µs/row "
+        "summed over the ways; cached in {})",
+        gpu_path_name(faster), batch, direct / 1e3, staged / 1e3, gpu_path_cache_file().string()));
   } catch (const Error& e) {
-    report.note(fmt::format("{} is faster here, but it could not be cached for gpu.path=auto: {}", gpu_path_name(faster),
-                            e.what()));
+    report.note(fmt::format("{} is faster here, but it could not be cached for gpu.path=auto: {}",
+                            gpu_path_name(faster), e.what()));
   }
 }
 
@@ -134,7 +143,8 @@ void run_served(const BenchStoreOptions& opts, const CliContext& ctx) {
   for (const auto& w : ways) {
     const auto t = w.substr(0, w.find(':'));
     if (t != "auto" && t != "shm" && t != "fabric") {
-      throw UsageError("bad --transport '" + w + "' for a served store (auto, shm, fabric or fabric:PROVIDER)");
+      throw UsageError("bad --transport '" + w +
+                       "' for a served store (auto, shm, fabric or fabric:PROVIDER)");
     }
   }
   BenchReport report("store");
@@ -153,24 +163,29 @@ void run_served(const BenchStoreOptions& opts, const CliContext& ctx) {
   // gpu.path is a client setting.
   std::vector<Way> way_of;
   for (const auto& w : ways) {
-    for (const auto& d : dests) way_of.push_back({w, d, Client(opts.store, way_settings(ctx, w, d)).open(opts.dataset)});
+    for (const auto& d : dests)
+      way_of.push_back({w, d, Client(opts.store, way_settings(ctx, w, d)).open(opts.dataset)});
   }
   const auto& index = way_of.front().dataset.index();
   const uint32_t field = opts.field.empty() ? index.default_field() : index.field_id(opts.field);
   const auto name = index.fields()[field].name;
   const auto rows = pick_rows(index, field, opts, opts.seed);
-  report.describe("field", fmt::format("{} ({} samples, {} bytes per row{})", name, index.samples(), rows.row_bytes,
-                                       index.fields()[field].variable ? " on average" : ""));
+  report.describe("field",
+                  fmt::format("{} ({} samples, {} bytes per row{})", name, index.samples(),
+                              rows.row_bytes, index.fields()[field].variable ? " on average" : ""));
   const unsigned max_threads = *std::max_element(opts.threads.begin(), opts.threads.end());
   std::vector<StoreWay> store_ways;
   for (const auto& w : way_of) {
     auto make = [&] {
       auto reader = std::make_shared<Reader>(w.dataset.reader());
-      return w.dest.starts_with("gpu") ? device_read(std::move(reader), name, opts.gpu) : client_read(reader, name);
+      return w.dest.starts_with("gpu") ? device_read(std::move(reader), name, opts.gpu)
+                                       : client_read(reader, name);
     };
-    store_ways.push_back({w.transport, "get_batch", warmed_readers(max_threads, make, rows.ids), false, w.dest});
+    store_ways.push_back(
+        {w.transport, "get_batch", warmed_readers(max_threads, make, rows.ids), false, w.dest});
   }
-  MatrixRun run{rows.row_bytes, rows.ids, [] {}, [&rows](unsigned) { return rows.floor->reader(); }};
+  MatrixRun run{rows.row_bytes, rows.ids, [] {},
+                [&rows](unsigned) { return rows.floor->reader(); }};
   run.profile_overhead = true;
   measure_matrix(report, opts, run, store_ways);
   add_matrix_notes(report);
@@ -193,7 +208,8 @@ void add_profile(BenchCell& c, const ProfileReport& r) {
   };
   c.profile.emplace_back("get_batch", figures(r.batch_ns));
   for (std::size_t s = 0; s < profile_stage_count; ++s) {
-    if (r.stage_ns[s].count()) c.profile.emplace_back(stage_name(static_cast<ProfileStage>(s)), figures(r.stage_ns[s]));
+    if (r.stage_ns[s].count())
+      c.profile.emplace_back(stage_name(static_cast<ProfileStage>(s)), figures(r.stage_ns[s]));
   }
 }
 
@@ -221,8 +237,12 @@ void measure_profile_overhead(BenchReport& report, const MatrixRun& run, const S
   }
   profile::enable(true);
   for (std::size_t on = 0; on < 2; ++on) {
-    cells[on].dims = {{"transport", way.transport}, {"mode", way.mode}, {"row_bytes", run.row_bytes},
-                      {"batch", batch}, {"threads", uint64_t{1}}, {"sharing", std::string("own")},
+    cells[on].dims = {{"transport", way.transport},
+                      {"mode", way.mode},
+                      {"row_bytes", run.row_bytes},
+                      {"batch", batch},
+                      {"threads", uint64_t{1}},
+                      {"sharing", std::string("own")},
                       {"profile", std::string(on ? "on" : "off")}};
   }
   const double fastest = static_cast<double>(cells[1].ns_per_row.min()) /
@@ -230,24 +250,27 @@ void measure_profile_overhead(BenchReport& report, const MatrixRun& run, const S
   const double mean = cells[1].ns_per_row.mean() / std::max(cells[0].ns_per_row.mean(), 1e-9);
   cells[1].extras.emplace_back("x_off_min", fastest);
   cells[1].extras.emplace_back("x_off_mean", mean);
-  report.note(fmt::format("profile overhead ({} {} B, batch {}, {} interleaved rounds each): on costs {:.3f}x off per "
-                          "row in the fastest call ({:.3f}x in the mean)",
-                          way.transport, run.row_bytes, batch, rounds, fastest, mean));
+  report.note(fmt::format(
+      "profile overhead ({} {} B, batch {}, {} interleaved rounds each): on costs {:.3f}x off per "
+      "row in the fastest call ({:.3f}x in the mean)",
+      way.transport, run.row_bytes, batch, rounds, fastest, mean));
   for (auto& c : cells) report.add(std::move(c));
 }
 
 }  // namespace
 
-FieldRows pick_rows(const Index& index, uint32_t field, const BenchStoreOptions& opts, uint64_t seed) {
+FieldRows pick_rows(const Index& index, uint32_t field, const BenchStoreOptions& opts,
+                    uint64_t seed) {
   uint64_t total = 0;
   for (uint64_t s = 0; s < index.samples(); ++s) total += index.entry(s, field).length;
-  FieldRows rows{.row_bytes = std::max<uint64_t>(1, total / std::max<uint64_t>(1, index.samples()))};
+  FieldRows rows{.row_bytes =
+                     std::max<uint64_t>(1, total / std::max<uint64_t>(1, index.samples()))};
   std::mt19937_64 rng(seed);
   rows.ids.resize(cell_rows(opts, rows.row_bytes));
-  for (auto& id : rows.ids) id = std::uniform_int_distribution<uint64_t>(0, index.samples() - 1)(rng);
-  rows.floor = std::make_shared<const MemcpyFloor>(total, [&index, field](uint64_t id) {
-    return index.entry(id, field).length;
-  });
+  for (auto& id : rows.ids)
+    id = std::uniform_int_distribution<uint64_t>(0, index.samples() - 1)(rng);
+  rows.floor = std::make_shared<const MemcpyFloor>(
+      total, [&index, field](uint64_t id) { return index.entry(id, field).length; });
   return rows;
 }
 
@@ -261,7 +284,8 @@ std::function<ReadFn(unsigned)> warmed_readers(unsigned count, const std::functi
 
 uint64_t cell_rows(const BenchStoreOptions& opts, uint64_t row_bytes) {
   const auto cap = parse_size(opts.cell_bytes);
-  if (!cap || *cap == 0) throw UsageError("bad --cell-bytes '" + opts.cell_bytes + "' (a size like 1G)");
+  if (!cap || *cap == 0)
+    throw UsageError("bad --cell-bytes '" + opts.cell_bytes + "' (a size like 1G)");
   return std::max<uint64_t>(1, std::min(opts.samples, *cap / std::max<uint64_t>(1, row_bytes)));
 }
 
@@ -282,9 +306,9 @@ void check_matrix_options(const BenchStoreOptions& opts) {
 
 void measure_matrix(BenchReport& report, const BenchStoreOptions& opts, const MatrixRun& run,
                     const std::vector<StoreWay>& ways) {
-  auto cell = [&](const std::string& transport, const std::string& mode, uint64_t batch, unsigned threads,
-                  const std::string& sharing, const std::function<ReadFn(unsigned)>& reader,
-                  const std::string& dest = {}) {
+  auto cell = [&](const std::string& transport, const std::string& mode, uint64_t batch,
+                  unsigned threads, const std::string& sharing,
+                  const std::function<ReadFn(unsigned)>& reader, const std::string& dest = {}) {
     BenchCell c{.dims = {{"transport", transport},
                          {"mode", mode},
                          {"row_bytes", run.row_bytes},
@@ -303,7 +327,8 @@ void measure_matrix(BenchReport& report, const BenchStoreOptions& opts, const Ma
   const std::vector<ReadFn> floor_reader{run.floor(0)};
   warm_up(floor_reader, run.ids);
   for (uint64_t batch : opts.batches) {
-    const auto& floor = report.add(cell("memcpy", "floor", batch, 1, "own", [&](unsigned) { return floor_reader[0]; }));
+    const auto& floor = report.add(
+        cell("memcpy", "floor", batch, 1, "own", [&](unsigned) { return floor_reader[0]; }));
     const double floor_us = floor.ns_per_row.mean();
     for (const auto& way : ways) {
       for (unsigned threads : opts.threads) {
@@ -312,7 +337,8 @@ void measure_matrix(BenchReport& report, const BenchStoreOptions& opts, const Ma
           auto c = cell(way.transport, way.mode, batch, threads, sharing, way.reader, way.dest);
           if (floor_us > 0) c.extras.emplace_back("x_floor", c.ns_per_row.mean() / floor_us);
           const auto raw = run.raw_floor_ns.find(way.transport);
-          if (raw != run.raw_floor_ns.end() && raw->second.count(batch) && raw->second.at(batch) > 0) {
+          if (raw != run.raw_floor_ns.end() && raw->second.count(batch) &&
+              raw->second.at(batch) > 0) {
             c.extras.emplace_back("x_raw", c.ns_per_row.mean() / raw->second.at(batch));
           }
           report.add(std::move(c));
@@ -320,17 +346,22 @@ void measure_matrix(BenchReport& report, const BenchStoreOptions& opts, const Ma
       }
     }
   }
-  if (opts.profile && run.profile_overhead && !ways.empty()) measure_profile_overhead(report, run, ways.front());
+  if (opts.profile && run.profile_overhead && !ways.empty())
+    measure_profile_overhead(report, run, ways.front());
 }
 
 void add_matrix_notes(BenchReport& report) {
   report.note("x_floor: mean µs/row over the memcpy floor's at the same row size and batch");
-  if (std::any_of(report.cells().begin(), report.cells().end(), [](const BenchCell& c) { return c.dim("provider"); })) {
-    report.note("x_raw: mean µs/row over the raw fi_read floor's (fabric-raw) at the same row size and batch");
+  if (std::any_of(report.cells().begin(), report.cells().end(),
+                  [](const BenchCell& c) { return c.dim("provider"); })) {
+    report.note(
+        "x_raw: mean µs/row over the raw fi_read floor's (fabric-raw) at the same row size and "
+        "batch");
   }
   for (const auto& c : report.cells()) {
     const auto& transport = std::get<std::string>(*c.dim("transport"));
-    if (transport == "memcpy" || c.dim("provider") || c.dim("profile") || std::get<uint64_t>(*c.dim("threads")) != 1 ||
+    if (transport == "memcpy" || c.dim("provider") || c.dim("profile") ||
+        std::get<uint64_t>(*c.dim("threads")) != 1 ||
         std::get<std::string>(*c.dim("sharing")) != "own") {
       continue;
     }
@@ -348,7 +379,8 @@ void add_matrix_notes(BenchReport& report) {
     const auto* first = report.find(key);
     if (first == &c || c.ns_per_row.mean() <= 0) continue;
     report.note(fmt::format("{}{} {} B: batch {} costs {:.2f}x batch {} per row", transport, dest,
-                            std::get<uint64_t>(*c.dim("row_bytes")), std::get<uint64_t>(*first->dim("batch")),
+                            std::get<uint64_t>(*c.dim("row_bytes")),
+                            std::get<uint64_t>(*first->dim("batch")),
                             first->ns_per_row.mean() / c.ns_per_row.mean(), batch));
   }
 }
@@ -358,13 +390,15 @@ void run_bench_store(const BenchStoreOptions& opts, const CliContext& ctx) {
   const bool served = !opts.store.empty();
   const bool embedded = !opts.synthetic.empty() || !opts.index.empty();
   if (served == embedded) {
-    throw UsageError("bench store needs --store DIR --dataset NAME (a running store) or --synthetic SIZES / "
-                     "--index DATASET.ddx (a Store embedded in this MPI job), not both");
+    throw UsageError(
+        "bench store needs --store DIR --dataset NAME (a running store) or --synthetic SIZES / "
+        "--index DATASET.ddx (a Store embedded in this MPI job), not both");
   }
   if (served && opts.dataset.empty()) throw UsageError("bench store --store needs --dataset NAME");
   if (!served && opts.dests != std::vector<std::string>{"host"}) {
     // gpu.path is a reader setting of the Store, which would have to be loaded once per path.
-    throw UsageError("--dest is for a served store (--store DIR): embedded cells read into host memory");
+    throw UsageError(
+        "--dest is for a served store (--store DIR): embedded cells read into host memory");
   }
   if (opts.profile) profile::enable();
   if (served) {
@@ -376,20 +410,28 @@ void run_bench_store(const BenchStoreOptions& opts, const CliContext& ctx) {
 
 void setup_bench_store(CLI::App& bench, CliContext& ctx) {
   auto opts = std::make_shared<BenchStoreOptions>();
-  auto* s = bench.add_subcommand("store", "get_batch over transports, row sizes, batches, threads vs same-run floors");
-  s->add_option("--store", opts->store, "Served: the running store's directory (default with --dataset: DDSTAGE_STORE)");
+  auto* s = bench.add_subcommand(
+      "store", "get_batch over transports, row sizes, batches, threads vs same-run floors");
+  s->add_option("--store", opts->store,
+                "Served: the running store's directory (default with --dataset: DDSTAGE_STORE)");
   s->add_option("--dataset", opts->dataset, "Served: the loaded dataset");
   s->add_option("--field", opts->field, "Field (required when the dataset has several)");
-  s->add_option("--synthetic", opts->synthetic, "Embedded: generate datasets of these row sizes (3K,12.5K,200K,1M)")
+  s->add_option("--synthetic", opts->synthetic,
+                "Embedded: generate datasets of these row sizes (3K,12.5K,200K,1M)")
       ->delimiter(',');
   s->add_option("--index", opts->index, "Embedded: load this real dataset (DATASET.ddx)");
   s->add_option("--transport", opts->transports,
                 "Ways to read, comma-separated: served auto,shm,fabric[:PROVIDER]; embedded "
                 "shm,mpi,mpi-alltoall,fabric[:PROVIDER]")
       ->delimiter(',');
-  s->add_option("--batch", opts->batches, "Batch sizes (rows per call)")->delimiter(',')->capture_default_str();
-  s->add_option("--threads", opts->threads, "Reader thread counts")->delimiter(',')->capture_default_str();
-  s->add_option("--sharing", opts->sharing, "own (a reader per thread), shared (one reader behind a lock)")
+  s->add_option("--batch", opts->batches, "Batch sizes (rows per call)")
+      ->delimiter(',')
+      ->capture_default_str();
+  s->add_option("--threads", opts->threads, "Reader thread counts")
+      ->delimiter(',')
+      ->capture_default_str();
+  s->add_option("--sharing", opts->sharing,
+                "own (a reader per thread), shared (one reader behind a lock)")
       ->delimiter(',')
       ->capture_default_str();
   s->add_option("--samples", opts->samples, "Random rows each cell reads")
@@ -397,15 +439,19 @@ void setup_bench_store(CLI::App& bench, CliContext& ctx) {
       ->check(CLI::PositiveNumber);
   s->add_option("--cell-bytes", opts->cell_bytes, "Bytes a cell reads at most (rows cut to fit)")
       ->capture_default_str();
-  s->add_option("--synthetic-rows", opts->synthetic_rows, "Rows per generated dataset (default: 128 MiB worth)");
+  s->add_option("--synthetic-rows", opts->synthetic_rows,
+                "Rows per generated dataset (default: 128 MiB worth)");
   s->add_option("--seed", opts->seed, "Seed for the random rows")->capture_default_str();
   s->add_option("--dest", opts->dests, "Served: where rows land, host and/or gpu")
       ->delimiter(',')
       ->capture_default_str();
-  s->add_option("--gpu-path", opts->gpu_paths, "GPU cells: direct and/or staged (the gpu.path setting)")
+  s->add_option("--gpu-path", opts->gpu_paths,
+                "GPU cells: direct and/or staged (the gpu.path setting)")
       ->delimiter(',')
       ->capture_default_str();
-  s->add_option("--gpu", opts->gpu, "GPU cells: the device")->capture_default_str()->check(CLI::NonNegativeNumber);
+  s->add_option("--gpu", opts->gpu, "GPU cells: the device")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   s->add_flag("--profile", opts->profile,
               "Read profile per cell (where get_batch's time goes), and its overhead at batch 128");
   add_bench_output_options(*s, opts->out);

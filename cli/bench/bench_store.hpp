@@ -15,8 +15,8 @@
 
 #include "bench/bench_engine.hpp"
 #include "bench/bench_report.hpp"
-#include "support/cli_context.hpp"
 #include "ddstage/index.hpp"
+#include "support/cli_context.hpp"
 
 namespace ddstage::cli {
 
@@ -24,8 +24,9 @@ struct BenchStoreOptions {
   std::string store;    ///< served: the store directory
   std::string dataset;  ///< served: the loaded dataset
   std::string field;    ///< the field read (required when there are several)
-  std::vector<std::string> synthetic;  ///< embedded: row sizes of generated datasets ("3K", "12.5K")
-  std::string index;                   ///< embedded: a real dataset's index
+  std::vector<std::string>
+      synthetic;      ///< embedded: row sizes of generated datasets ("3K", "12.5K")
+  std::string index;  ///< embedded: a real dataset's index
   std::vector<std::string> transports;  ///< empty: the defaults of the mode
   std::vector<uint64_t> batches{1, 128};
   std::vector<unsigned> threads{1};
@@ -82,7 +83,8 @@ struct FieldRows {
   std::shared_ptr<const MemcpyFloor> floor;
 };
 /// cell_rows() ids of the field drawn with seed; index must outlive the floor.
-FieldRows pick_rows(const Index& index, uint32_t field, const BenchStoreOptions& opts, uint64_t seed);
+FieldRows pick_rows(const Index& index, uint32_t field, const BenchStoreOptions& opts,
+                    uint64_t seed);
 /// count readers from make(), warmed up on ids: reader(t) of a StoreWay.
 std::function<ReadFn(unsigned)> warmed_readers(unsigned count, const std::function<ReadFn()>& make,
                                                std::span<const uint64_t> ids);

@@ -3,8 +3,8 @@
 #include <stdlib.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -14,10 +14,10 @@
 
 #include "bench/bench_fabric_raw.hpp"
 #include "bench/bench_store.hpp"
+#include "bench/synthetic_dataset.hpp"
 #include "ddstage/config.hpp"
 #include "ddstage/error.hpp"
 #include "ddstage/settings.hpp"
-#include "bench/synthetic_dataset.hpp"
 #if DDSTAGE_HAVE_MPI
 #include "ddstage/mpi.hpp"
 #include "mpi/mpi_agree.hpp"
@@ -38,10 +38,12 @@ std::vector<std::string> embedded_ways(const BenchStoreOptions& opts) {
   for (const auto& w : ways) {
     const bool fabric = w == "fabric" || w.rfind("fabric:", 0) == 0;
     if (w != "shm" && w != "mpi" && w != "mpi-alltoall" && !fabric) {
-      throw UsageError("bad --transport '" + w + "' (shm, mpi, mpi-alltoall, fabric or fabric:PROVIDER)");
+      throw UsageError("bad --transport '" + w +
+                       "' (shm, mpi, mpi-alltoall, fabric or fabric:PROVIDER)");
     }
     if (fabric && !DDSTAGE_HAVE_FABRIC) {
-      throw UsageError("--transport " + w + ": this ddstage was built without libfabric (DDSTAGE_WITH_FABRIC=OFF)");
+      throw UsageError("--transport " + w +
+                       ": this ddstage was built without libfabric (DDSTAGE_WITH_FABRIC=OFF)");
     }
   }
   return ways;
@@ -52,7 +54,8 @@ std::vector<uint64_t> synthetic_sizes(const BenchStoreOptions& opts) {
   std::vector<uint64_t> sizes;
   for (const auto& s : opts.synthetic) {
     const auto v = parse_size(s);
-    if (!v || *v == 0) throw UsageError("bad --synthetic size '" + s + "' (row sizes like 3K,12.5K,200K,1M)");
+    if (!v || *v == 0)
+      throw UsageError("bad --synthetic size '" + s + "' (row sizes like 3K,12.5K,200K,1M)");
     sizes.push_back(*v);
   }
   return sizes;
@@ -101,7 +104,8 @@ class SharedTempDir {
 /// A get_batch (or collective) reader of an embedded dataset, its destination buffer its own.
 ReadFn store_read(Store& store, std::string name, std::string field, bool collective) {
   return [&store, reader = std::make_shared<Reader>(store.reader(name)), name = std::move(name),
-          field = std::move(field), collective, dest = std::vector<std::byte>()](std::span<const uint64_t> ids) mutable {
+          field = std::move(field), collective,
+          dest = std::vector<std::byte>()](std::span<const uint64_t> ids) mutable {
     const uint64_t bytes = reader->batch_bytes(field, ids);
     if (dest.size() < bytes) dest.resize(bytes);
     if (collective) {
@@ -115,7 +119,9 @@ ReadFn store_read(Store& store, std::string name, std::string field, bool collec
 
 /// The Store a way reads through: shm shares one window per node, mpi and mpi-alltoall use
 /// MPI_Get and the collective, fabric:P reads other ranks over libfabric provider P.
-std::string store_of(const std::string& way) { return way == "mpi-alltoall" ? "mpi" : way; }
+std::string store_of(const std::string& way) {
+  return way == "mpi-alltoall" ? "mpi" : way;
+}
 
 StoreOptions store_options(const std::string& store, const CliContext& ctx) {
   StoreOptions o;
@@ -131,11 +137,13 @@ StoreOptions store_options(const std::string& store, const CliContext& ctx) {
 }
 
 /// Collective: one Store per store the ways read through.
-std::map<std::string, Store> open_stores(const std::vector<std::string>& ways, const CliContext& ctx) {
+std::map<std::string, Store> open_stores(const std::vector<std::string>& ways,
+                                         const CliContext& ctx) {
   std::map<std::string, Store> stores;
   for (const auto& way : ways) {
     const auto key = store_of(way);
-    if (!stores.count(key)) stores.emplace(key, make_store(MPI_COMM_WORLD, store_options(key, ctx)));
+    if (!stores.count(key))
+      stores.emplace(key, make_store(MPI_COMM_WORLD, store_options(key, ctx)));
   }
   return stores;
 }
@@ -170,11 +178,13 @@ struct EmbeddedRun {
       store_ways.push_back({way, collective ? "get_batch_collective" : "get_batch",
                             warmed_readers(single ? 1 : max_threads, make, rows.ids), single});
     }
-    MatrixRun run{rows.row_bytes, rows.ids, [&job = job] { detail::mpi_check(MPI_Barrier(job.comm()), "MPI_Barrier"); },
+    MatrixRun run{rows.row_bytes, rows.ids,
+                  [&job = job] { detail::mpi_check(MPI_Barrier(job.comm()), "MPI_Barrier"); },
                   [&rows](unsigned) { return rows.floor->reader(); }};
     run.profile_overhead = profile_overhead;
     for (const auto& way : ways) {
-      if (way.rfind("fabric", 0) == 0) run.raw_floor_ns[way] = raw_floor(way, rows.row_bytes, rows.ids.size());
+      if (way.rfind("fabric", 0) == 0)
+        run.raw_floor_ns[way] = raw_floor(way, rows.row_bytes, rows.ids.size());
     }
     measure_matrix(report, opts, run, store_ways);
   }
@@ -183,8 +193,9 @@ struct EmbeddedRun {
   /// cells (rank 0) and mean ns per row by batch.
   std::map<uint64_t, double> raw_floor(const std::string& way, uint64_t row_bytes, uint64_t rows) {
     std::string provider;
-    const auto points = measure_fabric_floor(store_options(way, ctx).settings, &job, {row_bytes}, opts.batches,
-                                             [rows](uint64_t) { return rows; }, opts.seed, provider);
+    const auto points = measure_fabric_floor(
+        store_options(way, ctx).settings, &job, {row_bytes}, opts.batches,
+        [rows](uint64_t) { return rows; }, opts.seed, provider);
     std::map<uint64_t, double> mean_ns;
     for (const auto& p : points) {
       auto c = floor_cell(p, {{"transport", "fabric-raw" + way.substr(6)}, {"mode", "floor"}});
@@ -201,12 +212,15 @@ struct EmbeddedRun {
 void describe_run(BenchReport& report, const BenchStoreOptions& opts, const detail::MpiSession& job,
                   const std::vector<std::string>& ways) {
   report.describe("mode", "embedded: a Store in this MPI job");
-  report.describe("ranks", std::to_string(job.size()) +
-                               (job.size() == 1 ? " (every row is this rank's own: run under mpiexec -n 2 or more to "
-                                                  "measure the transports)"
-                                                : ""));
+  report.describe(
+      "ranks",
+      std::to_string(job.size()) +
+          (job.size() == 1 ? " (every row is this rank's own: run under mpiexec -n 2 or more to "
+                             "measure the transports)"
+                           : ""));
   report.describe("transports", fmt::format("{}", fmt::join(ways, ",")));
-  report.describe("dataset", opts.index.empty() ? fmt::format("synthetic rows of {} bytes", fmt::join(opts.synthetic, ","))
+  report.describe("dataset", opts.index.empty() ? fmt::format("synthetic rows of {} bytes",
+                                                              fmt::join(opts.synthetic, ","))
                                                 : opts.index);
   report.describe("seed", fmt::format("{} (rank r reads rows drawn with seed + r)", opts.seed));
   report.describe("figures", "rank 0's; every rank reads at the same time, cell by cell");
@@ -225,7 +239,8 @@ void describe_run(BenchReport& report, const BenchStoreOptions& opts, const deta
 void run_bench_store_embedded(const BenchStoreOptions& opts, const CliContext& ctx) {
   const auto ways = embedded_ways(opts);
   const auto sizes = synthetic_sizes(opts);
-  if (!opts.index.empty() && !sizes.empty()) throw UsageError("bench store takes --synthetic or --index, not both");
+  if (!opts.index.empty() && !sizes.empty())
+    throw UsageError("bench store takes --synthetic or --index, not both");
 #if DDSTAGE_HAVE_MPI
   ctx.resolve_settings();
   // Readers in several threads make MPI calls at once (transport mpi).
@@ -240,11 +255,14 @@ void run_bench_store_embedded(const BenchStoreOptions& opts, const CliContext& c
       // Outlives every Store: its files stay while a Store maps them.
       const SharedTempDir dir(job);
       // The profile's overhead is claimed at 3 KB rows: measured on the size nearest to it.
-      const uint64_t nearest_3k = *std::min_element(sizes.begin(), sizes.end(), [](uint64_t a, uint64_t b) {
-        return std::max(a, 3072ul) - std::min(a, 3072ul) < std::max(b, 3072ul) - std::min(b, 3072ul);
-      });
+      const uint64_t nearest_3k =
+          *std::min_element(sizes.begin(), sizes.end(), [](uint64_t a, uint64_t b) {
+            return std::max(a, 3072ul) - std::min(a, 3072ul) <
+                   std::max(b, 3072ul) - std::min(b, 3072ul);
+          });
       for (uint64_t row_bytes : sizes) {
-        const uint64_t rows = opts.synthetic_rows ? opts.synthetic_rows : default_synthetic_rows(row_bytes);
+        const uint64_t rows =
+            opts.synthetic_rows ? opts.synthetic_rows : default_synthetic_rows(row_bytes);
         // Rank 0 writes, the others wait for it to have written or to have failed.
         detail::root_outcome(
             [&] {
@@ -252,8 +270,8 @@ void run_bench_store_embedded(const BenchStoreOptions& opts, const CliContext& c
               return std::string();
             },
             0, job.comm());
-        run.measure(dir.path() / fmt::format("rows-{}.ddx", row_bytes), fmt::format("rows-{}", row_bytes),
-                    row_bytes == nearest_3k);
+        run.measure(dir.path() / fmt::format("rows-{}.ddx", row_bytes),
+                    fmt::format("rows-{}", row_bytes), row_bytes == nearest_3k);
       }
       detail::mpi_check(MPI_Barrier(job.comm()), "MPI_Barrier");
     }
@@ -262,7 +280,8 @@ void run_bench_store_embedded(const BenchStoreOptions& opts, const CliContext& c
     // collectives, the steps only rank 0 takes), so every rank unwinds together. A rank
     // failing alone at run time would leave the others waiting in the next collective: end
     // the job.
-    if (job.size() > 1 && e.kind() == ErrorKind::runtime) abort_job(job, e.what(), exit_code(e.kind()));
+    if (job.size() > 1 && e.kind() == ErrorKind::runtime)
+      abort_job(job, e.what(), exit_code(e.kind()));
     throw;
   } catch (const std::exception& e) {
     if (job.size() > 1) abort_job(job, e.what(), 1);
@@ -277,7 +296,9 @@ void run_bench_store_embedded(const BenchStoreOptions& opts, const CliContext& c
   report.write(opts.out);
 #else
   (void)ctx;
-  throw UsageError("bench store --synthetic/--index needs MPI: this ddstage was built with DDSTAGE_WITH_MPI=OFF");
+  throw UsageError(
+      "bench store --synthetic/--index needs MPI: this ddstage was built with "
+      "DDSTAGE_WITH_MPI=OFF");
 #endif
 }
 

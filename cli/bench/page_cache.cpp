@@ -10,10 +10,12 @@
 
 namespace ddstage::cli {
 
-std::vector<std::filesystem::path> index_files(const Index& index, std::initializer_list<FileKind> kinds) {
+std::vector<std::filesystem::path> index_files(const Index& index,
+                                               std::initializer_list<FileKind> kinds) {
   std::vector<std::filesystem::path> files;
   for (uint32_t i = 0; i < index.files().size(); ++i) {
-    if (std::find(kinds.begin(), kinds.end(), index.files()[i].kind) != kinds.end()) files.push_back(index.resolve(i));
+    if (std::find(kinds.begin(), kinds.end(), index.files()[i].kind) != kinds.end())
+      files.push_back(index.resolve(i));
   }
   return files;
 }
@@ -33,7 +35,8 @@ uint64_t read_sequentially(const std::vector<std::filesystem::path>& files) {
   uint64_t total = 0;
   for (const auto& path : files) {
     auto fd = FileDescriptor::open(path, O_RDONLY);
-    for (ssize_t n; (n = ::read(fd.get(), buffer.data(), buffer.size())) != 0; total += static_cast<uint64_t>(n)) {
+    for (ssize_t n; (n = ::read(fd.get(), buffer.data(), buffer.size())) != 0;
+         total += static_cast<uint64_t>(n)) {
       if (n < 0) throw IoError("read " + path.string(), errno);
     }
   }

@@ -13,7 +13,8 @@ namespace ddstage::cli {
 
 /// The files of index of the given kinds: flatten reads source and copied files, a load
 /// reads source and pack files.
-std::vector<std::filesystem::path> index_files(const Index& index, std::initializer_list<FileKind> kinds);
+std::vector<std::filesystem::path> index_files(const Index& index,
+                                               std::initializer_list<FileKind> kinds);
 
 /// Drops files' pages from the page cache (no privileges needed), writing dirty pages back
 /// first: only clean pages can be dropped, and freshly generated test data is often dirty.

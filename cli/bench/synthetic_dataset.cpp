@@ -15,9 +15,12 @@ namespace ddstage::cli {
 namespace {
 
 /// Rows go through memory in chunks of about this many bytes (whole rows).
-uint64_t chunk_rows(uint64_t row_bytes) { return std::max<uint64_t>(1, (8ull << 20) / row_bytes); }
+uint64_t chunk_rows(uint64_t row_bytes) {
+  return std::max<uint64_t>(1, (8ull << 20) / row_bytes);
+}
 
-void write_rows(const std::filesystem::path& raw, uint64_t rows, uint64_t row_bytes, uint64_t seed) {
+void write_rows(const std::filesystem::path& raw, uint64_t rows, uint64_t row_bytes,
+                uint64_t seed) {
   auto fd = FileDescriptor::open(raw, O_WRONLY | O_CREAT | O_TRUNC, 0644);
   std::vector<std::byte> chunk;
   uint64_t state = seed * 0x9E3779B97F4A7C15ull + 1;
@@ -37,14 +40,19 @@ void write_rows(const std::filesystem::path& raw, uint64_t rows, uint64_t row_by
 
 }  // namespace
 
-uint64_t default_synthetic_rows(uint64_t row_bytes) { return std::max<uint64_t>(1, (128ull << 20) / row_bytes); }
+uint64_t default_synthetic_rows(uint64_t row_bytes) {
+  return std::max<uint64_t>(1, (128ull << 20) / row_bytes);
+}
 
-std::filesystem::path write_synthetic_dataset(const std::filesystem::path& dir, uint64_t row_bytes, uint64_t rows,
-                                              uint64_t seed) {
+std::filesystem::path write_synthetic_dataset(const std::filesystem::path& dir, uint64_t row_bytes,
+                                              uint64_t rows, uint64_t seed) {
   const auto raw = dir / fmt::format("rows-{}.bin", row_bytes);
   const auto ddx = dir / fmt::format("rows-{}.ddx", row_bytes);
   IndexWriter writer({.out = ddx, .name = fmt::format("rows-{}", row_bytes)});
-  writer.define({FieldInfo{.name = "x", .dtype = DType::uint8, .shape = {row_bytes}, .row_bytes = row_bytes,
+  writer.define({FieldInfo{.name = "x",
+                           .dtype = DType::uint8,
+                           .shape = {row_bytes},
+                           .row_bytes = row_bytes,
                            .source = "synthetic"}},
                 rows);
   // The source is complete before it is added: the index records its final size and mtime.

@@ -13,7 +13,7 @@ uint64_t default_synthetic_rows(uint64_t row_bytes);
 
 /// Writes DIR/rows-ROW_BYTES.bin (rows x row_bytes pseudo-random bytes from seed) and indexes
 /// it as DIR/rows-ROW_BYTES.ddx: one field "x" of row_bytes uint8 per sample. Returns the index.
-std::filesystem::path write_synthetic_dataset(const std::filesystem::path& dir, uint64_t row_bytes, uint64_t rows,
-                                              uint64_t seed);
+std::filesystem::path write_synthetic_dataset(const std::filesystem::path& dir, uint64_t row_bytes,
+                                              uint64_t rows, uint64_t seed);
 
 }  // namespace ddstage::cli

@@ -24,9 +24,11 @@ constexpr uint64_t no_batch = UINT64_MAX;
 /// over by swapping buffers, never copied.
 class Prefetcher {
  public:
-  Prefetcher(const TrainingLoopOptions& options, std::span<const uint64_t> ids, const BatchSourceFactory& sources)
+  Prefetcher(const TrainingLoopOptions& options, std::span<const uint64_t> ids,
+             const BatchSourceFactory& sources)
       : m_batch(options.batch), m_steps(options.steps), m_ids(ids), m_slots(options.prefetch) {
-    for (unsigned t = 0; t < options.threads; ++t) m_workers.emplace_back([this, &sources] { work(sources); });
+    for (unsigned t = 0; t < options.threads; ++t)
+      m_workers.emplace_back([this, &sources] { work(sources); });
   }
   Prefetcher(const Prefetcher&) = delete;
   Prefetcher& operator=(const Prefetcher&) = delete;
@@ -78,7 +80,8 @@ class Prefetcher {
   /// The next batch to read, once the ring has room for it; false when none is left.
   bool claim(uint64_t& i) {
     std::unique_lock lock(m_mutex);
-    m_changed.wait(lock, [&] { return m_stopped || m_next >= m_steps || m_next < m_taken + m_slots.size(); });
+    m_changed.wait(
+        lock, [&] { return m_stopped || m_next >= m_steps || m_next < m_taken + m_slots.size(); });
     if (m_stopped || m_next >= m_steps) return false;
     i = m_next++;
     return true;
@@ -108,10 +111,12 @@ class Prefetcher {
 
 }  // namespace
 
-std::vector<uint64_t> shuffled_batches(uint64_t samples, uint64_t batch, uint64_t steps, uint64_t seed) {
+std::vector<uint64_t> shuffled_batches(uint64_t samples, uint64_t batch, uint64_t steps,
+                                       uint64_t seed) {
   if (batch == 0) throw UsageError("--batch must be > 0");
   if (batch > samples) {
-    throw UsageError(fmt::format("--batch {} is larger than the dataset ({} samples)", batch, samples));
+    throw UsageError(
+        fmt::format("--batch {} is larger than the dataset ({} samples)", batch, samples));
   }
   const uint64_t per_epoch = samples / batch;
   std::vector<uint64_t> order(samples);
@@ -128,7 +133,8 @@ std::vector<uint64_t> shuffled_batches(uint64_t samples, uint64_t batch, uint64_
   return ids;
 }
 
-TrainingLoopResult run_training_loop(const TrainingLoopOptions& options, std::span<const uint64_t> ids,
+TrainingLoopResult run_training_loop(const TrainingLoopOptions& options,
+                                     std::span<const uint64_t> ids,
                                      const BatchSourceFactory& sources, const BatchCheck& check,
                                      const StepProgress& progress) {
   TrainingLoopResult r;
@@ -140,7 +146,8 @@ TrainingLoopResult run_training_loop(const TrainingLoopOptions& options, std::sp
     loader.take(step, batch);
     const auto got = Clock::now();
     const auto wait = got - asked;
-    r.wait_ns.record(static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(wait).count()));
+    r.wait_ns.record(
+        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(wait).count()));
     r.waits_over_short += wait > stall_short;
     r.waits_over_long += wait > stall_long;
     const auto step_ids = ids.subspan(step * options.batch, options.batch);

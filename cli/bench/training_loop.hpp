@@ -25,7 +25,8 @@ class BatchSource {
 /// Creates the calling worker thread's BatchSource.
 using BatchSourceFactory = std::function<std::unique_ptr<BatchSource>()>;
 /// Checks a batch's bytes during the compute window; returns the rows that do not match.
-using BatchCheck = std::function<uint64_t(std::span<const uint64_t> ids, std::span<const std::byte> batch)>;
+using BatchCheck =
+    std::function<uint64_t(std::span<const uint64_t> ids, std::span<const std::byte> batch)>;
 /// Told the steps done and the seconds since the loop started, after every step.
 using StepProgress = std::function<void(uint64_t steps_done, uint64_t bytes_done, double seconds)>;
 
@@ -46,8 +47,8 @@ struct TrainingLoopResult {
   uint64_t steps = 0;
   uint64_t samples = 0;
   uint64_t bytes = 0;
-  double seconds = 0;           ///< wall time of the whole loop, compute included
-  LatencyHistogram wait_ns;     ///< per step: from asking for the batch to holding it
+  double seconds = 0;             ///< wall time of the whole loop, compute included
+  LatencyHistogram wait_ns;       ///< per step: from asking for the batch to holding it
   uint64_t waits_over_short = 0;  ///< steps that waited longer than stall_short
   uint64_t waits_over_long = 0;   ///< steps that waited longer than stall_long
   uint64_t mismatches = 0;        ///< rows whose bytes failed the check
@@ -56,13 +57,15 @@ struct TrainingLoopResult {
 /// The sample ids of `steps` batches: a seeded permutation of all samples per epoch (global
 /// shuffle), as many epochs as the steps need, full batches only (an epoch's last partial
 /// batch is dropped, as drop_last does). UsageError when batch exceeds the samples.
-std::vector<uint64_t> shuffled_batches(uint64_t samples, uint64_t batch, uint64_t steps, uint64_t seed);
+std::vector<uint64_t> shuffled_batches(uint64_t samples, uint64_t batch, uint64_t steps,
+                                       uint64_t seed);
 
 /// Runs the loop over ids (steps x batch): per step, wait for batch i from the loader, check
 /// it, sleep until the compute time since the batch arrived is over. Sleeping stands in for
 /// GPU compute, which does not take the cores the loader runs on. The first error of a worker
 /// ends the loop and is rethrown here.
-TrainingLoopResult run_training_loop(const TrainingLoopOptions& options, std::span<const uint64_t> ids,
+TrainingLoopResult run_training_loop(const TrainingLoopOptions& options,
+                                     std::span<const uint64_t> ids,
                                      const BatchSourceFactory& sources, const BatchCheck& check,
                                      const StepProgress& progress);
 

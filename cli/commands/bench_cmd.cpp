@@ -2,15 +2,16 @@
 
 #include "bench/bench_fabric_raw.hpp"
 #include "bench/bench_flatten.hpp"
-#include "bench/bench_loader.hpp"
 #include "bench/bench_load.hpp"
+#include "bench/bench_loader.hpp"
 #include "bench/bench_origin.hpp"
 #include "bench/bench_store.hpp"
 
 namespace ddstage::cli {
 
 void setup_bench(CLI::App& app, CliContext& ctx) {
-  auto* bench = app.add_subcommand("bench", "Measure read and flatten speed against same-run baselines");
+  auto* bench =
+      app.add_subcommand("bench", "Measure read and flatten speed against same-run baselines");
   bench->require_subcommand(1);
 
   setup_bench_origin(*bench, ctx);

@@ -6,9 +6,9 @@
 #include <fmt/format.h>
 
 #include "ddstage/error.hpp"
+#include "ddstage/store_descriptor.hpp"
 #include "ddstage/tool/store_cleanup.hpp"
 #include "support/progress_line.hpp"
-#include "ddstage/store_descriptor.hpp"
 
 namespace ddstage::cli {
 namespace {
@@ -59,7 +59,8 @@ std::string summary(const CleanReport& r, bool dry_run) {
                         r.removed.size() - segments == 1 ? "" : "s",
                         plural(dead.size(), "dead store"));
   if (!live.empty()) out += fmt::format("; {} kept", plural(live.size(), "live store"));
-  if (!r.unlocked.empty()) out += fmt::format("; {} without a lock file kept", plural(r.unlocked.size(), "rank"));
+  if (!r.unlocked.empty())
+    out += fmt::format("; {} without a lock file kept", plural(r.unlocked.size(), "rank"));
   return out;
 }
 
@@ -89,8 +90,10 @@ void run_clean(const CleanCmdOptions& opts, const CliContext& ctx) {
   for (const auto& k : report.kept)
     fmt::print("store {} rank {}: live (pid {}), kept\n", k.store_id, k.rank, k.pid);
   for (const auto& k : report.unlocked) {
-    fmt::print("store {} rank {}: segments without a lock file (a ddstage older than rank locks?), kept; "
-               "--force removes them\n", k.store_id, k.rank);
+    fmt::print(
+        "store {} rank {}: segments without a lock file (a ddstage older than rank locks?), kept; "
+        "--force removes them\n",
+        k.store_id, k.rank);
   }
   const bool descriptor_ok = dir.empty() || clean_descriptor(dir, opts.dry_run);
   fmt::print("{}\n", summary(report, opts.dry_run));
@@ -117,9 +120,10 @@ void setup_clean(CLI::App& app, CliContext& ctx) {
                   "(default: the "
                   "setting store, DDSTAGE_STORE, if set)");
   sub->add_flag("--dry-run", opts->dry_run, "Print what would be removed; remove nothing");
-  sub->add_flag("--force", opts->force,
-                "Also remove segments that have no lock file (left by a ddstage older than rank locks); "
-                "never those of a live rank");
+  sub->add_flag(
+      "--force", opts->force,
+      "Also remove segments that have no lock file (left by a ddstage older than rank locks); "
+      "never those of a live rank");
   sub->callback([opts, &ctx] { run_clean(*opts, ctx); });
 }
 

@@ -13,7 +13,8 @@ namespace {
 formats::FieldSpec parse_field(const std::string& text) {
   auto eq = text.find('=');
   if (eq == std::string::npos) return {"", text};
-  if (eq == 0 || eq + 1 == text.size()) throw UsageError("bad --field '" + text + "' (expected NAME=PATH or PATH)");
+  if (eq == 0 || eq + 1 == text.size())
+    throw UsageError("bad --field '" + text + "' (expected NAME=PATH or PATH)");
   return {text.substr(0, eq), text.substr(eq + 1)};
 }
 
@@ -39,8 +40,9 @@ void run_flatten(const FlattenOptions& opts, const CliContext& ctx) {
   formats::flatten(request, writer);
   writer.commit();
   auto index = Index::open(opts.output);
-  fmt::print("{}: {} samples, {} field(s), {} indexed ({} copied into pack files), format {}\n", opts.output,
-             index.samples(), index.fields().size(), human_bytes(static_cast<double>(writer.bytes_written())),
+  fmt::print("{}: {} samples, {} field(s), {} indexed ({} copied into pack files), format {}\n",
+             opts.output, index.samples(), index.fields().size(),
+             human_bytes(static_cast<double>(writer.bytes_written())),
              human_bytes(static_cast<double>(writer.packed_bytes())), index.manifest().format);
 }
 
@@ -59,22 +61,31 @@ formats::FlattenRequest make_request(const FlattenOptions& opts, const Settings&
 }
 
 void add_flatten_options(CLI::App& app, CliContext& ctx, FlattenOptions& opts) {
-  app.add_option("sources", opts.sources, "Source files, directories, or @LIST (one path per line)")->required();
-  app.add_option("--format", opts.format, "Source format: auto, hdf5, files, npy")->capture_default_str();
-  app.add_option("--field", opts.fields, "HDF5: a field NAME=PATH (or PATH; name = last path component)");
-  app.add_option("--groups", opts.groups, "HDF5: one sample per group matching this glob, e.g. '/samples/*'");
+  app.add_option("sources", opts.sources, "Source files, directories, or @LIST (one path per line)")
+      ->required();
+  app.add_option("--format", opts.format, "Source format: auto, hdf5, files, npy")
+      ->capture_default_str();
+  app.add_option("--field", opts.fields,
+                 "HDF5: a field NAME=PATH (or PATH; name = last path component)");
+  app.add_option("--groups", opts.groups,
+                 "HDF5: one sample per group matching this glob, e.g. '/samples/*'");
   app.add_option("--ragged", opts.ragged, "HDF5: a CSR field NAME=DATA_PATH:OFFSETS_PATH");
-  app.add_flag("--pack", opts.pack, "Copy every sample into pack files (~256 MiB each) instead of indexing in place");
+  app.add_flag("--pack", opts.pack,
+               "Copy every sample into pack files (~256 MiB each) instead of indexing in place");
   app.add_option("--name", opts.name, "Dataset name (default: the output's stem)");
-  add_setting_option(app, ctx, "--pack-size", "flatten.pack_size", "Pack file size (e.g. 256M, 1G)");
-  add_setting_option(app, ctx, "--memory", "flatten.memory", "Memory for decoding chunks and blocks (e.g. 64M)");
+  add_setting_option(app, ctx, "--pack-size", "flatten.pack_size",
+                     "Pack file size (e.g. 256M, 1G)");
+  add_setting_option(app, ctx, "--memory", "flatten.memory",
+                     "Memory for decoding chunks and blocks (e.g. 64M)");
 }
 
 void setup_flatten(CLI::App& app, CliContext& ctx) {
   auto opts = std::make_shared<FlattenOptions>();
-  auto* sub = app.add_subcommand("flatten", "Build a byte-offset index (DATASET.ddx) of a dataset, once");
+  auto* sub =
+      app.add_subcommand("flatten", "Build a byte-offset index (DATASET.ddx) of a dataset, once");
   add_flatten_options(*sub, ctx, *opts);
-  sub->add_option("-o,--output", opts->output, "The index directory to create (NAME.ddx)")->required();
+  sub->add_option("-o,--output", opts->output, "The index directory to create (NAME.ddx)")
+      ->required();
   sub->add_flag("--force", opts->force, "Replace an existing index, once the new one is complete");
   sub->callback([opts, &ctx] { run_flatten(*opts, ctx); });
 }

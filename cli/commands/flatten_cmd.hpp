@@ -3,8 +3,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "support/cli_context.hpp"
 #include "ddstage/formats/format.hpp"
+#include "support/cli_context.hpp"
 
 namespace ddstage::cli {
 

@@ -9,9 +9,9 @@
 
 #include "ddstage/config.hpp"
 #include "ddstage/error.hpp"
+#include "ddstage/index.hpp"
 #include "ddstage/tool/fabric_info.hpp"
 #include "ddstage/tool/gpu_info.hpp"
-#include "ddstage/index.hpp"
 #include "ddstage/tool/origin_verify.hpp"
 #include "ddstage/tool/transport_info.hpp"
 #include "support/json_writer.hpp"
@@ -57,8 +57,8 @@ std::string shape_text(const FieldInfo& f) {
 }
 
 std::size_t count_files(const Index& index, FileKind kind) {
-  return static_cast<std::size_t>(
-      std::count_if(index.files().begin(), index.files().end(), [kind](const auto& f) { return f.kind == kind; }));
+  return static_cast<std::size_t>(std::count_if(index.files().begin(), index.files().end(),
+                                                [kind](const auto& f) { return f.kind == kind; }));
 }
 
 void print_text(const Index& index, const std::vector<FieldStats>& stats) {
@@ -67,25 +67,36 @@ void print_text(const Index& index, const std::vector<FieldStats>& stats) {
              m.root.string(), index.samples(), human_bytes(static_cast<double>(m.total_bytes)));
   fmt::print("files     {} source ({} copied into packs), {} pack\ncreated   {} by ddstage {}\n",
              count_files(index, FileKind::source) + count_files(index, FileKind::copied),
-             count_files(index, FileKind::copied), count_files(index, FileKind::pack), m.created, m.tool_version);
+             count_files(index, FileKind::copied), count_files(index, FileKind::pack), m.created,
+             m.tool_version);
   if (!m.attributes.empty()) fmt::print("attributes\n");
   for (const auto& [k, v] : m.attributes) fmt::print("  {:<16} {}\n", k, v);
-  fmt::print("fields\n  {:<16} {:<8} {:<16} {:<24} {}\n", "name", "dtype", "shape", "bytes/row", "source");
+  fmt::print("fields\n  {:<16} {:<8} {:<16} {:<24} {}\n", "name", "dtype", "shape", "bytes/row",
+             "source");
   for (uint32_t i = 0; i < stats.size(); ++i) {
     const auto& f = index.fields()[i];
     const auto mean = static_cast<double>(stats[i].bytes) / static_cast<double>(index.samples());
-    std::string rows = f.variable ? fmt::format("{}-{} (mean {:.0f})", stats[i].min, stats[i].max, mean)
-                                  : std::to_string(f.row_bytes);
-    fmt::print("  {:<16} {:<8} {:<16} {:<24} {}\n", f.name, dtype_name(f.dtype), shape_text(f), rows, f.source);
+    std::string rows = f.variable
+                           ? fmt::format("{}-{} (mean {:.0f})", stats[i].min, stats[i].max, mean)
+                           : std::to_string(f.row_bytes);
+    fmt::print("  {:<16} {:<8} {:<16} {:<24} {}\n", f.name, dtype_name(f.dtype), shape_text(f),
+               rows, f.source);
   }
 }
 
-void print_json(const Index& index, const std::vector<FieldStats>& stats, const VerifyReport* verify) {
+void print_json(const Index& index, const std::vector<FieldStats>& stats,
+                const VerifyReport* verify) {
   const auto& m = index.manifest();
   JsonWriter j;
-  j.begin_object().field("dataset", m.name).field("path", index.dir().string()).field("format", m.format);
-  j.field("root", m.root.string()).field("samples", index.samples()).field("total_bytes", m.total_bytes);
-  j.field("source_files", count_files(index, FileKind::source) + count_files(index, FileKind::copied));
+  j.begin_object()
+      .field("dataset", m.name)
+      .field("path", index.dir().string())
+      .field("format", m.format);
+  j.field("root", m.root.string())
+      .field("samples", index.samples())
+      .field("total_bytes", m.total_bytes);
+  j.field("source_files",
+          count_files(index, FileKind::source) + count_files(index, FileKind::copied));
   j.field("copied_source_files", count_files(index, FileKind::copied));
   j.field("pack_files", count_files(index, FileKind::pack));
   j.field("created", m.created).field("tool_version", m.tool_version);
@@ -94,18 +105,34 @@ void print_json(const Index& index, const std::vector<FieldStats>& stats, const 
   j.end_object().key("fields").begin_array();
   for (uint32_t i = 0; i < stats.size(); ++i) {
     const auto& f = index.fields()[i];
-    j.begin_object().field("name", f.name).field("dtype", dtype_name(f.dtype)).key("shape").begin_array();
+    j.begin_object()
+        .field("name", f.name)
+        .field("dtype", dtype_name(f.dtype))
+        .key("shape")
+        .begin_array();
     for (auto d : f.shape) j.value(d);
-    j.end_array().field("variable", f.variable).field("row_bytes", f.row_bytes).field("source", f.source);
-    j.field("bytes", stats[i].bytes).field("min_row_bytes", stats[i].min).field("max_row_bytes", stats[i].max);
+    j.end_array()
+        .field("variable", f.variable)
+        .field("row_bytes", f.row_bytes)
+        .field("source", f.source);
+    j.field("bytes", stats[i].bytes)
+        .field("min_row_bytes", stats[i].min)
+        .field("max_row_bytes", stats[i].max);
     j.end_object();
   }
   j.end_array();
   if (verify) {
-    j.key("verify").begin_object().field("entries", verify->entries_checked).field("failures", verify->failures);
+    j.key("verify")
+        .begin_object()
+        .field("entries", verify->entries_checked)
+        .field("failures", verify->failures);
     j.key("first_failures").begin_array();
     for (const auto& f : verify->first_failures) {
-      j.begin_object().field("sample", f.sample).field("field", f.field).field("reason", f.reason).end_object();
+      j.begin_object()
+          .field("sample", f.sample)
+          .field("field", f.field)
+          .field("reason", f.reason)
+          .end_object();
     }
     j.end_array().end_object();
   }
@@ -117,69 +144,83 @@ void print_json(const Index& index, const std::vector<FieldStats>& stats, const 
 void print_transports(const std::vector<TransportInfo>& transports) {
   fmt::print("transports (the values of the transport options; whether this node can use each):\n");
   for (const auto& t : transports) {
-    fmt::print("  {:<8} {:<11} {}{}\n", t.name, t.available ? "available" : "unavailable", t.description,
-               t.available ? "" : ": " + t.why_not);
+    fmt::print("  {:<8} {:<11} {}{}\n", t.name, t.available ? "available" : "unavailable",
+               t.description, t.available ? "" : ": " + t.why_not);
   }
 }
 
 TransportInfo fabric_transport() {
   const auto all = describe_transports();
-  return *std::find_if(all.begin(), all.end(), [](const TransportInfo& t) { return t.name == "fabric"; });
+  return *std::find_if(all.begin(), all.end(),
+                       [](const TransportInfo& t) { return t.name == "fabric"; });
 }
 
 void print_settings(const Settings& settings) {
   const auto& config = settings.config_path();
-  fmt::print("config file: {}\n", config.empty()           ? "(none)"
+  fmt::print("config file: {}\n", config.empty()            ? "(none)"
                                   : settings.config_found() ? config.string()
                                                             : config.string() + " (not present)");
-  fmt::print("{:<20} {:<10} {:<8} {:<28} {}\n", "setting", "value", "source", "environment", "help");
+  fmt::print("{:<20} {:<10} {:<8} {:<28} {}\n", "setting", "value", "source", "environment",
+             "help");
   for (const auto& d : setting_table()) {
     // An empty value printed as "" keeps the columns apart for readers and scripts.
     const auto& value = settings.get_string(d.key);
     fmt::print("{:<20} {:<10} {:<8} {:<28} {}\n", d.key, value.empty() ? "\"\"" : value,
                source_name(settings.source(d.key)), d.env_name(), d.help);
   }
-  fmt::print("build: MPI={} libfabric={} HDF5={} CUDA={} HIP={}\n", DDSTAGE_HAVE_MPI, DDSTAGE_HAVE_FABRIC,
-             DDSTAGE_HAVE_HDF5, DDSTAGE_HAVE_CUDA, DDSTAGE_HAVE_HIP);
+  fmt::print("build: MPI={} libfabric={} HDF5={} CUDA={} HIP={}\n", DDSTAGE_HAVE_MPI,
+             DDSTAGE_HAVE_FABRIC, DDSTAGE_HAVE_HDF5, DDSTAGE_HAVE_CUDA, DDSTAGE_HAVE_HIP);
   print_transports(describe_transports());
 }
 
 void print_fabric(const Settings& settings, bool json) {
   const auto rows = describe_fabric_providers(settings);
   const TransportInfo transport = fabric_transport();
-  const auto chosen = std::find_if(rows.begin(), rows.end(), [](const auto& r) { return r.chosen; });
+  const auto chosen =
+      std::find_if(rows.begin(), rows.end(), [](const auto& r) { return r.chosen; });
   const std::string wanted = settings.get_string("fabric.provider");
   const std::string domain = settings.get_string("fabric.domain");
   if (json) {
     JsonWriter j;
     j.begin_object().field("provider_setting", wanted).field("domain_setting", domain);
-    j.field("transport_available", transport.available).field("transport_why_not", transport.why_not);
+    j.field("transport_available", transport.available)
+        .field("transport_why_not", transport.why_not);
     j.key("providers").begin_array();
     for (const auto& r : rows) {
-      j.begin_object().field("provider", r.provider).field("fabric", r.fabric).field("domain", r.domain);
-      j.field("mr_mode", r.mr_mode).field("max_msg_size", r.max_msg_size).field("progress", r.progress);
+      j.begin_object()
+          .field("provider", r.provider)
+          .field("fabric", r.fabric)
+          .field("domain", r.domain);
+      j.field("mr_mode", r.mr_mode)
+          .field("max_msg_size", r.max_msg_size)
+          .field("progress", r.progress);
       j.field("chosen", r.chosen).field("why", r.why).end_object();
     }
     j.end_array().end_object();
     fmt::print("{}\n", j.str());
   } else {
     fmt::print("fabric.provider={} fabric.domain={}\n", wanted, domain.empty() ? "(any)" : domain);
-    fmt::print("  {:<14} {:<16} {:<8} {:<20} {:>9} {:<8} {}\n", "provider", "fabric", "domain", "mr_mode",
-               "max_msg", "progress", "why");
+    fmt::print("  {:<14} {:<16} {:<8} {:<20} {:>9} {:<8} {}\n", "provider", "fabric", "domain",
+               "mr_mode", "max_msg", "progress", "why");
     for (const auto& r : rows) {
       // Providers without a limit report 2^64-1 or close to it.
-      const std::string max_msg = r.max_msg_size >= (uint64_t{1} << 62) ? "any"
-                                                                          : human_bytes(static_cast<double>(r.max_msg_size));
-      fmt::print("{} {:<14} {:<16} {:<8} {:<20} {:>9} {:<8} {}\n", r.chosen ? '*' : ' ', r.provider, r.fabric,
-                 r.domain, r.mr_mode, max_msg, r.progress, r.why);
+      const std::string max_msg = r.max_msg_size >= (uint64_t{1} << 62)
+                                      ? "any"
+                                      : human_bytes(static_cast<double>(r.max_msg_size));
+      fmt::print("{} {:<14} {:<16} {:<8} {:<20} {:>9} {:<8} {}\n", r.chosen ? '*' : ' ', r.provider,
+                 r.fabric, r.domain, r.mr_mode, max_msg, r.progress, r.why);
     }
-    if (chosen == rows.end()) fmt::print("picked: none\n");
-    else fmt::print("picked: {} in domain {}\n", chosen->provider, chosen->domain);
-    fmt::print("transport fabric: {}\n", transport.available ? "available" : "unavailable: " + transport.why_not);
+    if (chosen == rows.end())
+      fmt::print("picked: none\n");
+    else
+      fmt::print("picked: {} in domain {}\n", chosen->provider, chosen->domain);
+    fmt::print("transport fabric: {}\n",
+               transport.available ? "available" : "unavailable: " + transport.why_not);
   }
   if (chosen == rows.end()) {
     std::fflush(stdout);
-    throw UsageError("fabric.provider '" + wanted + "'" + (domain.empty() ? "" : " in domain '" + domain + "'") +
+    throw UsageError("fabric.provider '" + wanted + "'" +
+                     (domain.empty() ? "" : " in domain '" + domain + "'") +
                      " is not available on this node (listed above)");
   }
 }
@@ -208,8 +249,9 @@ void print_gpu(const Settings& settings, bool json) {
     return;
   }
   if (runtimes.empty()) {
-    fmt::print("runtimes: none (built without CUDA and HIP: configure with -DDDSTAGE_WITH_CUDA=ON or "
-               "-DDDSTAGE_WITH_HIP=ON)\n");
+    fmt::print(
+        "runtimes: none (built without CUDA and HIP: configure with -DDDSTAGE_WITH_CUDA=ON or "
+        "-DDDSTAGE_WITH_HIP=ON)\n");
   }
   for (const auto& r : runtimes) {
     if (r.devices == 0) {
@@ -237,9 +279,10 @@ void report_failures(const VerifyReport& r) {
   for (const auto& f : r.first_failures) {
     fmt::print(stderr, "ddstage: mismatch: sample {} field {}: {}\n", f.sample, f.field, f.reason);
   }
-  throw ChecksumError(fmt::format("verify failed: {} of {} entries do not match the index (first: sample {} field {})",
-                                  r.failures, r.entries_checked, r.first_failures.front().sample,
-                                  r.first_failures.front().field));
+  throw ChecksumError(fmt::format(
+      "verify failed: {} of {} entries do not match the index (first: sample {} field {})",
+      r.failures, r.entries_checked, r.first_failures.front().sample,
+      r.first_failures.front().field));
 }
 
 void run_info(const InfoOptions& opts, const CliContext& ctx) {
@@ -247,7 +290,8 @@ void run_info(const InfoOptions& opts, const CliContext& ctx) {
   if (opts.settings) return print_settings(settings);
   if (opts.fabric) return print_fabric(settings, opts.json);
   if (opts.gpu) return print_gpu(settings, opts.json);
-  if (opts.dataset.empty()) throw UsageError("info needs a DATASET.ddx (or --settings, --fabric, --gpu)");
+  if (opts.dataset.empty())
+    throw UsageError("info needs a DATASET.ddx (or --settings, --fabric, --gpu)");
   auto index = Index::open(opts.dataset);
   const bool allow_stale = opts.allow_stale || settings.get_bool("origin.allow_stale");
   if (!allow_stale) index.check_all_fresh();
@@ -255,9 +299,10 @@ void run_info(const InfoOptions& opts, const CliContext& ctx) {
   std::optional<VerifyReport> report;
   if (opts.verify) {
     ProgressLine progress("verify", settings);
-    report = verify_origin(index, {.threads = thread_count(settings),
-                                   .allow_stale = allow_stale,
-                                   .progress = [&progress](const ProgressUpdate& p) { progress(p); }});
+    report =
+        verify_origin(index, {.threads = thread_count(settings),
+                              .allow_stale = allow_stale,
+                              .progress = [&progress](const ProgressUpdate& p) { progress(p); }});
   }
   if (opts.json) {
     print_json(index, stats, report ? &*report : nullptr);
@@ -271,18 +316,25 @@ void run_info(const InfoOptions& opts, const CliContext& ctx) {
 
 void setup_info(CLI::App& app, CliContext& ctx) {
   auto opts = std::make_shared<InfoOptions>();
-  auto* sub = app.add_subcommand("info", "Show what an index holds; --verify re-reads every sample from origin");
+  auto* sub = app.add_subcommand(
+      "info", "Show what an index holds; --verify re-reads every sample from origin");
   sub->add_option("dataset", opts->dataset, "The index directory (DATASET.ddx)");
   sub->add_flag("--json", opts->json, "Print JSON instead of a table");
-  sub->add_flag("--verify", opts->verify, "Re-read every sample from origin and check its checksum (exit 1 on mismatch)");
-  sub->add_flag("--allow-stale", opts->allow_stale, "Do not refuse sources that changed after flattening");
-  sub->add_flag("--settings", opts->settings, "Print every setting, its value and where it came from");
-  sub->add_flag("--fabric", opts->fabric,
-                "List the libfabric providers this node offers and which fabric.provider/fabric.domain pick");
-  sub->add_flag("--gpu", opts->gpu,
-                "Show the GPU runtimes this ddstage was built with, the devices they find (or why none) "
-                "and the gpu.path auto picks");
-  add_setting_option(*sub, ctx, "--threads", "threads", "Threads for --verify (default: one per core)");
+  sub->add_flag("--verify", opts->verify,
+                "Re-read every sample from origin and check its checksum (exit 1 on mismatch)");
+  sub->add_flag("--allow-stale", opts->allow_stale,
+                "Do not refuse sources that changed after flattening");
+  sub->add_flag("--settings", opts->settings,
+                "Print every setting, its value and where it came from");
+  sub->add_flag(
+      "--fabric", opts->fabric,
+      "List the libfabric providers this node offers and which fabric.provider/fabric.domain pick");
+  sub->add_flag(
+      "--gpu", opts->gpu,
+      "Show the GPU runtimes this ddstage was built with, the devices they find (or why none) "
+      "and the gpu.path auto picks");
+  add_setting_option(*sub, ctx, "--threads", "threads",
+                     "Threads for --verify (default: one per core)");
   sub->callback([opts, &ctx] { run_info(*opts, ctx); });
 }
 

@@ -3,10 +3,10 @@
 #include <optional>
 
 #include "ddstage/client.hpp"
-#include "ddstage/tool/device_allocation.hpp"
 #include "ddstage/error.hpp"
-#include "ddstage/tool/id_spec.hpp"
 #include "ddstage/index.hpp"
+#include "ddstage/tool/device_allocation.hpp"
+#include "ddstage/tool/id_spec.hpp"
 #include "ddstage/tool/origin_reader.hpp"
 #include "support/output_file.hpp"
 #include "support/store_access.hpp"
@@ -32,7 +32,8 @@ struct ReadOptions {
 /// Reads ids in batches of at most batch_bytes_limit (always at least one id) and writes each
 /// to out: bounded memory for any --ids list. row_bytes(id) sizes a row; read(ids, dest) fills.
 template <typename RowBytes, typename ReadBatch>
-void copy_batches(const std::vector<uint64_t>& ids, OutputFile& out, RowBytes&& row_bytes, ReadBatch&& read) {
+void copy_batches(const std::vector<uint64_t>& ids, OutputFile& out, RowBytes&& row_bytes,
+                  ReadBatch&& read) {
   std::vector<std::byte> buffer;
   for (std::size_t begin = 0; begin < ids.size();) {
     std::size_t end = begin;
@@ -54,8 +55,8 @@ class DeviceRoundTrip {
  public:
   explicit DeviceRoundTrip(int device) : m_device(device), m_memory(device, m_bytes) {}
 
-  void read(Reader& reader, const std::string& field, std::span<const uint64_t> ids, std::span<std::byte> dest,
-            bool verify) {
+  void read(Reader& reader, const std::string& field, std::span<const uint64_t> ids,
+            std::span<std::byte> dest, bool verify) {
     if (dest.size() > m_bytes) {
       m_memory = DeviceAllocation(m_device, dest.size());
       m_bytes = dest.size();
@@ -79,20 +80,26 @@ void read_origin(const ReadOptions& opts, const Settings& settings) {
   auto index = Index::open(opts.dataset);
   const uint32_t field = pick_field(index, opts.field);
   const auto ids = parse_ids(opts.ids, index.samples());
-  OriginReader reader(index, {.verify = opts.verify,
-                              .allow_stale = opts.allow_stale || settings.get_bool("origin.allow_stale")});
+  OriginReader reader(index,
+                      {.verify = opts.verify,
+                       .allow_stale = opts.allow_stale || settings.get_bool("origin.allow_stale")});
   OutputFile out(opts.output);
   copy_batches(
       ids, out, [&](uint64_t id) { return index.entry(id, field).length; },
-      [&](std::span<const uint64_t> batch, std::span<std::byte> dest) { reader.read(field, batch, dest); });
+      [&](std::span<const uint64_t> batch, std::span<std::byte> dest) {
+        reader.read(field, batch, dest);
+      });
   out.commit();
 }
 
 /// `read --store DIR --dataset NAME`: from a running store.
 void read_store(const ReadOptions& opts, const Settings& settings) {
-  if (!opts.dataset.empty()) throw UsageError("give either DATASET.ddx or --store DIR --dataset NAME, not both");
-  if (opts.name.empty()) throw UsageError("--store needs --dataset NAME (see `ddstage status --store DIR`)");
-  if (opts.allow_stale) throw UsageError("--allow-stale applies to reads from origin, not from a store");
+  if (!opts.dataset.empty())
+    throw UsageError("give either DATASET.ddx or --store DIR --dataset NAME, not both");
+  if (opts.name.empty())
+    throw UsageError("--store needs --dataset NAME (see `ddstage status --store DIR`)");
+  if (opts.allow_stale)
+    throw UsageError("--allow-stale applies to reads from origin, not from a store");
   auto dataset = Client(opts.store, settings).open(opts.name);
   const auto& index = dataset.index();
   const uint32_t field = pick_field(index, opts.field);
@@ -114,9 +121,11 @@ void read_store(const ReadOptions& opts, const Settings& settings) {
 void run_read(ReadOptions opts, const CliContext& ctx) {
   auto settings = ctx.resolve_settings();
   // A loaded dataset's name without --store: the store is the setting's (DDSTAGE_STORE).
-  if (opts.store.empty() && opts.dataset.empty() && !opts.name.empty()) opts.store = store_dir({}, settings);
+  if (opts.store.empty() && opts.dataset.empty() && !opts.name.empty())
+    opts.store = store_dir({}, settings);
   if (!opts.store.empty()) return read_store(opts, settings);
-  if (opts.dataset.empty()) throw UsageError("read needs DATASET.ddx, or --store DIR --dataset NAME");
+  if (opts.dataset.empty())
+    throw UsageError("read needs DATASET.ddx, or --store DIR --dataset NAME");
   if (opts.gpu >= 0) throw UsageError("--gpu reads from a store: give --store DIR --dataset NAME");
   read_origin(opts, settings);
 }
@@ -125,19 +134,25 @@ void run_read(ReadOptions opts, const CliContext& ctx) {
 
 void setup_read(CLI::App& app, CliContext& ctx) {
   auto opts = std::make_shared<ReadOptions>();
-  auto* sub = app.add_subcommand("read", "Write samples' raw bytes, concatenated in the order asked, from origin or a store");
-  sub->add_option("dataset", opts->dataset, "The index directory (DATASET.ddx): read straight from origin");
-  sub->add_option("--store", opts->store,
-                  "Read from the running store in this directory instead (default with --dataset: the setting "
-                  "store, DDSTAGE_STORE)");
+  auto* sub = app.add_subcommand(
+      "read", "Write samples' raw bytes, concatenated in the order asked, from origin or a store");
+  sub->add_option("dataset", opts->dataset,
+                  "The index directory (DATASET.ddx): read straight from origin");
+  sub->add_option(
+      "--store", opts->store,
+      "Read from the running store in this directory instead (default with --dataset: the setting "
+      "store, DDSTAGE_STORE)");
   sub->add_option("--dataset", opts->name, "With --store: the loaded dataset's name");
-  sub->add_option("--ids", opts->ids, "Sample ids: 0,7,10-19 (inclusive ranges) or @FILE (one per line)")->required();
+  sub->add_option("--ids", opts->ids,
+                  "Sample ids: 0,7,10-19 (inclusive ranges) or @FILE (one per line)")
+      ->required();
   sub->add_option("--field", opts->field, "Field to read (required when the dataset has several)");
   sub->add_option("-o,--output", opts->output, "Output file (default: stdout)");
   sub->add_flag("--verify", opts->verify, "Check every sample's checksum (exit 1 on mismatch)");
-  sub->add_option("--gpu", opts->gpu,
-                  "With --store: read into memory of this GPU (by gpu.path: direct, staged, auto), then "
-                  "copy back for the output")
+  sub->add_option(
+         "--gpu", opts->gpu,
+         "With --store: read into memory of this GPU (by gpu.path: direct, staged, auto), then "
+         "copy back for the output")
       ->check(CLI::NonNegativeNumber);
   add_setting_option(*sub, ctx, "--gpu-path", "gpu.path", "With --gpu: direct, staged or auto");
   sub->add_flag("--allow-stale", opts->allow_stale, "Read sources that changed after flattening");

@@ -23,7 +23,8 @@ Settings CliContext::resolve_settings() const {
     path = p;
   }
   auto settings = Settings::resolve(flags, environment_settings(), path, !config.empty());
-  spdlog::set_level(spdlog::level::from_str(settings.get_string("log.level")));  // validated by resolve
+  spdlog::set_level(
+      spdlog::level::from_str(settings.get_string("log.level")));  // validated by resolve
   // DDSTAGE_PROFILE reaches libcore as this setting, for every command, not only those that
   // open a Client or Store.
   profile::configure(settings.get_string("profile"));
@@ -33,18 +34,20 @@ Settings CliContext::resolve_settings() const {
 void add_global_options(CLI::App& app, CliContext& ctx) {
   app.add_flag("-v,--verbose", ctx.verbose, "More log output (repeat for trace)");
   app.add_flag("-q,--quiet", ctx.quiet, "Only errors");
-  app.add_option("--config", ctx.config, "YAML config file (default $XDG_CONFIG_HOME/ddstage/config.yaml)");
+  app.add_option("--config", ctx.config,
+                 "YAML config file (default $XDG_CONFIG_HOME/ddstage/config.yaml)");
 }
 
-CLI::Option* add_setting_option(CLI::App& app, CliContext& ctx, const std::string& flag, const std::string& key,
-                                const std::string& help) {
+CLI::Option* add_setting_option(CLI::App& app, CliContext& ctx, const std::string& flag,
+                                const std::string& key, const std::string& help) {
   return app.add_option_function<std::string>(
       flag, [&ctx, key](const std::string& v) { ctx.setting_flags[key] = v; }, help);
 }
 
 unsigned thread_count(const Settings& settings) {
   auto n = settings.get_int("threads");
-  if (n < 0 || n > 1024) throw UsageError("threads must be 0 to 1024 (0: one per core), not " + std::to_string(n));
+  if (n < 0 || n > 1024)
+    throw UsageError("threads must be 0 to 1024 (0: one per core), not " + std::to_string(n));
   return n > 0 ? static_cast<unsigned>(n) : std::max(1u, std::thread::hardware_concurrency());
 }
 

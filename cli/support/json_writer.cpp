@@ -5,7 +5,6 @@
 
 #include <fmt/format.h>
 
-
 namespace ddstage::cli {
 
 void JsonWriter::before_value() {
@@ -29,7 +28,8 @@ JsonWriter& JsonWriter::begin_object() {
 }
 
 JsonWriter& JsonWriter::end_object() {
-  if (m_stack.empty() || m_stack.back() != '{' || m_after_key) throw std::logic_error("JsonWriter: bad end_object");
+  if (m_stack.empty() || m_stack.back() != '{' || m_after_key)
+    throw std::logic_error("JsonWriter: bad end_object");
   m_stack.pop_back();
   m_first.pop_back();
   m_out += '}';
@@ -53,7 +53,8 @@ JsonWriter& JsonWriter::end_array() {
 }
 
 JsonWriter& JsonWriter::key(std::string_view k) {
-  if (m_stack.empty() || m_stack.back() != '{' || m_after_key) throw std::logic_error("JsonWriter: key outside object");
+  if (m_stack.empty() || m_stack.back() != '{' || m_after_key)
+    throw std::logic_error("JsonWriter: key outside object");
   if (!m_first.back()) m_out += ',';
   m_first.back() = false;
   write_string(k);
@@ -72,11 +73,21 @@ void JsonWriter::write_string(std::string_view v) {
   m_out += '"';
   for (char c : v) {
     switch (c) {
-      case '"': m_out += "\\\""; break;
-      case '\\': m_out += "\\\\"; break;
-      case '\n': m_out += "\\n"; break;
-      case '\t': m_out += "\\t"; break;
-      case '\r': m_out += "\\r"; break;
+      case '"':
+        m_out += "\\\"";
+        break;
+      case '\\':
+        m_out += "\\\\";
+        break;
+      case '\n':
+        m_out += "\\n";
+        break;
+      case '\t':
+        m_out += "\\t";
+        break;
+      case '\r':
+        m_out += "\\r";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           m_out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));

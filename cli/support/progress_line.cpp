@@ -8,7 +8,8 @@
 
 namespace ddstage::cli {
 
-ProgressLine::ProgressLine(std::string label, const Settings& settings) : m_label(std::move(label)) {
+ProgressLine::ProgressLine(std::string label, const Settings& settings)
+    : m_label(std::move(label)) {
   const auto& mode = settings.get_string("progress");  // validated: auto, always or never
   m_enabled = mode == "auto" ? ::isatty(STDERR_FILENO) == 1 : mode == "always";
 }
@@ -19,10 +20,12 @@ void ProgressLine::operator()(const ProgressUpdate& p) const {
   const double rate = static_cast<double>(p.items_done) / secs;
   std::string line = fmt::format("{}: {}", m_label, p.items_done);
   if (p.total_items) {
-    line += fmt::format("/{} ({:.0f}%)", p.total_items, 100.0 * static_cast<double>(p.items_done) /
-                                                            static_cast<double>(p.total_items));
+    line +=
+        fmt::format("/{} ({:.0f}%)", p.total_items,
+                    100.0 * static_cast<double>(p.items_done) / static_cast<double>(p.total_items));
   }
-  line += fmt::format("  {:.0f}/s  {}/s", rate, human_bytes(static_cast<double>(p.bytes_done) / secs));
+  line +=
+      fmt::format("  {:.0f}/s  {}/s", rate, human_bytes(static_cast<double>(p.bytes_done) / secs));
   if (p.final) {
     line += "  in " + human_seconds(p.seconds);
   } else if (p.total_items && rate > 0) {

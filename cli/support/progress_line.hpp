@@ -3,8 +3,8 @@
 
 #include <string>
 
-#include "ddstage/tool/index_writer.hpp"
 #include "ddstage/settings.hpp"
+#include "ddstage/tool/index_writer.hpp"
 
 namespace ddstage::cli {
 

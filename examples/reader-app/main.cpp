@@ -17,7 +17,8 @@
 namespace {
 
 constexpr const char* kUsage =
-    "usage: reader-app --store DIR --dataset NAME [--field F] [--batch 128] [--batches 10] [--seed 1]\n";
+    "usage: reader-app --store DIR --dataset NAME [--field F] [--batch 128] [--batches 10] [--seed "
+    "1]\n";
 
 struct Options {
   std::string store, dataset, field;
@@ -27,7 +28,11 @@ struct Options {
 uint64_t to_count(std::string_view flag, const std::string& text) {
   std::size_t used = 0;
   uint64_t n = 0;
-  try { n = std::stoull(text, &used); } catch (const std::exception&) { used = 0; }
+  try {
+    n = std::stoull(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
   if (used != text.size() || text.empty() || text[0] == '-')
     throw ddstage::UsageError(std::string(flag) + " wants a count, not '" + text + "'");
   return n;
@@ -37,25 +42,37 @@ Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
     std::string_view flag = argv[i];
-    if (flag == "-h" || flag == "--help") { std::fputs(kUsage, stdout); std::exit(0); }
+    if (flag == "-h" || flag == "--help") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    }
     if (i + 1 == argc) throw ddstage::UsageError(std::string(flag) + " needs a value");
     std::string value = argv[++i];
-    if (flag == "--store") o.store = value;
-    else if (flag == "--dataset") o.dataset = value;
-    else if (flag == "--field") o.field = value;
-    else if (flag == "--batch") o.batch = to_count(flag, value);
-    else if (flag == "--batches") o.batches = to_count(flag, value);
-    else if (flag == "--seed") o.seed = to_count(flag, value);
-    else throw ddstage::UsageError("unknown flag " + std::string(flag));
+    if (flag == "--store")
+      o.store = value;
+    else if (flag == "--dataset")
+      o.dataset = value;
+    else if (flag == "--field")
+      o.field = value;
+    else if (flag == "--batch")
+      o.batch = to_count(flag, value);
+    else if (flag == "--batches")
+      o.batches = to_count(flag, value);
+    else if (flag == "--seed")
+      o.seed = to_count(flag, value);
+    else
+      throw ddstage::UsageError("unknown flag " + std::string(flag));
   }
-  if (o.store.empty() || o.dataset.empty()) throw ddstage::UsageError("--store and --dataset are required");
+  if (o.store.empty() || o.dataset.empty())
+    throw ddstage::UsageError("--store and --dataset are required");
   if (o.batch == 0) throw ddstage::UsageError("--batch must be at least 1");
   return o;
 }
 
 int run(const Options& o) {
   // DDSTAGE_* variables apply as settings (DDSTAGE_PROFILE=1 prints the read profile at exit).
-  ddstage::Client client{o.store, ddstage::Settings::resolve({}, ddstage::environment_settings(), std::nullopt, false)};
+  ddstage::Client client{o.store, ddstage::Settings::resolve({}, ddstage::environment_settings(),
+                                                             std::nullopt, false)};
   ddstage::Dataset dataset = client.open(o.dataset);
   const ddstage::Index& index = dataset.index();
   if (index.samples() == 0) throw ddstage::UsageError("dataset '" + o.dataset + "' has no samples");
@@ -79,8 +96,8 @@ int run(const Options& o) {
   const uint64_t n = o.batch * o.batches;
   const double us = std::chrono::duration<double, std::micro>(spent).count();
   std::printf("read %llu rows, %llu bytes of '%s' from '%s', verified: %.2f µs/row\n",
-              static_cast<unsigned long long>(n), static_cast<unsigned long long>(bytes), field.c_str(),
-              o.dataset.c_str(), n ? us / static_cast<double>(n) : 0.0);
+              static_cast<unsigned long long>(n), static_cast<unsigned long long>(bytes),
+              field.c_str(), o.dataset.c_str(), n ? us / static_cast<double>(n) : 0.0);
   return 0;
 }
 

@@ -44,7 +44,9 @@ void collect_directory(const fs::path& dir, const std::string& where, const Inde
     }
     ec.clear();  // a dangling or looping link is simply not a file
   }
-  if (ec) throw IoError("cannot read directory " + last_dir.string(), ec.value(), {.file = last_dir.string()});
+  if (ec)
+    throw IoError("cannot read directory " + last_dir.string(), ec.value(),
+                  {.file = last_dir.string()});
   if (relative.empty())
     throw UsageError(fmt::format("{}directory {} contains no files", where, dir.string()));
   std::sort(relative.begin(), relative.end());
@@ -98,7 +100,8 @@ void collect_list(const fs::path& list, const IndexWriter& writer, std::vector<f
     throw UsageError(fmt::format("list file {} names no files", list.string()));
 }
 
-std::vector<fs::path> collect_sources(const std::vector<std::string>& sources, const IndexWriter& writer) {
+std::vector<fs::path> collect_sources(const std::vector<std::string>& sources,
+                                      const IndexWriter& writer) {
   std::vector<fs::path> files;
   for (const auto& source : sources) {
     if (source.starts_with('@')) {

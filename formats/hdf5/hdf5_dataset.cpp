@@ -91,8 +91,8 @@ RowStream RowStream::in_place(const FileDescriptor& fd, const DatasetInfo& info,
   const uint64_t bytes = info.dims.empty() ? info.row_bytes : info.dims[0] * info.row_bytes;
   if (s.m_map.bytes().size() < offset + bytes) {
     throw Error(ErrorKind::runtime,
-                fmt::format("{} is shorter than dataset {} says ({} < {} bytes)", s.m_file, info.path,
-                            s.m_map.bytes().size(), offset + bytes),
+                fmt::format("{} is shorter than dataset {} says ({} < {} bytes)", s.m_file,
+                            info.path, s.m_map.bytes().size(), offset + bytes),
                 {.file = s.m_file});
   }
   s.m_mapped = s.m_map.bytes().subspan(offset, bytes);
@@ -104,7 +104,8 @@ std::span<const std::byte> RowStream::rows(uint64_t first, uint64_t last) {
     throw std::logic_error(fmt::format("RowStream: rows [{}, {}) out of order", first, last));
   }
   if (m_row_bytes == 0) return {};
-  if (m_map.bytes().data()) return m_mapped.subspan(first * m_row_bytes, (last - first) * m_row_bytes);
+  if (m_map.bytes().data())
+    return m_mapped.subspan(first * m_row_bytes, (last - first) * m_row_bytes);
   if (last > m_end) {
     if (first >= m_end) {
       m_begin = m_end = first / m_granule * m_granule;
@@ -133,12 +134,13 @@ void RowStream::read_block() {
   start[0] = m_end;
   size[0] = count;
   auto file_space = h5_own(H5Dget_space(m_dset), H5Sclose, "H5Dget_space", m_file);
-  h5_check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, size.data(), nullptr),
+  h5_check(H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, start.data(), nullptr, size.data(),
+                               nullptr),
            "H5Sselect_hyperslab", m_file);
-  auto mem_space = h5_own(H5Screate_simple(static_cast<int>(size.size()), size.data(), nullptr), H5Sclose,
-                          "H5Screate_simple", m_file);
-  h5_check(H5Dread(m_dset, m_mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, dest.data()), "H5Dread",
-           m_file);
+  auto mem_space = h5_own(H5Screate_simple(static_cast<int>(size.size()), size.data(), nullptr),
+                          H5Sclose, "H5Screate_simple", m_file);
+  h5_check(H5Dread(m_dset, m_mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, dest.data()),
+           "H5Dread", m_file);
   m_end += count;
 }
 

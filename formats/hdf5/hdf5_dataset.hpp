@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "ddstage/dtype.hpp"
-#include "ddstage/tool/file_descriptor.hpp"
 #include "ddstage/mapped_file.hpp"
+#include "ddstage/tool/file_descriptor.hpp"
 #include "hdf5_handle.hpp"
 
 namespace ddstage::formats::detail {

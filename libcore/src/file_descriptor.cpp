@@ -26,7 +26,9 @@ FileDescriptor& FileDescriptor::operator=(FileDescriptor&& other) noexcept {
   return *this;
 }
 
-FileDescriptor::~FileDescriptor() { reset(); }
+FileDescriptor::~FileDescriptor() {
+  reset();
+}
 
 void FileDescriptor::reset() noexcept {
   if (m_fd >= 0 && ::close(m_fd) != 0) {
@@ -38,7 +40,8 @@ void FileDescriptor::reset() noexcept {
 void FileDescriptor::close() {
   // Linux releases the descriptor even when close fails, so it is forgotten either way.
   const int fd = std::exchange(m_fd, -1);
-  if (fd >= 0 && ::close(fd) != 0) throw IoError("close " + m_path.string(), errno, {.file = m_path.string()});
+  if (fd >= 0 && ::close(fd) != 0)
+    throw IoError("close " + m_path.string(), errno, {.file = m_path.string()});
 }
 
 FileDescriptor FileDescriptor::open(const std::filesystem::path& path, int flags, int mode) {
@@ -50,16 +53,16 @@ FileDescriptor FileDescriptor::open(const std::filesystem::path& path, int flags
 void FileDescriptor::pread_exact(std::span<std::byte> dest, uint64_t offset) const {
   std::size_t done = 0;
   while (done < dest.size()) {
-    ssize_t n = ::pread(m_fd, dest.data() + done, dest.size() - done,
-                        static_cast<off_t>(offset + done));
+    ssize_t n =
+        ::pread(m_fd, dest.data() + done, dest.size() - done, static_cast<off_t>(offset + done));
     if (n < 0) {
       if (errno == EINTR) continue;
       throw IoError("pread " + m_path.string(), errno, {.file = m_path.string()});
     }
     if (n == 0) {
       throw Error(ErrorKind::runtime,
-                  "unexpected end of " + m_path.string() + " at byte " + std::to_string(offset + done) +
-                      " (file shorter than the index says)",
+                  "unexpected end of " + m_path.string() + " at byte " +
+                      std::to_string(offset + done) + " (file shorter than the index says)",
                   {.file = m_path.string()});
     }
     done += static_cast<std::size_t>(n);
@@ -81,8 +84,8 @@ void FileDescriptor::write_all(std::span<const std::byte> src) const {
 void FileDescriptor::pwrite_all(std::span<const std::byte> src, uint64_t offset) const {
   std::size_t done = 0;
   while (done < src.size()) {
-    ssize_t n = ::pwrite(m_fd, src.data() + done, src.size() - done,
-                         static_cast<off_t>(offset + done));
+    ssize_t n =
+        ::pwrite(m_fd, src.data() + done, src.size() - done, static_cast<off_t>(offset + done));
     if (n < 0) {
       if (errno == EINTR) continue;
       throw IoError("write " + m_path.string(), errno, {.file = m_path.string()});
@@ -93,12 +96,14 @@ void FileDescriptor::pwrite_all(std::span<const std::byte> src, uint64_t offset)
 
 uint64_t FileDescriptor::size() const {
   struct stat st {};
-  if (::fstat(m_fd, &st) != 0) throw IoError("fstat " + m_path.string(), errno, {.file = m_path.string()});
+  if (::fstat(m_fd, &st) != 0)
+    throw IoError("fstat " + m_path.string(), errno, {.file = m_path.string()});
   return static_cast<uint64_t>(st.st_size);
 }
 
 void FileDescriptor::sync() const {
-  if (::fsync(m_fd) != 0) throw IoError("fsync " + m_path.string(), errno, {.file = m_path.string()});
+  if (::fsync(m_fd) != 0)
+    throw IoError("fsync " + m_path.string(), errno, {.file = m_path.string()});
 }
 
 std::size_t open_file_limit() noexcept {

@@ -13,7 +13,8 @@ namespace ddstage::detail {
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
 
-Heartbeat::Heartbeat(std::string control, std::string token, int rank, milliseconds peer_timeout, OnLost on_lost)
+Heartbeat::Heartbeat(std::string control, std::string token, int rank, milliseconds peer_timeout,
+                     OnLost on_lost)
     : m_control(std::move(control)),
       m_token(std::move(token)),
       m_rank(rank),
@@ -28,7 +29,8 @@ void Heartbeat::run(const std::stop_token& stop) {
   for (;;) {
     try {
       // A stopped or cut-off rank 0 may accept the connection and never answer: bounded wait.
-      const auto reply = control_request(m_control, m_token, beat, std::min(m_timeout, 2 * interval));
+      const auto reply =
+          control_request(m_control, m_token, beat, std::min(m_timeout, 2 * interval));
       if (!failure_of(reply)) answered = Clock::now();
     } catch (const std::exception&) {
       // Not answered: the silence grows until it reaches peer_timeout.

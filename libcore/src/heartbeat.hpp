@@ -16,8 +16,8 @@ class Heartbeat {
  public:
   using OnLost = std::function<void(std::chrono::milliseconds silence)>;
 
-  Heartbeat(std::string control, std::string token, int rank, std::chrono::milliseconds peer_timeout,
-            OnLost on_lost);
+  Heartbeat(std::string control, std::string token, int rank,
+            std::chrono::milliseconds peer_timeout, OnLost on_lost);
   Heartbeat(const Heartbeat&) = delete;
   Heartbeat& operator=(const Heartbeat&) = delete;
 

@@ -6,8 +6,9 @@
 
 namespace ddstage::detail {
 
-static_assert(std::endian::native == std::endian::little,
-              "index.bin is little-endian and mapped in place; big-endian hosts need a converting reader");
+static_assert(
+    std::endian::native == std::endian::little,
+    "index.bin is little-endian and mapped in place; big-endian hosts need a converting reader");
 
 inline constexpr char index_magic[8] = {'D', 'D', 'S', 'I', 'N', 'D', 'E', 'X'};
 /// Entries start here; the gap after the header leaves later versions room to grow it.
@@ -16,7 +17,7 @@ inline constexpr uint64_t entries_offset = 128;
 struct IndexHeader {
   char magic[8];
   uint32_t version;
-  uint32_t header_bytes;       ///< sizeof(IndexHeader) of the writer
+  uint32_t header_bytes;  ///< sizeof(IndexHeader) of the writer
   uint64_t samples;
   uint32_t fields;
   uint32_t files;
@@ -37,7 +38,7 @@ inline constexpr uint32_t header_bytes_v1 = 80;
 struct FileRecord {
   uint64_t name_offset;  ///< from names_offset
   uint32_t name_length;
-  uint32_t kind;         ///< FileKind
+  uint32_t kind;  ///< FileKind
   uint64_t size;
   int64_t mtime_ns;
 };

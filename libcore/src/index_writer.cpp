@@ -15,14 +15,14 @@
 #include <spdlog/spdlog.h>
 #include <xxhash.h>
 
-#include "ddstage/tool/checksum.hpp"
 #include "ddstage/config.hpp"
 #include "ddstage/error.hpp"
-#include "ddstage/tool/file_descriptor.hpp"
 #include "ddstage/mapped_file.hpp"
+#include "ddstage/tool/checksum.hpp"
+#include "ddstage/tool/file_descriptor.hpp"
 #include "index_layout.hpp"
-#include "process.hpp"
 #include "manifest.hpp"
+#include "process.hpp"
 
 namespace ddstage {
 namespace fs = std::filesystem;
@@ -31,14 +31,17 @@ namespace {
 constexpr std::size_t pack_buffer_bytes = 4u << 20;
 constexpr auto progress_interval = std::chrono::milliseconds(200);
 
-int64_t mtime_ns(const struct stat& st) { return int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec; }
+int64_t mtime_ns(const struct stat& st) {
+  return int64_t{st.st_mtim.tv_sec} * 1'000'000'000 + st.st_mtim.tv_nsec;
+}
 
 /// Longest common directory of the source paths: the root they are recorded relative to.
 fs::path common_root(const std::vector<fs::path>& paths) {
   if (paths.empty()) return {};
   fs::path root = paths.front().parent_path();
   for (const auto& p : paths) {
-    while (!root.empty() && std::mismatch(root.begin(), root.end(), p.begin(), p.end()).first != root.end()) {
+    while (!root.empty() &&
+           std::mismatch(root.begin(), root.end(), p.begin(), p.end()).first != root.end()) {
       root = root.parent_path();
     }
   }
@@ -108,7 +111,8 @@ IndexWriter::IndexWriter(IndexWriterOptions options) : m(std::make_unique<State>
   if (out.filename().empty()) out = out.parent_path();
   std::error_code ec;
   if (fs::exists(out, ec)) {
-    if (!m->options.force) throw UsageError(out.string() + " already exists; pass --force to replace it");
+    if (!m->options.force)
+      throw UsageError(out.string() + " already exists; pass --force to replace it");
     if (!replaceable(out)) {
       throw UsageError(out.string() + " exists and is not a ddstage index; refusing to replace it");
     }
@@ -118,15 +122,18 @@ IndexWriter::IndexWriter(IndexWriterOptions options) : m(std::make_unique<State>
   }
   if (m->options.name.empty()) m->options.name = out.stem().string();
   // A sibling, so the final rename stays on one file system and is atomic.
-  std::string templ = (out.parent_path() / ("." + out.filename().string() + ".tmp-XXXXXX")).string();
-  if (!::mkdtemp(templ.data())) throw IoError("cannot create a temporary directory next to " + out.string(), errno);
+  std::string templ =
+      (out.parent_path() / ("." + out.filename().string() + ".tmp-XXXXXX")).string();
+  if (!::mkdtemp(templ.data()))
+    throw IoError("cannot create a temporary directory next to " + out.string(), errno);
   m->tmp = templ;
   // mkdtemp makes it 0700; the published index should be as readable as its files (umask).
   const mode_t mask = ::umask(0);
   ::umask(mask);
   if (::chmod(templ.c_str(), 0777 & ~mask) != 0) {
     const int err = errno;
-    ::rmdir(templ.c_str());  // the destructor, which removes it otherwise, does not run for a throwing constructor
+    ::rmdir(templ.c_str());  // the destructor, which removes it otherwise, does not run for a
+                             // throwing constructor
     throw IoError("chmod " + templ, err);
   }
 }
@@ -156,7 +163,8 @@ void IndexWriter::define(std::vector<FieldInfo> fields, uint64_t samples) {
   // Reserve real blocks now: a full disk then fails here with ENOSPC instead of a SIGBUS
   // when a page of the mapping is first written.
   if (int rc = ::posix_fallocate(m->index_fd.get(), 0, static_cast<off_t>(table_end)); rc != 0) {
-    throw IoError("cannot allocate " + std::to_string(table_end) + " bytes for " + path.string(), rc);
+    throw IoError("cannot allocate " + std::to_string(table_end) + " bytes for " + path.string(),
+                  rc);
   }
   m->entry_map = MappedFile(path, MappedFile::Mode::read_write);
   m->entries = reinterpret_cast<Entry*>(m->entry_map.writable().data() + detail::entries_offset);
@@ -165,11 +173,14 @@ void IndexWriter::define(std::vector<FieldInfo> fields, uint64_t samples) {
 
 uint32_t IndexWriter::add_source(const fs::path& path) {
   auto abs = fs::absolute(path).lexically_normal();
-  auto [it, inserted] = m->source_ids.try_emplace(abs.string(), static_cast<uint32_t>(m->files.size()));
+  auto [it, inserted] =
+      m->source_ids.try_emplace(abs.string(), static_cast<uint32_t>(m->files.size()));
   if (!inserted) return it->second;
   struct stat st {};
-  if (::stat(abs.c_str(), &st) != 0) throw IoError("cannot stat " + abs.string(), errno, {.file = abs.string()});
-  m->files.push_back({abs.string(), FileKind::source, static_cast<uint64_t>(st.st_size), mtime_ns(st)});
+  if (::stat(abs.c_str(), &st) != 0)
+    throw IoError("cannot stat " + abs.string(), errno, {.file = abs.string()});
+  m->files.push_back(
+      {abs.string(), FileKind::source, static_cast<uint64_t>(st.st_size), mtime_ns(st)});
   m->source_paths.push_back(abs);
   return it->second;
 }
@@ -177,11 +188,13 @@ uint32_t IndexWriter::add_source(const fs::path& path) {
 Entry& IndexWriter::State::slot(uint64_t sample, uint32_t field) {
   if (!entries) throw std::logic_error("IndexWriter: put before define");
   if (sample >= samples || field >= fields.size()) {
-    throw std::logic_error("IndexWriter: entry (" + std::to_string(sample) + ", " + std::to_string(field) +
-                           ") out of range");
+    throw std::logic_error("IndexWriter: entry (" + std::to_string(sample) + ", " +
+                           std::to_string(field) + ") out of range");
   }
   const uint64_t i = sample * fields.size() + field;
-  if (entry_set[i]) throw std::logic_error("IndexWriter: entry for sample " + std::to_string(sample) + " put twice");
+  if (entry_set[i])
+    throw std::logic_error("IndexWriter: entry for sample " + std::to_string(sample) +
+                           " put twice");
   entry_set[i] = true;
   ++entries_put;
   return entries[i];
@@ -197,7 +210,8 @@ void IndexWriter::put_in_place(uint64_t sample, uint32_t field, uint32_t file, u
 
 void IndexWriter::put_packed(uint64_t sample, uint32_t field, std::span<const std::byte> bytes) {
   Entry& e = m->slot(sample, field);
-  if (m->pack_fd && m->pack_size > 0 && m->pack_size + bytes.size() > m->options.pack_bytes) m->close_pack();
+  if (m->pack_fd && m->pack_size > 0 && m->pack_size + bytes.size() > m->options.pack_bytes)
+    m->close_pack();
   if (!m->pack_fd) m->open_pack();
   e = {m->pack_file, 0, m->pack_size, bytes.size(), checksum(bytes)};
   if (m->pack_buffer.size() + bytes.size() > pack_buffer_bytes) m->flush_pack();
@@ -212,7 +226,9 @@ void IndexWriter::put_packed(uint64_t sample, uint32_t field, std::span<const st
   m->report(false);
 }
 
-void IndexWriter::set_format(const std::string& name) { m->format = name; }
+void IndexWriter::set_format(const std::string& name) {
+  m->format = name;
+}
 
 void IndexWriter::set_attribute(const std::string& key, const std::string& value) {
   m->attributes[key] = value;
@@ -226,8 +242,12 @@ bool IndexWriter::is_own_path(const fs::path& path) const {
   return inside(m->options.out) || inside(m->tmp);
 }
 
-uint64_t IndexWriter::bytes_written() const noexcept { return m->total_bytes; }
-uint64_t IndexWriter::packed_bytes() const noexcept { return m->packed_bytes; }
+uint64_t IndexWriter::bytes_written() const noexcept {
+  return m->total_bytes;
+}
+uint64_t IndexWriter::packed_bytes() const noexcept {
+  return m->packed_bytes;
+}
 
 void IndexWriter::State::report(bool final) {
   if (!options.progress) return;
@@ -258,8 +278,8 @@ void IndexWriter::State::write_pack(std::span<const std::byte> bytes) {
   pack_fd.write_all(bytes);
   // Start writeback now (advisory, so the result is ignored): writing the pack then overlaps
   // reading the origin, and the fsync at commit has little left to wait for.
-  ::sync_file_range(pack_fd.get(), static_cast<off_t>(pack_on_disk), static_cast<off_t>(bytes.size()),
-                    SYNC_FILE_RANGE_WRITE);
+  ::sync_file_range(pack_fd.get(), static_cast<off_t>(pack_on_disk),
+                    static_cast<off_t>(bytes.size()), SYNC_FILE_RANGE_WRITE);
   pack_on_disk += bytes.size();
 }
 
@@ -292,8 +312,8 @@ void IndexWriter::State::write_tables() {
   std::string names;
   for (auto& f : files) {
     if (f.kind != FileKind::pack) f.path = fs::path(f.path).lexically_relative(root).string();
-    records.push_back({names.size(), static_cast<uint32_t>(f.path.size()), static_cast<uint32_t>(f.kind), f.size,
-                       f.mtime_ns});
+    records.push_back({names.size(), static_cast<uint32_t>(f.path.size()),
+                       static_cast<uint32_t>(f.kind), f.size, f.mtime_ns});
     names += f.path;
   }
   names.resize((names.size() + 7) / 8 * 8, '\0');
@@ -332,7 +352,8 @@ void IndexWriter::State::write_tables() {
   index_fd = FileDescriptor();
 
   detail::Manifest manifest;
-  manifest.info = {options.name, format, root, DDSTAGE_VERSION, detail::utc_now(), total_bytes, attributes};
+  manifest.info = {options.name,      format,      root,      DDSTAGE_VERSION,
+                   detail::utc_now(), total_bytes, attributes};
   manifest.samples = samples;
   manifest.fields = fields;
   detail::write_manifest(tmp / "manifest.yaml", manifest, files);
@@ -362,8 +383,9 @@ void IndexWriter::State::publish() {
 void IndexWriter::commit() {
   if (!m->entries) throw std::logic_error("IndexWriter::commit before define");
   if (m->entries_put != m->entry_set.size()) {
-    throw std::logic_error("IndexWriter::commit: " + std::to_string(m->entry_set.size() - m->entries_put) +
-                           " entries were never put");
+    throw std::logic_error(
+        "IndexWriter::commit: " + std::to_string(m->entry_set.size() - m->entries_put) +
+        " entries were never put");
   }
   if (m->pack_fd) m->close_pack();
   m->write_tables();

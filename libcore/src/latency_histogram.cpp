@@ -42,7 +42,8 @@ void LatencyHistogram::merge(const LatencyHistogram& other) noexcept {
 uint64_t LatencyHistogram::percentile(double p) const noexcept {
   if (m_count == 0) return 0;
   const auto rank = std::clamp<uint64_t>(
-      static_cast<uint64_t>(std::ceil(std::clamp(p, 0.0, 1.0) * static_cast<double>(m_count))), 1, m_count);
+      static_cast<uint64_t>(std::ceil(std::clamp(p, 0.0, 1.0) * static_cast<double>(m_count))), 1,
+      m_count);
   if (rank == m_count) return m_max;
   if (rank == 1) return m_min;
   uint64_t seen = 0;

@@ -24,7 +24,8 @@ std::string numeric_host(const sockaddr& addr) {
                            : addr.sa_family == AF_INET6 ? sizeof(sockaddr_in6)
                                                         : 0;
   std::array<char, NI_MAXHOST> host{};
-  if (length == 0 || ::getnameinfo(&addr, length, host.data(), host.size(), nullptr, 0, NI_NUMERICHOST) != 0) {
+  if (length == 0 ||
+      ::getnameinfo(&addr, length, host.data(), host.size(), nullptr, 0, NI_NUMERICHOST) != 0) {
     return {};
   }
   return host.data();

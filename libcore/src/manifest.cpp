@@ -28,16 +28,17 @@ void emit_field(YAML::Emitter& out, const FieldInfo& f) {
   out << YAML::EndMap;
 }
 
-bool is_pack(const FileInfo& f) { return f.kind == FileKind::pack; }
+bool is_pack(const FileInfo& f) {
+  return f.kind == FileKind::pack;
+}
 
 void emit_files(YAML::Emitter& out, const std::vector<FileInfo>& files, bool packs) {
   std::size_t listed = 0;
   out << YAML::BeginSeq;
   for (const auto& f : files) {
     if (is_pack(f) != packs || listed++ >= max_listed_files) continue;
-    out << YAML::Flow << YAML::BeginMap << YAML::Key << "path" << YAML::Value << f.path
-        << YAML::Key << "size" << YAML::Value << f.size << YAML::Key << "mtime_ns" << YAML::Value
-        << f.mtime_ns;
+    out << YAML::Flow << YAML::BeginMap << YAML::Key << "path" << YAML::Value << f.path << YAML::Key
+        << "size" << YAML::Value << f.size << YAML::Key << "mtime_ns" << YAML::Value << f.mtime_ns;
     if (f.kind == FileKind::copied) out << YAML::Key << "copied" << YAML::Value << true;
     out << YAML::EndMap;
   }
@@ -73,9 +74,11 @@ std::string shape_text(const FieldInfo& f) {
 // row_bytes) must agree before anything is sized by either.
 void check_field(const FieldInfo& f, const std::filesystem::path& path) {
   const auto bad = [&](const std::string& what) {
-    return IndexError(fmt::format("{}: field '{}' {}", path.string(), f.name, what), {.file = path.string()});
+    return IndexError(fmt::format("{}: field '{}' {}", path.string(), f.name, what),
+                      {.file = path.string()});
   };
-  if (f.name.empty()) throw IndexError(path.string() + ": a field has an empty name", {.file = path.string()});
+  if (f.name.empty())
+    throw IndexError(path.string() + ": a field has an empty name", {.file = path.string()});
   if (f.shape.size() > max_shape_dims) {
     throw bad(fmt::format("has {} dimensions (at most {})", f.shape.size(), max_shape_dims));
   }
@@ -85,7 +88,8 @@ void check_field(const FieldInfo& f, const std::filesystem::path& path) {
     throw bad(fmt::format("is variable but has row_bytes {} (must be 0)", f.row_bytes));
   }
   if (!f.variable && f.row_bytes != *bytes) {
-    throw bad(fmt::format("has row_bytes {}, but its shape {} makes {}", f.row_bytes, shape_text(f), *bytes));
+    throw bad(fmt::format("has row_bytes {}, but its shape {} makes {}", f.row_bytes, shape_text(f),
+                          *bytes));
   }
 }
 
@@ -173,7 +177,8 @@ Manifest read_manifest(const std::filesystem::path& path) {
   try {
     return parse_manifest(root, path);
   } catch (const YAML::Exception& e) {
-    throw IndexError(path.string() + " is not a ddstage manifest: " + e.msg, {.file = path.string()});
+    throw IndexError(path.string() + " is not a ddstage manifest: " + e.msg,
+                     {.file = path.string()});
   }
 }
 
@@ -187,7 +192,9 @@ std::optional<uint64_t> shape_bytes(const FieldInfo& field) {
 
 uint64_t fields_checksum(std::span<const FieldInfo> fields) {
   std::string encoded;
-  const auto put = [&encoded](uint64_t v) { encoded.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  const auto put = [&encoded](uint64_t v) {
+    encoded.append(reinterpret_cast<const char*>(&v), sizeof v);
+  };
   for (const auto& f : fields) {
     put(f.name.size());
     encoded += f.name;

@@ -18,7 +18,8 @@ MappedFile::MappedFile(const std::filesystem::path& path, Mode mode) : m_path(pa
   auto fd = FileDescriptor::open(path, rw ? O_RDWR : O_RDONLY);
   m_size = fd.size();
   if (m_size == 0) return;
-  void* p = ::mmap(nullptr, m_size, rw ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd.get(), 0);
+  void* p =
+      ::mmap(nullptr, m_size, rw ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd.get(), 0);
   if (p == MAP_FAILED) {
     m_size = 0;
     throw IoError("mmap " + path.string(), errno, {.file = path.string()});
@@ -41,7 +42,9 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   return *this;
 }
 
-MappedFile::~MappedFile() { reset(); }
+MappedFile::~MappedFile() {
+  reset();
+}
 
 void MappedFile::flush() {
   if (m_data && ::msync(m_data, m_size, MS_SYNC) != 0) {

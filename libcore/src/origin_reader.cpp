@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "ddstage/tool/checksum.hpp"
 #include "ddstage/error.hpp"
+#include "ddstage/tool/checksum.hpp"
 
 namespace ddstage {
 namespace {
@@ -27,7 +27,8 @@ void OriginReader::check_ids(std::span<const uint64_t> ids) const {
   for (uint64_t id : ids) {
     if (id >= m_index->samples()) {
       throw UsageError("sample id " + std::to_string(id) + " is out of range (dataset '" +
-                       m_index->manifest().name + "' has " + std::to_string(m_index->samples()) + " samples)");
+                       m_index->manifest().name + "' has " + std::to_string(m_index->samples()) +
+                       " samples)");
     }
   }
 }
@@ -61,8 +62,8 @@ const FileDescriptor& OriginReader::fd_for(uint32_t file) {
 void OriginReader::read(uint32_t field, std::span<const uint64_t> ids, std::span<std::byte> dest) {
   const uint64_t need = batch_bytes(field, ids);
   if (dest.size() != need) {
-    throw UsageError("destination holds " + std::to_string(dest.size()) + " bytes; the batch needs " +
-                     std::to_string(need));
+    throw UsageError("destination holds " + std::to_string(dest.size()) +
+                     " bytes; the batch needs " + std::to_string(need));
   }
   m_requests.clear();
   std::byte* at = dest.data();
@@ -93,7 +94,8 @@ void OriginReader::read_entries(std::span<const EntryRead> reads) {
   m_requests.clear();
   for (const auto& r : reads) {
     check_ids({&r.sample, 1});
-    if (r.field >= m_index->fields().size()) throw std::logic_error("OriginReader: field out of range");
+    if (r.field >= m_index->fields().size())
+      throw std::logic_error("OriginReader: field out of range");
     m_requests.push_back({&m_index->entry(r.sample, r.field), r.dest, r.sample, r.field});
   }
   execute();
@@ -102,7 +104,8 @@ void OriginReader::read_entries(std::span<const EntryRead> reads) {
 void OriginReader::execute() {
   // File order: sequential on disk even when the batch is shuffled.
   std::sort(m_requests.begin(), m_requests.end(), [](const Request& a, const Request& b) {
-    return a.entry->file != b.entry->file ? a.entry->file < b.entry->file : a.entry->offset < b.entry->offset;
+    return a.entry->file != b.entry->file ? a.entry->file < b.entry->file
+                                          : a.entry->offset < b.entry->offset;
   });
   std::size_t begin = 0;
   while (begin < m_requests.size()) {
@@ -148,7 +151,8 @@ void OriginReader::read_run(std::size_t begin, std::size_t end) {
   for (std::size_t i = begin; i < end; ++i) {
     const Entry& e = *m_requests[i].entry;
     // A run of empty rows leaves the scratch buffer empty (null data): memcpy must not see it.
-    if (e.length) std::memcpy(m_requests[i].dest, m_scratch.data() + (e.offset - first.offset), e.length);
+    if (e.length)
+      std::memcpy(m_requests[i].dest, m_scratch.data() + (e.offset - first.offset), e.length);
   }
 }
 
@@ -157,8 +161,8 @@ bool OriginReader::read_and_check(uint64_t sample, uint32_t field, std::span<std
   if (field >= m_index->fields().size()) throw std::logic_error("OriginReader: field out of range");
   const Entry& e = m_index->entry(sample, field);
   if (dest.size() < e.length) {
-    throw UsageError("destination holds " + std::to_string(dest.size()) + " bytes; sample " + std::to_string(sample) +
-                     " needs " + std::to_string(e.length));
+    throw UsageError("destination holds " + std::to_string(dest.size()) + " bytes; sample " +
+                     std::to_string(sample) + " needs " + std::to_string(e.length));
   }
   fd_for(e.file).pread_exact(dest.first(e.length), e.offset);
   return checksum(dest.first(e.length)) == e.checksum;

@@ -32,7 +32,8 @@ struct Shared {
 };
 
 void sort_and_trim(std::vector<VerifyFailure>& fails, std::size_t keep) {
-  std::sort(fails.begin(), fails.end(), [](const auto& a, const auto& b) { return a.sample < b.sample; });
+  std::sort(fails.begin(), fails.end(),
+            [](const auto& a, const auto& b) { return a.sample < b.sample; });
   if (fails.size() > keep) fails.resize(keep);
 }
 
@@ -47,19 +48,23 @@ void record_failure(Shared& s, uint64_t sample, uint32_t field, std::string reas
 
 void verify_worker(Shared& s) {
   // The threads share the process's open-file limit.
-  const std::size_t max_open = std::max<std::size_t>(1, open_file_limit() / 4 / std::max(1u, s.options.threads));
-  OriginReader reader(s.index, {.verify = false, .allow_stale = s.options.allow_stale, .max_open_files = max_open});
+  const std::size_t max_open =
+      std::max<std::size_t>(1, open_file_limit() / 4 / std::max(1u, s.options.threads));
+  OriginReader reader(
+      s.index, {.verify = false, .allow_stale = s.options.allow_stale, .max_open_files = max_open});
   std::vector<std::byte> buffer;
   const uint64_t n = s.index.samples();
   const auto fields = static_cast<uint32_t>(s.index.fields().size());
-  for (uint64_t begin = s.next.fetch_add(samples_per_claim); begin < n; begin = s.next.fetch_add(samples_per_claim)) {
+  for (uint64_t begin = s.next.fetch_add(samples_per_claim); begin < n;
+       begin = s.next.fetch_add(samples_per_claim)) {
     const uint64_t end = std::min(n, begin + samples_per_claim);
     for (uint64_t sample = begin; sample < end; ++sample) {
       for (uint32_t f = 0; f < fields; ++f) {
         const auto& e = s.index.entry(sample, f);
         if (buffer.size() < e.length) buffer.resize(e.length);
         try {
-          if (!reader.read_and_check(sample, f, buffer)) record_failure(s, sample, f, "checksum mismatch");
+          if (!reader.read_and_check(sample, f, buffer))
+            record_failure(s, sample, f, "checksum mismatch");
         } catch (const StaleError&) {
           throw;
         } catch (const Error& err) {
@@ -93,14 +98,16 @@ VerifyReport verify_origin(const Index& index, const VerifyOptions& options) {
     }
   } catch (const std::system_error& e) {
     // Out of threads or memory for stacks: carry on with the threads that did start.
-    if (pool.empty()) throw Error(ErrorKind::runtime, std::string("cannot start a verify thread: ") + e.what());
+    if (pool.empty())
+      throw Error(ErrorKind::runtime, std::string("cannot start a verify thread: ") + e.what());
     spdlog::warn("started {} of {} verify threads ({})", pool.size(), threads, e.what());
   }
   const uint64_t total = index.samples() * index.fields().size();
   auto progress = [&](bool final) {
     if (!options.progress) return;
-    options.progress({s.entries.load(), total, s.bytes.load(),
-                      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), final});
+    options.progress(
+        {s.entries.load(), total, s.bytes.load(),
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), final});
   };
   // The calling thread reports progress while the pool works.
   for (int tick = 1; s.next.load() < index.samples(); ++tick) {

@@ -8,7 +8,9 @@ namespace ddstage::detail {
 
 using std::chrono::milliseconds;
 
-milliseconds heartbeat_interval(milliseconds peer_timeout) { return std::max(milliseconds(500), peer_timeout / 10); }
+milliseconds heartbeat_interval(milliseconds peer_timeout) {
+  return std::max(milliseconds(500), peer_timeout / 10);
+}
 
 PeerWatch::PeerWatch(int ranks, milliseconds peer_timeout, OnLost on_lost)
     : m_timeout(peer_timeout),

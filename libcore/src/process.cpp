@@ -42,7 +42,8 @@ bool process_alive(int64_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
   std::string stat((std::istreambuf_iterator<char>(in)), {});
   const auto paren = stat.rfind(')');
-  if (paren == std::string::npos || paren + 2 >= stat.size()) return true;  // no procfs: trust kill()
+  if (paren == std::string::npos || paren + 2 >= stat.size())
+    return true;  // no procfs: trust kill()
   const char state = stat[paren + 2];
   return state != 'Z' && state != 'X';
 }

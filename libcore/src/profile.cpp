@@ -125,7 +125,8 @@ void print_report_at_exit() {
     std::string path = where;
     for (auto [token, value] : {std::pair<std::string, std::string>{"%p", std::to_string(getpid())},
                                 {"%h", host_name()}}) {
-      for (std::size_t at; (at = path.find(token)) != std::string::npos;) path.replace(at, 2, value);
+      for (std::size_t at; (at = path.find(token)) != std::string::npos;)
+        path.replace(at, 2, value);
     }
     std::ofstream out(path, std::ios::app);
     if (out << text) return;
@@ -144,9 +145,13 @@ std::string_view stage_name(ProfileStage stage) noexcept {
 
 namespace profile {
 
-void enable(bool on) noexcept { g_enabled.store(on, std::memory_order_relaxed); }
+void enable(bool on) noexcept {
+  g_enabled.store(on, std::memory_order_relaxed);
+}
 
-bool enabled() noexcept { return g_enabled.load(std::memory_order_relaxed); }
+bool enabled() noexcept {
+  return g_enabled.load(std::memory_order_relaxed);
+}
 
 ProfileReport snapshot() {
   Registry& r = registry();
@@ -188,20 +193,24 @@ std::string format(const ProfileReport& report) {
   uint64_t staged_ns = 0;
   for (const auto& h : report.stage_ns) staged_ns += h.sum();
   std::string out = fmt::format(
-      "{} batches, {} rows, {:.1f} MB in {:.3f} s of get_batch: mean {:.1f} us/batch, p99 {:.1f}, max {:.1f}\n",
+      "{} batches, {} rows, {:.1f} MB in {:.3f} s of get_batch: mean {:.1f} us/batch, p99 {:.1f}, "
+      "max {:.1f}\n",
       report.batches, report.rows, static_cast<double>(report.bytes) / 1e6,
       static_cast<double>(report.batch_ns.sum()) / 1e9, us(report.batch_ns.mean()),
-      us(static_cast<double>(report.batch_ns.percentile(0.99))), us(static_cast<double>(report.batch_ns.max())));
-  out += fmt::format("{:<16} {:>10} {:>6} {:>10} {:>10} {:>10} {:>10} {:>9}\n", "stage", "total_s", "share",
-                     "mean_us", "p50_us", "p99_us", "max_us", "batches");
+      us(static_cast<double>(report.batch_ns.percentile(0.99))),
+      us(static_cast<double>(report.batch_ns.max())));
+  out += fmt::format("{:<16} {:>10} {:>6} {:>10} {:>10} {:>10} {:>10} {:>9}\n", "stage", "total_s",
+                     "share", "mean_us", "p50_us", "p99_us", "max_us", "batches");
   for (std::size_t s = 0; s < profile_stage_count; ++s) {
     const LatencyHistogram& h = report.stage_ns[s];
     if (h.count() == 0) continue;
     out += fmt::format("{:<16} {:>10.4f} {:>5.1f}% {:>10.2f} {:>10.2f} {:>10.2f} {:>10.1f} {:>9}\n",
                        stage_name(static_cast<ProfileStage>(s)), static_cast<double>(h.sum()) / 1e9,
-                       100.0 * static_cast<double>(h.sum()) / static_cast<double>(std::max<uint64_t>(staged_ns, 1)),
+                       100.0 * static_cast<double>(h.sum()) /
+                           static_cast<double>(std::max<uint64_t>(staged_ns, 1)),
                        us(h.mean()), us(static_cast<double>(h.percentile(0.5))),
-                       us(static_cast<double>(h.percentile(0.99))), us(static_cast<double>(h.max())), h.count());
+                       us(static_cast<double>(h.percentile(0.99))),
+                       us(static_cast<double>(h.max())), h.count());
   }
   std::string paths;
   for (const auto& [name, count] : report.paths) {
@@ -228,7 +237,8 @@ BatchTimer::~BatchTimer() {
 void BatchTimer::mark_now(ProfileStage stage) noexcept {
   const auto now = Clock::now();
   const auto s = static_cast<std::size_t>(stage);
-  m_ns[s] += static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(now - m_last).count());
+  m_ns[s] += static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(now - m_last).count());
   m_touched |= static_cast<uint8_t>(1u << s);
   m_last = now;
 }
@@ -246,7 +256,8 @@ void BatchTimer::finish(uint64_t rows, uint64_t bytes) noexcept {
   mark_now(ProfileStage::other);
   m_active = false;
   if (t_current == this) t_current = nullptr;
-  const auto total = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(m_last - m_start).count());
+  const auto total = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(m_last - m_start).count());
   try {
     ThreadRecord& t = t_slot.get();
     std::lock_guard lock(t.mu);
@@ -259,7 +270,8 @@ void BatchTimer::finish(uint64_t rows, uint64_t bytes) noexcept {
       if (m_touched & (1u << s)) d.stage_ns[s].record(m_ns[s]);
     }
     for (uint8_t i = 0; i < m_paths_used; ++i) {
-      auto it = std::find_if(d.paths.begin(), d.paths.end(), [&](const auto& p) { return p.first == m_paths[i]; });
+      auto it = std::find_if(d.paths.begin(), d.paths.end(),
+                             [&](const auto& p) { return p.first == m_paths[i]; });
       if (it == d.paths.end()) {
         d.paths.emplace_back(m_paths[i], 1);
       } else {

@@ -12,7 +12,8 @@
 namespace ddstage::detail {
 namespace fs = std::filesystem;
 
-RankExit::Tracked::Tracked(RankExit& owner, std::string name) : m_owner(&owner), m_name(std::move(name)) {
+RankExit::Tracked::Tracked(RankExit& owner, std::string name)
+    : m_owner(&owner), m_name(std::move(name)) {
   std::lock_guard lock(owner.m_mutex);
   owner.m_segments.insert(m_name);
 }

@@ -9,8 +9,8 @@
 #include <charconv>
 #include <string_view>
 
-#include "ddstage/tool/atomic_file.hpp"
 #include "ddstage/error.hpp"
+#include "ddstage/tool/atomic_file.hpp"
 #include "process.hpp"
 
 namespace ddstage::detail {
@@ -36,11 +36,15 @@ bool is_store_id(std::string_view id) {
   return id.size() == 12 && id.find_first_not_of("0123456789abcdef") == std::string_view::npos;
 }
 
-bool same_file(const struct stat& a, const struct stat& b) { return a.st_dev == b.st_dev && a.st_ino == b.st_ino; }
+bool same_file(const struct stat& a, const struct stat& b) {
+  return a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
 
 }  // namespace
 
-fs::path shm_directory() { return "/dev/shm"; }
+fs::path shm_directory() {
+  return "/dev/shm";
+}
 
 std::string RankLock::file_name(const std::string& store_id, int rank) {
   return std::string(prefix) + store_id + "-r" + std::to_string(rank) + std::string(lock_suffix);
@@ -48,7 +52,8 @@ std::string RankLock::file_name(const std::string& store_id, int rank) {
 
 RankLock::RankLock(const std::string& store_id, int rank) {
   AtomicFile file(shm_directory() / file_name(store_id, rank), 0600);
-  if (::flock(file.fd().get(), LOCK_EX | LOCK_NB) != 0) throw IoError("flock " + file.temp_path().string(), errno);
+  if (::flock(file.fd().get(), LOCK_EX | LOCK_NB) != 0)
+    throw IoError("flock " + file.temp_path().string(), errno);
   file.write(std::to_string(::getpid()) + "\n");
   // Renamed once locked and written: no one sees the final name unlocked or empty. The
   // descriptor, named by the final path, is what release() removes.
@@ -63,7 +68,9 @@ RankLock& RankLock::operator=(RankLock&& other) noexcept {
   return *this;
 }
 
-RankLock::~RankLock() { release(); }
+RankLock::~RankLock() {
+  release();
+}
 
 void RankLock::release() noexcept {
   if (!m_fd) return;
@@ -80,12 +87,13 @@ std::vector<StoreFile> list_store_files() {
     std::string_view name = file_name;
     if (!name.starts_with(prefix)) continue;
     const auto id = name.substr(prefix.size(), 12);
-    if (!is_store_id(id) || name.size() <= prefix.size() + 13 || name[prefix.size() + 12] != '-') continue;
+    if (!is_store_id(id) || name.size() <= prefix.size() + 13 || name[prefix.size() + 12] != '-')
+      continue;
     StoreFile file{std::string(id), -1, entry.path(), name.ends_with(lock_suffix)};
     if (file.is_lock) name.remove_suffix(lock_suffix.size());
     file.rank = trailing_rank(name);
     if (file.rank < 0) continue;
-    struct stat st{};
+    struct stat st {};
     if (::lstat(entry.path().c_str(), &st) != 0 || !S_ISREG(st.st_mode)) continue;
     if (!root && st.st_uid != ::geteuid()) continue;
     out.push_back(std::move(file));
@@ -96,7 +104,8 @@ std::vector<StoreFile> list_store_files() {
 RankPresence rank_presence(const std::string& store_id, int rank) {
   const auto path = shm_directory() / RankLock::file_name(store_id, rank);
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-  if (fd < 0) return errno == ENOENT ? RankPresence::absent : RankPresence::live;  // unreadable: assume alive
+  if (fd < 0)
+    return errno == ENOENT ? RankPresence::absent : RankPresence::live;  // unreadable: assume alive
   FileDescriptor owned(fd, path);
   // Taking the lock ourselves is the test; it is dropped when `owned` closes.
   return ::flock(fd, LOCK_SH | LOCK_NB) == 0 ? RankPresence::gone : RankPresence::live;
@@ -117,13 +126,13 @@ int64_t recorded_pid(const fs::path& lock_file) {
 int64_t rank_lock_holder(const std::string& store_id, int rank) {
   const auto path = shm_directory() / RankLock::file_name(store_id, rank);
   if (rank_presence(store_id, rank) != RankPresence::live) return 0;
-  struct stat lock{};
+  struct stat lock {};
   if (::stat(path.c_str(), &lock) != 0) return 0;
   const auto pid = recorded_pid(path);
   if (pid <= 0) return 0;
   std::error_code ec;
   for (const auto& fd : fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
-    struct stat st{};
+    struct stat st {};
     if (::stat(fd.path().c_str(), &st) == 0 && same_file(st, lock)) return pid;
   }
   return 0;
@@ -140,9 +149,9 @@ bool rank_gone_here(const std::string& store_id, int rank, int64_t pid) {
   }
   if (pid <= 0 || !process_alive(pid)) return true;
   // A pid reused by a process whose /dev/shm has no such lock is not the rank.
-  const auto there = fs::path("/proc") / std::to_string(pid) / "root" / shm_directory().relative_path() /
-                     RankLock::file_name(store_id, rank);
-  struct stat st{};
+  const auto there = fs::path("/proc") / std::to_string(pid) / "root" /
+                     shm_directory().relative_path() / RankLock::file_name(store_id, rank);
+  struct stat st {};
   if (::lstat(there.c_str(), &st) == 0) return false;
   return errno == ENOENT;
 }
@@ -152,9 +161,9 @@ std::vector<fs::path> fabric_queues(int64_t pid, uid_t owner) {
   std::vector<fs::path> out;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(shm_directory(), ec)) {
-    struct stat st{};
-    if (entry.path().filename().native().starts_with(prefix) && ::lstat(entry.path().c_str(), &st) == 0 &&
-        S_ISREG(st.st_mode) && st.st_uid == owner)
+    struct stat st {};
+    if (entry.path().filename().native().starts_with(prefix) &&
+        ::lstat(entry.path().c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_uid == owner)
       out.push_back(entry.path());
   }
   return out;

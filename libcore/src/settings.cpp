@@ -17,20 +17,25 @@ namespace {
 constexpr std::array<SettingDef, 17> table{{
     {"log.level", SettingType::string, "info", "log level: trace, debug, info, warn, error, off",
      "trace|debug|info|warn|error|off"},
-    {"progress", SettingType::string, "auto", "progress line on stderr: auto (when a terminal), always, never",
-     "auto|always|never"},
+    {"progress", SettingType::string, "auto",
+     "progress line on stderr: auto (when a terminal), always, never", "auto|always|never"},
     {"threads", SettingType::integer, "0", "threads for info --verify (0: one per core)"},
     {"flatten.pack_size", SettingType::size, "256M", "start a new pack file past this size"},
-    {"flatten.memory", SettingType::size, "64M", "memory a format may use to decode (whole chunks, blocks)"},
-    {"origin.allow_stale", SettingType::boolean, "false", "read sources that changed after flattening"},
+    {"flatten.memory", SettingType::size, "64M",
+     "memory a format may use to decode (whole chunks, blocks)"},
+    {"origin.allow_stale", SettingType::boolean, "false",
+     "read sources that changed after flattening"},
     {"fabric.provider", SettingType::string, "auto",
-     "libfabric provider: auto, or a name such as cxi, verbs, efa, tcp, net, shm (tcp matches tcp;ofi_rxm)"},
+     "libfabric provider: auto, or a name such as cxi, verbs, efa, tcp, net, shm (tcp matches "
+     "tcp;ofi_rxm)"},
     {"fabric.domain", SettingType::string, "",
      "libfabric domain or interface (lo, hsn0, mlx5_0); empty: the provider's first"},
     {"fabric.window", SettingType::integer, "128", "fabric reads a reader keeps in flight"},
-    {"fabric.inflight_bytes", SettingType::size, "4M", "bytes of fabric reads a reader keeps in flight"},
+    {"fabric.inflight_bytes", SettingType::size, "4M",
+     "bytes of fabric reads a reader keeps in flight"},
     {"transport", SettingType::string, "auto",
-     "how store reads travel: auto (shm on this node, fabric to other nodes), shm, or fabric (every "
+     "how store reads travel: auto (shm on this node, fabric to other nodes), shm, or fabric "
+     "(every "
      "rank over libfabric, even on this node); for serve: what the ranks offer",
      "auto|shm|fabric"},
     {"read_timeout", SettingType::duration, "10s",
@@ -39,15 +44,18 @@ constexpr std::array<SettingDef, 17> table{{
      "the store directory (holds store.yaml) for commands that take --store; a job script exports "
      "DDSTAGE_STORE once"},
     {"control_timeout", SettingType::duration, "30s",
-     "a control request (load, status, stop, wait) fails when the store sends nothing for this long; "
-     "while its ranks load, every load (terminal or job script) gets a keepalive at least every 5 s: "
+     "a control request (load, status, stop, wait) fails when the store sends nothing for this "
+     "long; "
+     "while its ranks load, every load (terminal or job script) gets a keepalive at least every 5 "
+     "s: "
      "keep this above 5 s"},
     {"peer_timeout", SettingType::duration, "30s",
      "a server rank that hears nothing from rank 0 (and rank 0 from any rank) for this long ends "
      "itself and frees its memory: a lost node or a cut network never keeps a store half alive"},
     {"gpu.path", SettingType::string, "auto",
      "how get_batch reaches GPU memory: direct (mapped rows copied straight to the device), staged "
-     "(through a pinned host buffer, one copy per batch), auto (what bench found faster here, else staged)",
+     "(through a pinned host buffer, one copy per batch), auto (what bench found faster here, else "
+     "staged)",
      "direct|staged|auto"},
     {"profile", SettingType::string, "",
      "read profile, printed at exit: empty or 0 off; 1 to stderr; else a file (%p: pid, %h: host)"},
@@ -76,18 +84,27 @@ std::optional<int64_t> parse_int(std::string_view v) {
 void check_type(const SettingDef& d, const std::string& value, std::string_view origin) {
   bool ok = true;
   switch (d.type) {
-    case SettingType::boolean: ok = parse_bool(value).has_value(); break;
-    case SettingType::integer: ok = parse_int(value).has_value(); break;
-    case SettingType::size: ok = parse_size(value).has_value(); break;
-    case SettingType::duration: ok = parse_duration(value).has_value(); break;
+    case SettingType::boolean:
+      ok = parse_bool(value).has_value();
+      break;
+    case SettingType::integer:
+      ok = parse_int(value).has_value();
+      break;
+    case SettingType::size:
+      ok = parse_size(value).has_value();
+      break;
+    case SettingType::duration:
+      ok = parse_duration(value).has_value();
+      break;
     case SettingType::string:
-      ok = d.choices.empty() || ("|" + std::string(d.choices) + "|").find("|" + value + "|") != std::string::npos;
+      ok = d.choices.empty() ||
+           ("|" + std::string(d.choices) + "|").find("|" + value + "|") != std::string::npos;
       break;
   }
   if (!ok) {
     std::string expected = d.choices.empty() ? "" : " (one of " + std::string(d.choices) + ")";
-    throw UsageError("bad value '" + value + "' for setting " + std::string(d.key) + " from " + std::string(origin) +
-                     expected);
+    throw UsageError("bad value '" + value + "' for setting " + std::string(d.key) + " from " +
+                     std::string(origin) + expected);
   }
 }
 
@@ -127,18 +144,25 @@ std::map<std::string, std::string> read_config(const std::filesystem::path& path
 
 std::string SettingDef::env_name() const {
   std::string out = "DDSTAGE_";
-  for (char c : key) out += c == '.' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  for (char c : key)
+    out += c == '.' ? '_' : static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   return out;
 }
 
-std::span<const SettingDef> setting_table() { return table; }
+std::span<const SettingDef> setting_table() {
+  return table;
+}
 
 std::string_view source_name(SettingSource s) {
   switch (s) {
-    case SettingSource::flag: return "flag";
-    case SettingSource::env: return "env";
-    case SettingSource::file: return "file";
-    case SettingSource::default_value: return "default";
+    case SettingSource::flag:
+      return "flag";
+    case SettingSource::env:
+      return "env";
+    case SettingSource::file:
+      return "file";
+    case SettingSource::default_value:
+      return "default";
   }
   return "?";
 }
@@ -147,18 +171,32 @@ std::optional<uint64_t> parse_size(std::string_view text) {
   if (text.empty()) return std::nullopt;
   uint64_t mult = 1;
   switch (text.back()) {
-    case 'K': case 'k': mult = 1ull << 10; break;
-    case 'M': case 'm': mult = 1ull << 20; break;
-    case 'G': case 'g': mult = 1ull << 30; break;
-    case 'T': case 't': mult = 1ull << 40; break;
-    default: break;
+    case 'K':
+    case 'k':
+      mult = 1ull << 10;
+      break;
+    case 'M':
+    case 'm':
+      mult = 1ull << 20;
+      break;
+    case 'G':
+    case 'g':
+      mult = 1ull << 30;
+      break;
+    case 'T':
+    case 't':
+      mult = 1ull << 40;
+      break;
+    default:
+      break;
   }
   if (mult != 1) text.remove_suffix(1);
   // "12.5K": a fraction is allowed when it comes to whole bytes.
   const auto dot = text.find('.');
   const auto whole = text.substr(0, dot);
   const auto fraction = dot == std::string_view::npos ? std::string_view() : text.substr(dot + 1);
-  if (whole.empty() || (dot != std::string_view::npos && fraction.empty()) || fraction.size() > 6) return std::nullopt;
+  if (whole.empty() || (dot != std::string_view::npos && fraction.empty()) || fraction.size() > 6)
+    return std::nullopt;
   auto number = [](std::string_view digits, uint64_t& v) {
     auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
     return ec == std::errc() && end == digits.data() + digits.size();
@@ -184,19 +222,22 @@ std::optional<std::chrono::milliseconds> parse_duration(std::string_view text) {
   }
   double v = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || !(v >= 0 && v * scale < 1e15)) {
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size() ||
+      !(v >= 0 && v * scale < 1e15)) {
     return std::nullopt;  // also NaN, inf and spans no clock can hold
   }
   return std::chrono::milliseconds(static_cast<int64_t>(v * scale + 0.5));
 }
 
 Settings::Settings() {
-  for (const auto& d : table) m_values[std::string(d.key)] = {std::string(d.default_value), SettingSource::default_value};
+  for (const auto& d : table)
+    m_values[std::string(d.key)] = {std::string(d.default_value), SettingSource::default_value};
 }
 
 Settings Settings::resolve(const std::map<std::string, std::string>& flags,
                            const std::map<std::string, std::string>& env,
-                           const std::optional<std::filesystem::path>& config, bool config_required) {
+                           const std::optional<std::filesystem::path>& config,
+                           bool config_required) {
   Settings s;
   if (config) {
     std::error_code ec;
@@ -205,7 +246,8 @@ Settings Settings::resolve(const std::map<std::string, std::string>& flags,
       s.m_config_found = true;
       for (const auto& [key, value] : read_config(*config)) {
         const SettingDef* d = find_def(key);
-        if (!d) throw UsageError("config file " + config->string() + ": unknown setting '" + key + "'");
+        if (!d)
+          throw UsageError("config file " + config->string() + ": unknown setting '" + key + "'");
         check_type(*d, value, "config file " + config->string());
         s.m_values[key] = {value, SettingSource::file};
       }
@@ -234,14 +276,24 @@ const Settings::Value& Settings::value(std::string_view key) const {
   return it->second;
 }
 
-bool Settings::get_bool(std::string_view key) const { return *parse_bool(value(key).text); }
-int64_t Settings::get_int(std::string_view key) const { return *parse_int(value(key).text); }
-uint64_t Settings::get_size(std::string_view key) const { return *parse_size(value(key).text); }
+bool Settings::get_bool(std::string_view key) const {
+  return *parse_bool(value(key).text);
+}
+int64_t Settings::get_int(std::string_view key) const {
+  return *parse_int(value(key).text);
+}
+uint64_t Settings::get_size(std::string_view key) const {
+  return *parse_size(value(key).text);
+}
 std::chrono::milliseconds Settings::get_duration(std::string_view key) const {
   return *parse_duration(value(key).text);
 }
-const std::string& Settings::get_string(std::string_view key) const { return value(key).text; }
-SettingSource Settings::source(std::string_view key) const { return value(key).source; }
+const std::string& Settings::get_string(std::string_view key) const {
+  return value(key).text;
+}
+SettingSource Settings::source(std::string_view key) const {
+  return value(key).source;
+}
 
 std::map<std::string, std::string> environment_settings() {
   std::map<std::string, std::string> env;
@@ -259,7 +311,8 @@ namespace {
 /// The XDG base-directory rule: $variable/ddstage, else ~/under_home/ddstage; empty when
 /// neither variable is set.
 std::filesystem::path xdg_directory(const char* variable, const char* under_home) {
-  if (const char* xdg = std::getenv(variable); xdg && *xdg) return std::filesystem::path(xdg) / "ddstage";
+  if (const char* xdg = std::getenv(variable); xdg && *xdg)
+    return std::filesystem::path(xdg) / "ddstage";
   if (const char* home = std::getenv("HOME"); home && *home) {
     return std::filesystem::path(home) / under_home / "ddstage";
   }
@@ -273,6 +326,8 @@ std::filesystem::path default_config_path() {
   return dir.empty() ? dir : dir / "config.yaml";
 }
 
-std::filesystem::path default_cache_dir() { return xdg_directory("XDG_CACHE_HOME", ".cache"); }
+std::filesystem::path default_cache_dir() {
+  return xdg_directory("XDG_CACHE_HOME", ".cache");
+}
 
 }  // namespace ddstage

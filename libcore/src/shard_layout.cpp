@@ -22,7 +22,9 @@ struct ShardHeader {
 
 /// An index whose rows add up past 2^64 is refused before any rank sizes a region by a
 /// wrapped number.
-[[noreturn]] void too_large() { throw IndexError("the shard's rows add up to more bytes than can be addressed"); }
+[[noreturn]] void too_large() {
+  throw IndexError("the shard's rows add up to more bytes than can be addressed");
+}
 
 uint64_t checked_add(uint64_t a, uint64_t b) {
   uint64_t sum = 0;
@@ -30,7 +32,9 @@ uint64_t checked_add(uint64_t a, uint64_t b) {
   return sum;
 }
 
-uint64_t align_up(uint64_t v) { return checked_add(v, alignment - 1) / alignment * alignment; }
+uint64_t align_up(uint64_t v) {
+  return checked_add(v, alignment - 1) / alignment * alignment;
+}
 
 }  // namespace
 
@@ -66,7 +70,8 @@ ShardLayout::ShardLayout(const Index& index, ShardRange range) : m_range(range) 
 }
 
 void ShardLayout::write_tables(std::span<std::byte> region) const {
-  if (region.size() < m_total) throw std::logic_error("ShardLayout: region smaller than the layout");
+  if (region.size() < m_total)
+    throw std::logic_error("ShardLayout: region smaller than the layout");
   ShardHeader h{};
   std::memcpy(h.magic, shard_magic, sizeof h.magic);
   h.fields = static_cast<uint32_t>(m_fields.size());
@@ -74,11 +79,13 @@ void ShardLayout::write_tables(std::span<std::byte> region) const {
   h.last = m_range.last;
   h.total_bytes = m_total;
   std::memcpy(region.data(), &h, sizeof h);
-  std::memcpy(region.data() + sizeof h, m_fields.data(), m_fields.size() * sizeof(ShardFieldLayout));
+  std::memcpy(region.data() + sizeof h, m_fields.data(),
+              m_fields.size() * sizeof(ShardFieldLayout));
   for (std::size_t f = 0; f < m_fields.size(); ++f) {
     const auto& offsets = m_row_offsets[f];
     if (!offsets.empty()) {
-      std::memcpy(region.data() + m_fields[f].offsets_offset, offsets.data(), offsets.size() * sizeof(uint64_t));
+      std::memcpy(region.data() + m_fields[f].offsets_offset, offsets.data(),
+                  offsets.size() * sizeof(uint64_t));
     }
   }
 }
@@ -92,12 +99,13 @@ uint64_t ShardLayout::row_offset(uint64_t sample, uint32_t field) const noexcept
 ShardView::ShardView(std::span<const std::byte> region, uint32_t fields, ShardRange range)
     : m_region(region), m_range(range) {
   ShardHeader h{};
-  if (region.size() < sizeof h + fields * sizeof(ShardFieldLayout)) throw IndexError("shard region is truncated");
+  if (region.size() < sizeof h + fields * sizeof(ShardFieldLayout))
+    throw IndexError("shard region is truncated");
   std::memcpy(&h, region.data(), sizeof h);
-  if (std::memcmp(h.magic, shard_magic, sizeof h.magic) != 0 || h.fields != fields || h.first != range.first ||
-      h.last != range.last || h.total_bytes > region.size()) {
-    throw IndexError("shard region does not hold the expected samples (" + std::to_string(range.first) + "-" +
-                     std::to_string(range.last) + ")");
+  if (std::memcmp(h.magic, shard_magic, sizeof h.magic) != 0 || h.fields != fields ||
+      h.first != range.first || h.last != range.last || h.total_bytes > region.size()) {
+    throw IndexError("shard region does not hold the expected samples (" +
+                     std::to_string(range.first) + "-" + std::to_string(range.last) + ")");
   }
   // The table sits at a 16-byte offset of a page-aligned mapping: aligned for uint64_t reads.
   m_fields = reinterpret_cast<const ShardFieldLayout*>(region.data() + sizeof h);

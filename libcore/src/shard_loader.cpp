@@ -88,19 +88,23 @@ class StreamQueue {
 
 /// One stream: its own OriginReader (open files, scratch buffer), so streams share no lock
 /// while reading.
-void run_stream(const Index& index, const ShardLayout& layout, std::byte* region, const ShardLoadOptions& options,
-                StreamQueue& queue) noexcept {
+void run_stream(const Index& index, const ShardLayout& layout, std::byte* region,
+                const ShardLoadOptions& options, StreamQueue& queue) noexcept {
   try {
     // Streams share the process's open-file limit: each caches its share of a single reader's.
-    const std::size_t max_open = std::clamp<std::size_t>(open_file_limit() / 4 / options.streams, 1, 1024);
-    OriginReader reader(index, {.verify = options.verify, .allow_stale = options.allow_stale, .max_open_files = max_open});
+    const std::size_t max_open =
+        std::clamp<std::size_t>(open_file_limit() / 4 / options.streams, 1, 1024);
+    OriginReader reader(
+        index,
+        {.verify = options.verify, .allow_stale = options.allow_stale, .max_open_files = max_open});
     const auto fields = static_cast<uint32_t>(index.fields().size());
     std::vector<EntryRead> reads;
     while (const Chunk* c = queue.take()) {
       reads.clear();
       // Sample-major: the fields of one sample often sit together in the file.
       for (uint64_t s = c->first; s < c->last; ++s) {
-        for (uint32_t f = 0; f < fields; ++f) reads.push_back({s, f, region + layout.row_offset(s, f)});
+        for (uint32_t f = 0; f < fields; ++f)
+          reads.push_back({s, f, region + layout.row_offset(s, f)});
       }
       reader.read_entries(reads);
       queue.done(*c);
@@ -123,14 +127,15 @@ void fill_shard(const Index& index, const ShardLayout& layout, std::span<std::by
                 const ShardLoadOptions& options) {
   check_load_streams(options.streams);
   layout.write_tables(region);
-  StreamQueue queue(plan_chunks(index, layout.range(), std::max<uint64_t>(options.chunk_bytes, 1)), options);
+  StreamQueue queue(plan_chunks(index, layout.range(), std::max<uint64_t>(options.chunk_bytes, 1)),
+                    options);
   const auto streams = std::min<std::size_t>(options.streams, queue.chunks());
   {
     std::vector<std::jthread> others;
     try {
       for (std::size_t i = 1; i < streams; ++i) {
-        others.emplace_back(run_stream, std::cref(index), std::cref(layout), region.data(), std::cref(options),
-                            std::ref(queue));
+        others.emplace_back(run_stream, std::cref(index), std::cref(layout), region.data(),
+                            std::cref(options), std::ref(queue));
       }
     } catch (...) {
       queue.fail(std::current_exception());  // no thread: the started ones stop at their next chunk

@@ -24,8 +24,8 @@ ShardPlan ShardPlan::balance(const Index& index, int ranks) {
   uint64_t before = 0;
   int next_rank = 1;
   for (uint64_t s = 0; s < n && next_rank < ranks; ++s) {
-    while (next_rank < ranks &&
-           uint128{before} * static_cast<unsigned>(ranks) >= uint128{total} * static_cast<unsigned>(next_rank)) {
+    while (next_rank < ranks && uint128{before} * static_cast<unsigned>(ranks) >=
+                                    uint128{total} * static_cast<unsigned>(next_rank)) {
       plan.m_boundaries[next_rank++] = s;
     }
     for (uint32_t f = 0; f < fields; ++f) before += index.entry(s, f).length;
@@ -34,7 +34,8 @@ ShardPlan ShardPlan::balance(const Index& index, int ranks) {
 }
 
 ShardPlan ShardPlan::from_boundaries(std::vector<uint64_t> boundaries) {
-  if (boundaries.size() < 2 || boundaries.front() != 0 || !std::is_sorted(boundaries.begin(), boundaries.end())) {
+  if (boundaries.size() < 2 || boundaries.front() != 0 ||
+      !std::is_sorted(boundaries.begin(), boundaries.end())) {
     throw UsageError("bad shard boundaries: need ranks + 1 non-decreasing values from 0");
   }
   ShardPlan plan;

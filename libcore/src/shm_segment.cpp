@@ -35,7 +35,8 @@ ShmSegment ShmSegment::create(const std::string& name, std::size_t bytes) {
   seg.m_owner = true;  // from here on the destructor unlinks it, also if sizing fails
   if (bytes > 0) {
     if (int rc = ::posix_fallocate(fd.get(), 0, static_cast<off_t>(bytes)); rc != 0) {
-      throw IoError("cannot allocate " + std::to_string(bytes) + " bytes of shared memory for " + name, rc);
+      throw IoError(
+          "cannot allocate " + std::to_string(bytes) + " bytes of shared memory for " + name, rc);
     }
   }
   seg.m_data = map(fd.get(), bytes, PROT_READ | PROT_WRITE, name);
@@ -62,9 +63,10 @@ std::optional<ShmSegment> ShmSegment::try_open_read_only(const std::string& name
   struct stat st {};
   if (::fstat(raw, &st) != 0) throw IoError("fstat shared memory " + name, errno);
   if (st.st_uid != ::geteuid() || (st.st_mode & 077) != 0) {
-    throw UsageError(fmt::format("shared memory /dev/shm{} is owned by uid {} with mode {:04o}, not by you "
-                                 "(uid {}) with mode 0600: refusing to read it",
-                                 name, st.st_uid, st.st_mode & 07777, ::geteuid()));
+    throw UsageError(
+        fmt::format("shared memory /dev/shm{} is owned by uid {} with mode {:04o}, not by you "
+                    "(uid {}) with mode 0600: refusing to read it",
+                    name, st.st_uid, st.st_mode & 07777, ::geteuid()));
   }
   seg.m_size = static_cast<std::size_t>(st.st_size);
   seg.m_data = map(seg.m_fd.get(), seg.m_size, PROT_READ, name);
@@ -96,7 +98,9 @@ ShmSegment& ShmSegment::operator=(ShmSegment&& other) noexcept {
   return *this;
 }
 
-ShmSegment::~ShmSegment() { reset(); }
+ShmSegment::~ShmSegment() {
+  reset();
+}
 
 void ShmSegment::unlink() noexcept {
   if (m_owner && ::shm_unlink(m_name.c_str()) != 0 && errno != ENOENT) {
@@ -106,7 +110,8 @@ void ShmSegment::unlink() noexcept {
 }
 
 void ShmSegment::reset() noexcept {
-  if (m_data && ::munmap(m_data, m_size) != 0) spdlog::warn("munmap({}) failed: errno {}", m_name, errno);
+  if (m_data && ::munmap(m_data, m_size) != 0)
+    spdlog::warn("munmap({}) failed: errno {}", m_name, errno);
   m_data = nullptr;
   m_size = 0;
   m_fd = FileDescriptor();

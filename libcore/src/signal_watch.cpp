@@ -11,7 +11,8 @@ namespace ddstage::detail {
 SignalWatch::SignalWatch(std::function<void(int)> on_signal) : m_on_signal(std::move(on_signal)) {
   sigemptyset(&m_set);
   for (int sig : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&m_set, sig);
-  if (int rc = ::pthread_sigmask(SIG_BLOCK, &m_set, &m_old); rc != 0) throw IoError("pthread_sigmask", rc);
+  if (int rc = ::pthread_sigmask(SIG_BLOCK, &m_set, &m_old); rc != 0)
+    throw IoError("pthread_sigmask", rc);
   m_thread = std::jthread([this](std::stop_token stop) { run(stop); });
 }
 

@@ -11,18 +11,18 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "batch_timer.hpp"
+#include "ddstage/client.hpp"
+#include "ddstage/config.hpp"
 #include "ddstage/error.hpp"
 #include "ddstage/profile.hpp"
 #include "ddstage/tool/shard_layout.hpp"
 #include "ddstage/tool/shard_loader.hpp"
 #include "ddstage/tool/shard_plan.hpp"
+#include "mpi/mpi_agree.hpp"
 #include "mpi/mpi_comm.hpp"
 #include "mpi/mpi_window.hpp"
 #include "process.hpp"
-#include "batch_timer.hpp"
-#include "ddstage/client.hpp"
-#include "ddstage/config.hpp"
-#include "mpi/mpi_agree.hpp"
 #include "read/batch_reader.hpp"
 #include "read/collective_exchange.hpp"
 #include "read/embedded_fabric.hpp"
@@ -52,7 +52,7 @@ struct EmbeddedDataset final : RouteSource {
   std::string name;
   Index index;
   ShardPlan plan;
-  std::vector<ShardLayout> layouts;      // by rank
+  std::vector<ShardLayout> layouts;  // by rank
   // This rank's shard: for transport mpi in a window with every rank's, for fabric in plain
   // memory registered with libfabric alone; region is it, in whichever holds it.
   MpiWindow window;
@@ -70,7 +70,8 @@ void EmbeddedDataset::build_routes(const Settings& settings) {
   table.routes.resize(n);
   table.targets.mapped.resize(n);
   table.targets.direct.assign(n, nullptr);  // directly addressed ranks are copied through shm
-  table.targets.remotes.resize(n);          // filled by EmbeddedFabric::expose for ranks read over libfabric
+  table.targets.remotes.resize(
+      n);  // filled by EmbeddedFabric::expose for ranks read over libfabric
   if (window.get() != MPI_WIN_NULL) table.targets.window = &window;
   for (std::size_t r = 0; r < n; ++r) {
     Route& route = table.routes[r];
@@ -82,9 +83,11 @@ void EmbeddedDataset::build_routes(const Settings& settings) {
       table.targets.mapped[r] = route.mapped;
       continue;
     }
-    route.via = table.targets.remotes[r].peer.address_hex.empty() ? TransportId::mpi : TransportId::fabric;
+    route.via =
+        table.targets.remotes[r].peer.address_hex.empty() ? TransportId::mpi : TransportId::fabric;
     route.why_not_direct = fmt::format(
-        "rank {}'s rows come with MPI_Get or libfabric into host memory (direct needs every rank on one node "
+        "rank {}'s rows come with MPI_Get or libfabric into host memory (direct needs every rank "
+        "on one node "
         "with direct_on_node)",
         r);
   }
@@ -109,7 +112,8 @@ struct Store::State {
       mem_limit = limit.bytes;
       mem_limit_source = "default: " + limit.source;
     }
-    if (transport == detail::TransportId::fabric) fabric = std::make_unique<detail::EmbeddedFabric>(options.settings, comm.get());
+    if (transport == detail::TransportId::fabric)
+      fabric = std::make_unique<detail::EmbeddedFabric>(options.settings, comm.get());
   }
   State(const State&) = delete;
   State& operator=(const State&) = delete;
@@ -238,7 +242,8 @@ Store::Store(int fortran_comm, StoreOptions options) {
   MPI_Initialized(&initialised);
   if (!initialised) throw UsageError("a Store needs MPI: call MPI_Init (or MPI_Init_thread) first");
   static constexpr std::array allowed{detail::TransportId::mpi, detail::TransportId::fabric};
-  const auto transport = *detail::parse_transport(options.transport, allowed, false, "StoreOptions::transport");
+  const auto transport =
+      *detail::parse_transport(options.transport, allowed, false, "StoreOptions::transport");
   if (options.max_round_bytes == 0 || options.max_round_bytes > static_cast<uint64_t>(INT_MAX)) {
     throw UsageError(fmt::format("max_round_bytes must be 1 to {} bytes, not {}", INT_MAX,
                                  options.max_round_bytes));
@@ -304,7 +309,9 @@ void Store::load(const std::filesystem::path& index, const std::string& name, bo
     ds->direct.assign(static_cast<std::size_t>(m->size), nullptr);
     ds->direct[static_cast<std::size_t>(m->rank)] = ds->region.data();
   }
-  if (m->fabric) ds->registration = m->fabric->expose(ds->region, ds->layouts, ds->direct, ds->table.targets.remotes);
+  if (m->fabric)
+    ds->registration =
+        m->fabric->expose(ds->region, ds->layouts, ds->direct, ds->table.targets.remotes);
   ds->build_routes(m->options.settings);
   m->datasets.push_back(std::move(ds));
 }
@@ -316,24 +323,27 @@ const Index& Store::index(const std::string& name) const {
 Reader Store::reader(const std::string& name) const {
   const detail::EmbeddedDataset& ds = m->find(name);
   // The reader must not outlive the Store (documented): it shares the dataset without owning it.
-  return Reader(std::make_unique<detail::BatchReader>(std::shared_ptr<const detail::RouteSource>(std::shared_ptr<void>(), &ds)));
+  return Reader(std::make_unique<detail::BatchReader>(
+      std::shared_ptr<const detail::RouteSource>(std::shared_ptr<void>(), &ds)));
 }
 
 namespace {
 
 /// The checks get_batch_collective agrees on before any row moves; the field's id.
-uint32_t check_collective(const Index& index, const std::string& field, std::span<const uint64_t> ids,
-                          std::size_t dest_bytes) {
+uint32_t check_collective(const Index& index, const std::string& field,
+                          std::span<const uint64_t> ids, std::size_t dest_bytes) {
   const uint32_t f = detail::field_of(index, field);
   detail::check_ids(index, ids);
   const uint64_t need = detail::bytes_of(index, f, ids);
   if (dest_bytes != need) {
-    throw UsageError(fmt::format("destination holds {} bytes; the batch needs {}", dest_bytes, need));
+    throw UsageError(
+        fmt::format("destination holds {} bytes; the batch needs {}", dest_bytes, need));
   }
   // MPI counts and displacements are int: a rank's whole batch must fit one.
   if (need > static_cast<uint64_t>(INT_MAX) || ids.size() > static_cast<std::size_t>(INT_MAX)) {
     throw UsageError(
-        fmt::format("a collective batch of {} ids, {} bytes is too large (under 2 GiB per rank per call): split it",
+        fmt::format("a collective batch of {} ids, {} bytes is too large (under 2 GiB per rank per "
+                    "call): split it",
                     ids.size(), need));
   }
   return f;
@@ -341,8 +351,8 @@ uint32_t check_collective(const Index& index, const std::string& field, std::spa
 
 }  // namespace
 
-void Store::get_batch_collective(const std::string& name, const std::string& field, std::span<const uint64_t> ids,
-                                 std::span<std::byte> dest) {
+void Store::get_batch_collective(const std::string& name, const std::string& field,
+                                 std::span<const uint64_t> ids, std::span<std::byte> dest) {
   // Every rank must take part in every exchange, so bad input anywhere (a dataset not loaded
   // included) stops all ranks here, before the first all-to-all.
   detail::EmbeddedDataset* ds = nullptr;
@@ -359,7 +369,8 @@ void Store::get_batch_collective(const std::string& name, const std::string& fie
   detail::agree(failure, m->comm.get());
   timer.mark(ProfileStage::other);
   timer.path("mpi-alltoall");
-  const detail::ShardMap map{&ds->index, &ds->plan, &ds->layouts[static_cast<std::size_t>(m->rank)], ds->region};
+  const detail::ShardMap map{&ds->index, &ds->plan, &ds->layouts[static_cast<std::size_t>(m->rank)],
+                             ds->region};
   ds->exchange->exchange(map, f, ids, dest.data());
   timer.mark(ProfileStage::completion_wait);
   timer.finish(ids.size(), dest.size());

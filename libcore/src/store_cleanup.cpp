@@ -114,14 +114,17 @@ DescriptorCleanup clean_store_descriptor(const fs::path& dir, const StoreDescrip
                         path.string(), rank0.host, dir.string())};
   }
   if (!detail::rank_gone_here(descriptor.id, 0, rank0.pid)) {
-    return {Outcome::kept, fmt::format("kept {}: its store's rank 0 (pid {}) still runs or is not proven gone",
-                                       path.string(), rank0.pid)};
+    return {Outcome::kept,
+            fmt::format("kept {}: its store's rank 0 (pid {}) still runs or is not proven gone",
+                        path.string(), rank0.pid)};
   }
   if (!dry_run) {
     std::error_code ec;
     if (!remove_descriptor_of(dir, descriptor.id, ec)) {
-      if (ec) return {Outcome::failed, fmt::format("cannot remove {}: {}", path.string(), ec.message())};
-      return {Outcome::kept, fmt::format("{} is gone already or names another store now", path.string())};
+      if (ec)
+        return {Outcome::failed, fmt::format("cannot remove {}: {}", path.string(), ec.message())};
+      return {Outcome::kept,
+              fmt::format("{} is gone already or names another store now", path.string())};
     }
   }
   return {Outcome::removed,
@@ -129,7 +132,8 @@ DescriptorCleanup clean_store_descriptor(const fs::path& dir, const StoreDescrip
                       dry_run ? "would remove" : "removed", path.string(), descriptor.id)};
 }
 
-bool remove_descriptor_of(const fs::path& dir, const std::string& id, std::error_code& ec) noexcept {
+bool remove_descriptor_of(const fs::path& dir, const std::string& id,
+                          std::error_code& ec) noexcept {
   ec.clear();
   if (id.empty()) return false;
   const auto path = StoreDescriptor::path_in(dir);

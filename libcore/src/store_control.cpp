@@ -16,13 +16,13 @@
 
 #include "control/control_channel.hpp"
 #include "control/control_messages.hpp"
-#include "process.hpp"
-#include "rank_lock.hpp"
 #include "ddstage/error.hpp"
-#include "ddstage/tool/file_descriptor.hpp"
 #include "ddstage/index.hpp"
+#include "ddstage/tool/file_descriptor.hpp"
 #include "ddstage/tool/shard_plan.hpp"
 #include "ddstage/tool/store_cleanup.hpp"
+#include "process.hpp"
+#include "rank_lock.hpp"
 
 namespace ddstage {
 namespace {
@@ -57,7 +57,8 @@ void wait_unlocked(const StoreDescriptor& d, const std::vector<std::pair<int, in
                    std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   auto any_live = [&] {
-    return std::any_of(ranks.begin(), ranks.end(), [&](const auto& r) { return rank_live(d, r.first); });
+    return std::any_of(ranks.begin(), ranks.end(),
+                       [&](const auto& r) { return rank_live(d, r.first); });
   };
   while (any_live() && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -81,15 +82,17 @@ std::optional<ProvenRank> prove_rank(const StoreDescriptor& d, int rank) {
   // The raw syscall: Debian 12's <sys/pidfd.h> lacks C linkage for C++.
   const auto fd = ::syscall(SYS_pidfd_open, static_cast<pid_t>(pid), 0u);
   if (fd < 0) return std::nullopt;  // it ended since
-  ProvenRank proven{rank, pid, FileDescriptor(static_cast<int>(fd), fmt::format("pidfd of pid {}", pid))};
+  ProvenRank proven{rank, pid,
+                    FileDescriptor(static_cast<int>(fd), fmt::format("pidfd of pid {}", pid))};
   if (detail::rank_lock_holder(d.id, rank) != pid) return std::nullopt;
   return proven;
 }
 
 void send_signal(const ProvenRank& r, int sig) {
-  if (::syscall(SYS_pidfd_send_signal, r.process.get(), sig, nullptr, 0u) == 0 || errno == ESRCH) return;
-  spdlog::warn("pidfd_send_signal({}, {}) for rank {} (pid {}): {}", r.process.get(), ::strsignal(sig), r.rank,
-               r.pid, std::strerror(errno));
+  if (::syscall(SYS_pidfd_send_signal, r.process.get(), sig, nullptr, 0u) == 0 || errno == ESRCH)
+    return;
+  spdlog::warn("pidfd_send_signal({}, {}) for rank {} (pid {}): {}", r.process.get(),
+               ::strsignal(sig), r.rank, r.pid, std::strerror(errno));
 }
 
 /// Ends the ranks of d whose lock on this node proves who they are: SIGCONT (a stopped rank
@@ -120,17 +123,25 @@ std::vector<std::pair<int, int64_t>> end_proven_ranks(const StoreDescriptor& d) 
 
 std::string_view state_name(RankState s) {
   switch (s) {
-    case RankState::up: return "up";
-    case RankState::not_answering: return "not answering";
-    case RankState::lost: return "lost";
-    case RankState::unknown: break;
+    case RankState::up:
+      return "up";
+    case RankState::not_answering:
+      return "not answering";
+    case RankState::lost:
+      return "lost";
+    case RankState::unknown:
+      break;
   }
   return "unknown";
 }
 
-StoreControl::StoreControl(const std::filesystem::path& dir, std::chrono::milliseconds control_timeout,
+StoreControl::StoreControl(const std::filesystem::path& dir,
+                           std::chrono::milliseconds control_timeout,
                            std::chrono::milliseconds peer_timeout)
-    : m_dir(dir), m_descriptor(StoreDescriptor::read(dir)), m_timeout(control_timeout), m_peer_timeout(peer_timeout) {}
+    : m_dir(dir),
+      m_descriptor(StoreDescriptor::read(dir)),
+      m_timeout(control_timeout),
+      m_peer_timeout(peer_timeout) {}
 
 LoadResult StoreControl::load(const LoadRequest& request) {
   // A damaged index is refused here, where the user asked, before any rank opens it or allocates
@@ -149,7 +160,8 @@ LoadResult StoreControl::load(const LoadRequest& request) {
   auto on_interim = [&](const Message& interim) {
     if (request.progress) request.progress(detail::progress_of(interim));
   };
-  return detail::load_result_of(send(m_descriptor, detail::load_request(load), m_timeout, on_interim));
+  return detail::load_result_of(
+      send(m_descriptor, detail::load_request(load), m_timeout, on_interim));
 }
 
 void StoreControl::unload(const std::string& name) {
@@ -177,17 +189,20 @@ StoreStatus StoreControl::status() {
       if (r < reply.last_heard.size()) rs.last_heard = reply.last_heard[r];
       // Rank 0 answers a status without asking the other ranks: one it has not heard from for
       // peer_timeout, or one whose lock on this host is free, is lost though rank 0 answered.
-      const bool gone_here = rs.info.host == here && !m_descriptor.id.empty() && !rank_live(m_descriptor, static_cast<int>(r));
+      const bool gone_here = rs.info.host == here && !m_descriptor.id.empty() &&
+                             !rank_live(m_descriptor, static_cast<int>(r));
       const bool silent = rs.last_heard > peer_timeout;
       rs.state = gone_here || silent ? RankState::lost : RankState::up;
       if (rs.state == RankState::lost && status.error.empty()) {
-        status.error = gone_here ? fmt::format("rank {} on {} (pid {}) is gone", r, here, rs.info.pid)
-                                 : fmt::format("rank 0 has not heard from rank {} on {} for {:.0f} s", r,
-                                               rs.info.host, rs.last_heard);
+        status.error = gone_here
+                           ? fmt::format("rank {} on {} (pid {}) is gone", r, here, rs.info.pid)
+                           : fmt::format("rank 0 has not heard from rank {} on {} for {:.0f} s", r,
+                                         rs.info.host, rs.last_heard);
       }
     } else if (rs.info.host == here) {
       // Which rank died is what a user needs to know: its lock is free, the others' are held.
-      rs.state = rank_live(m_descriptor, static_cast<int>(r)) ? RankState::not_answering : RankState::lost;
+      rs.state =
+          rank_live(m_descriptor, static_cast<int>(r)) ? RankState::not_answering : RankState::lost;
     }
     status.ranks.push_back(rs);
   }
@@ -203,7 +218,8 @@ StopResult StoreControl::stop() {
   try {
     std::vector<int> all_ranks;
     for (const auto& rank : m_descriptor.ranks) all_ranks.push_back(rank.rank);
-    auto result = detail::stop_result_of(send(m_descriptor, detail::stop_request(), m_timeout), all_ranks);
+    auto result =
+        detail::stop_result_of(send(m_descriptor, detail::stop_request(), m_timeout), all_ranks);
     remove_empty_store_directory(m_dir);
     return result;
   } catch (const Error& e) {
@@ -212,15 +228,20 @@ StopResult StoreControl::stop() {
   }
   const auto& rank0 = m_descriptor.ranks.front();
   if (rank0.host != detail::host_name()) {
-    throw Error(ErrorKind::runtime,
-                fmt::format("rank 0 on {} does not answer (control {}); run `ddstage stop --store {}` on {}, or "
-                            "`ddstage clean --store {}` there once it has ended",
-                            rank0.host, m_descriptor.control, m_dir.string(), rank0.host, m_dir.string()));
+    throw Error(
+        ErrorKind::runtime,
+        fmt::format(
+            "rank 0 on {} does not answer (control {}); run `ddstage stop --store {}` on {}, or "
+            "`ddstage clean --store {}` there once it has ended",
+            rank0.host, m_descriptor.control, m_dir.string(), rank0.host, m_dir.string()));
   }
-  spdlog::warn("rank 0 of the store at {} does not answer ({}): ending its ranks on this host", m_dir.string(), why);
+  spdlog::warn("rank 0 of the store at {} does not answer ({}): ending its ranks on this host",
+               m_dir.string(), why);
   auto cleanup = clean_up_dead_store(m_dir, m_descriptor);
   remove_empty_store_directory(m_dir);  // whoever removed store.yaml (rank 0 may have, on SIGTERM)
-  StopResult result{.no_answer = why, .signalled = cleanup.signalled, .cleaned = std::move(cleanup.files),
+  StopResult result{.no_answer = why,
+                    .signalled = cleanup.signalled,
+                    .cleaned = std::move(cleanup.files),
                     .descriptor_removed = cleanup.descriptor_removed};
   const auto here = detail::host_name();
   for (const auto& rank : m_descriptor.ranks) {
@@ -233,13 +254,15 @@ StopResult StoreControl::stop() {
   return result;
 }
 
-DeadStoreCleanup clean_up_dead_store(const std::filesystem::path& dir, const StoreDescriptor& descriptor) {
+DeadStoreCleanup clean_up_dead_store(const std::filesystem::path& dir,
+                                     const StoreDescriptor& descriptor) {
   DeadStoreCleanup out;
   if (descriptor.id.empty()) return out;  // no lock names its ranks: nothing proves them gone
   out.signalled = end_proven_ranks(descriptor);
   out.files = clean_dead_ranks(descriptor.id);
   if (!out.files.removed.empty()) {
-    spdlog::info("removed {} file(s) of the store at {} on this node", out.files.removed.size(), dir.string());
+    spdlog::info("removed {} file(s) of the store at {} on this node", out.files.removed.size(),
+                 dir.string());
   }
   for (const auto& failure : out.files.failures) spdlog::warn("{}", failure);
   const auto descriptor_cleanup = clean_store_descriptor(dir, descriptor);

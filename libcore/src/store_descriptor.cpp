@@ -12,8 +12,8 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
-#include "ddstage/tool/atomic_file.hpp"
 #include "ddstage/error.hpp"
+#include "ddstage/tool/atomic_file.hpp"
 #include "ddstage/tool/file_descriptor.hpp"
 #include "yaml_keys.hpp"
 #include "yaml_limits.hpp"
@@ -22,8 +22,8 @@ namespace ddstage {
 namespace {
 
 namespace fs = std::filesystem;
-using detail::require;
 using detail::optional_key;
+using detail::require;
 
 /// The list at key; IndexError when it is missing or not a list.
 YAML::Node require_list(const YAML::Node& node, const std::string& key, const fs::path& file) {

@@ -49,7 +49,8 @@ std::optional<StoreDescriptor> read_descriptor(const fs::path& dir, std::string&
 /// True once the store d names answers a status request with its token.
 bool answers(const StoreDescriptor& d, milliseconds budget, std::string& seen) {
   try {
-    const auto reply = detail::control_request(d.control, d.token, detail::status_request(), budget);
+    const auto reply =
+        detail::control_request(d.control, d.token, detail::status_request(), budget);
     if (!detail::failure_of(reply)) return true;
     seen = fmt::format("store.yaml names control {}, which refuses a status request", d.control);
   } catch (const Error&) {

@@ -36,7 +36,8 @@ inline constexpr YamlLimits descriptor_yaml_limits{std::size_t{16} << 20, 32, 2'
                                                    ErrorKind::runtime};
 
 /// Control requests and replies are a few keys (a load's options, a status's per-rank table).
-inline constexpr YamlLimits control_yaml_limits{std::size_t{16} << 20, 16, 1'000'000, ErrorKind::runtime};
+inline constexpr YamlLimits control_yaml_limits{std::size_t{16} << 20, 16, 1'000'000,
+                                                ErrorKind::runtime};
 
 /// The first YAML document of text, parsed only after an event scan found it within limits.
 /// Aliases are refused outright (ddstage never writes them, and they are how a small text

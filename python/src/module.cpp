@@ -23,9 +23,9 @@ namespace {
 void bind_errors(py::module_& m) {
   // Never freed: exception classes live as long as the interpreter.
   static PyObject* error = PyErr_NewException("ddstage.Error", PyExc_RuntimeError, nullptr);
-  static PyObject* usage =
-      PyErr_NewException("ddstage.UsageError", py::make_tuple(py::handle(error), py::handle(PyExc_ValueError)).release().ptr(),
-                         nullptr);
+  static PyObject* usage = PyErr_NewException(
+      "ddstage.UsageError",
+      py::make_tuple(py::handle(error), py::handle(PyExc_ValueError)).release().ptr(), nullptr);
   static PyObject* checksum = PyErr_NewException("ddstage.ChecksumError", error, nullptr);
   m.add_object("Error", py::handle(error));
   m.add_object("UsageError", py::handle(usage));
@@ -44,10 +44,12 @@ void bind_errors(py::module_& m) {
 void bind_field(py::module_& m) {
   py::class_<FieldInfo>(m, "FieldInfo", "One field of every sample: element type and row shape.")
       .def_readonly("name", &FieldInfo::name)
-      .def_property_readonly("dtype", [](const FieldInfo& f) { return numpy_dtype(f.dtype); },
-                             "numpy dtype of the elements (opaque bytes are uint8)")
-      .def_property_readonly("shape", [](const FieldInfo& f) { return py::tuple(py::cast(f.shape)); },
-                             "shape of one row; for a variable field, of one element of its first axis")
+      .def_property_readonly(
+          "dtype", [](const FieldInfo& f) { return numpy_dtype(f.dtype); },
+          "numpy dtype of the elements (opaque bytes are uint8)")
+      .def_property_readonly(
+          "shape", [](const FieldInfo& f) { return py::tuple(py::cast(f.shape)); },
+          "shape of one row; for a variable field, of one element of its first axis")
       .def_readonly("variable", &FieldInfo::variable, "whether rows differ in length")
       .def_readonly("row_bytes", &FieldInfo::row_bytes, "bytes per row; 0 when variable")
       .def_readonly("source", &FieldInfo::source)
@@ -73,25 +75,28 @@ std::filesystem::path store_of(const Settings& settings) {
 }
 
 void bind_reader(py::module_& m) {
-  py::class_<PyReader>(m, "Reader", "Reads batches of one dataset, served or embedded; one per thread.")
+  py::class_<PyReader>(m, "Reader",
+                       "Reads batches of one dataset, served or embedded; one per thread.")
       .def("batch_bytes", &batch_bytes, py::arg("field"), py::arg("ids"))
       .def("row_sizes", &row_sizes, py::arg("field"), py::arg("ids"))
       .def(
           "get_batch",
-          [](PyReader& r, const std::string& field, const py::handle& ids, const py::object& out, bool verify) {
-            return get_batch(r, field, ids, out,
-                             [&](auto span, auto dest) { r.reader.get_batch(field, span, dest, verify); });
+          [](PyReader& r, const std::string& field, const py::handle& ids, const py::object& out,
+             bool verify) {
+            return get_batch(r, field, ids, out, [&](auto span, auto dest) {
+              r.reader.get_batch(field, span, dest, verify);
+            });
           },
           py::arg("field"), py::arg("ids"), py::arg("out") = py::none(), py::arg("verify") = false);
 }
 
 void bind_client(py::module_& m) {
-
   py::class_<Dataset>(m, "Dataset", "A dataset of a running store.")
       .def_property_readonly("name", &Dataset::name)
       .def_property_readonly("samples", [](const Dataset& d) { return d.index().samples(); })
       .def_property_readonly("fields", [](const Dataset& d) { return fields_of(d.index()); })
-      .def("reader", [](const Dataset& d) { return std::make_unique<PyReader>(d.reader(), d.index()); });
+      .def("reader",
+           [](const Dataset& d) { return std::make_unique<PyReader>(d.reader(), d.index()); });
 
   py::class_<Client>(m, "Client", "A client of a store started by `ddstage serve`; needs no MPI.")
       .def(py::init([](const std::optional<std::filesystem::path>& store,
@@ -138,9 +143,11 @@ void bind_profile(py::module_& m) {
   m.def("profile_enable", &profile::enable, py::arg("on") = true,
         "Collect the read profile from now on (or stop, with on=False).");
   m.def("profile_reset", &profile::reset, "Forget the profile collected so far.");
-  m.def("profile_snapshot", &profile_snapshot, "The read profile so far, over every thread, as a dict.");
-  m.def("profile_report", [] { return profile::format(profile::snapshot()); },
-        "The read profile so far as the table DDSTAGE_PROFILE prints.");
+  m.def("profile_snapshot", &profile_snapshot,
+        "The read profile so far, over every thread, as a dict.");
+  m.def(
+      "profile_report", [] { return profile::format(profile::snapshot()); },
+      "The read profile so far as the table DDSTAGE_PROFILE prints.");
 }
 
 }  // namespace

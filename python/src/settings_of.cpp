@@ -10,7 +10,8 @@ namespace ddstage::python {
 Settings settings_of(const std::map<std::string, std::string>& given) {
   const auto table = setting_table();
   for (const auto& [key, value] : given) {
-    if (std::none_of(table.begin(), table.end(), [&](const SettingDef& d) { return d.key == key; })) {
+    if (std::none_of(table.begin(), table.end(),
+                     [&](const SettingDef& d) { return d.key == key; })) {
       std::string known;
       for (const auto& d : table) known += (known.empty() ? "" : ", ") + std::string(d.key);
       throw UsageError("unknown setting '" + key + "' (known: " + known + ")");

@@ -31,7 +31,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (header.length > stream.size()) return;  // the peer hung up mid-body
       const std::string body(reinterpret_cast<const char*>(stream.data()), header.length);
       stream = stream.subspan(header.length);
-      if (!decode_body(body, "fuzz peer").IsMap()) ddstage::fuzz::violated("a decoded message is not a map");
+      if (!decode_body(body, "fuzz peer").IsMap())
+        ddstage::fuzz::violated("a decoded message is not a map");
     }
   });
   return 0;

@@ -40,7 +40,8 @@ ddstage::detail::Manifest manifest_for(const uint8_t* data, size_t size) {
 
 /// The input with file_bytes, body_checksum, fields_checksum (format 2 on) and header_checksum
 /// made to match it and the manifest.
-std::vector<uint8_t> repaired(const uint8_t* data, size_t size, const ddstage::detail::Manifest& m) {
+std::vector<uint8_t> repaired(const uint8_t* data, size_t size,
+                              const ddstage::detail::Manifest& m) {
   std::vector<uint8_t> bytes(data, data + size);
   if (size < ddstage::detail::header_bytes_v1) return bytes;
   IndexHeader h{};

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "ddstage/client.hpp"
-#include "ddstage/tool/device_allocation.hpp"
 #include "ddstage/error.hpp"
-#include "ddstage/tool/gpu_info.hpp"
 #include "ddstage/profile.hpp"
+#include "ddstage/tool/device_allocation.hpp"
+#include "ddstage/tool/gpu_info.hpp"
 
 using namespace ddstage;
 
@@ -30,9 +30,10 @@ struct Result {
 /// destination. gpu_path empty: host memory.
 Result run(const std::filesystem::path& store, const std::string& name, const std::string& field,
            std::size_t batch, int batches, const std::string& gpu_path) {
-  const auto settings = Settings::resolve(gpu_path.empty() ? std::map<std::string, std::string>{}
-                                                           : std::map<std::string, std::string>{{"gpu.path", gpu_path}},
-                                          {}, std::nullopt, false);
+  const auto settings = Settings::resolve(
+      gpu_path.empty() ? std::map<std::string, std::string>{}
+                       : std::map<std::string, std::string>{{"gpu.path", gpu_path}},
+      {}, std::nullopt, false);
   const auto dataset = Client(store, settings).open(name);
   auto reader = dataset.reader();
   const uint64_t samples = dataset.index().samples();
@@ -57,12 +58,14 @@ Result run(const std::filesystem::path& store, const std::string& name, const st
   profile::enable(true);
   const auto start = std::chrono::steady_clock::now();
   for (int i = 5; i < batches + 5; ++i) read(id_sets[static_cast<std::size_t>(i)]);
-  const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  const double us =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
   const auto report = profile::snapshot();
   profile::enable(false);
   Result r;
   r.us_per_row = us / static_cast<double>(batch * static_cast<std::size_t>(batches));
-  r.sync_us_per_batch = report.stage_ns[static_cast<std::size_t>(ProfileStage::gpu_sync)].mean() / 1e3;
+  r.sync_us_per_batch =
+      report.stage_ns[static_cast<std::size_t>(ProfileStage::gpu_sync)].mean() / 1e3;
   for (const auto& [path, n] : report.paths) r.paths += (r.paths.empty() ? "" : ",") + path;
   return r;
 }
@@ -80,15 +83,17 @@ int main(int argc, char** argv) {
   try {
     const auto dataset = Client(argv[1]).open(argv[2]);
     const auto rows = dataset.index().fields()[dataset.index().field_id(argv[3])].row_bytes;
-    std::printf("%-8s %10s %6s %12s %14s %9s  %s\n", "dest", "row_bytes", "batch", "us/row", "gpu_sync_us", "vs_host",
-                "paths");
+    std::printf("%-8s %10s %6s %12s %14s %9s  %s\n", "dest", "row_bytes", "batch", "us/row",
+                "gpu_sync_us", "vs_host", "paths");
     const Result host = run(argv[1], argv[2], argv[3], batch, batches, "");
-    std::printf("%-8s %10llu %6zu %12.3f %14s %9s  %s\n", "host", static_cast<unsigned long long>(rows), batch,
-                host.us_per_row, "-", "1.00", host.paths.c_str());
+    std::printf("%-8s %10llu %6zu %12.3f %14s %9s  %s\n", "host",
+                static_cast<unsigned long long>(rows), batch, host.us_per_row, "-", "1.00",
+                host.paths.c_str());
     for (const char* path : {"direct", "staged"}) {
       const Result r = run(argv[1], argv[2], argv[3], batch, batches, path);
-      std::printf("%-8s %10llu %6zu %12.3f %14.1f %9.2f  %s\n", path, static_cast<unsigned long long>(rows), batch,
-                  r.us_per_row, r.sync_us_per_batch, r.us_per_row / host.us_per_row, r.paths.c_str());
+      std::printf("%-8s %10llu %6zu %12.3f %14.1f %9.2f  %s\n", path,
+                  static_cast<unsigned long long>(rows), batch, r.us_per_row, r.sync_us_per_batch,
+                  r.us_per_row / host.us_per_row, r.paths.c_str());
     }
   } catch (const Error& e) {
     std::fprintf(stderr, "gpu_bench: error: %s\n", e.what());

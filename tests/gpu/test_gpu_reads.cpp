@@ -9,10 +9,10 @@
 #include <thread>
 
 #include "client_test_store.hpp"
-#include "ddstage/tool/device_allocation.hpp"
 #include "ddstage/error.hpp"
-#include "ddstage/tool/gpu_info.hpp"
 #include "ddstage/profile.hpp"
+#include "ddstage/tool/device_allocation.hpp"
+#include "ddstage/tool/gpu_info.hpp"
 
 using namespace ddstage;
 using namespace ddstage::test;
@@ -28,7 +28,8 @@ Settings with_path(const char* path) {
 
 /// One batch into fresh device memory (filled with 0xEE first, so a row never written shows),
 /// copied back.
-Bytes device_batch(Reader& reader, const std::string& field, std::span<const uint64_t> ids, bool verify) {
+Bytes device_batch(Reader& reader, const std::string& field, std::span<const uint64_t> ids,
+                   bool verify) {
   const auto bytes = reader.batch_bytes(field, ids);
   DeviceAllocation memory(0, std::max<uint64_t>(bytes, 1));
   memory.fill(std::byte{0xEE}, memory.buffer().bytes);
@@ -64,7 +65,8 @@ TEST_CASE("direct and staged batches equal host reads byte for byte", "[gpu]") {
       const auto report = profile::snapshot();
       profile::enable(false);
       CHECK(served_by(report, std::string("gpu ") + path));
-      CHECK(report.stage_ns[static_cast<std::size_t>(ProfileStage::gpu_sync)].count() == report.batches);
+      CHECK(report.stage_ns[static_cast<std::size_t>(ProfileStage::gpu_sync)].count() ==
+            report.batches);
     }
   }
 }
@@ -147,8 +149,9 @@ TEST_CASE("an empty batch may come without device memory, as on the host path", 
   for (const char* path : {"direct", "staged"}) {
     auto reader = Client(store.dir(), with_path(path)).open("d").reader();
     CHECK_NOTHROW(reader.get_batch("x", {}, DeviceBuffer{nullptr, 0, 0, nullptr}, true));
-    CHECK_THROWS_WITH(reader.get_batch("x", std::vector<uint64_t>{1}, DeviceBuffer{nullptr, 0, 0, nullptr}),
-                      Contains("device memory of device 0"));
+    CHECK_THROWS_WITH(
+        reader.get_batch("x", std::vector<uint64_t>{1}, DeviceBuffer{nullptr, 0, 0, nullptr}),
+        Contains("device memory of device 0"));
   }
 }
 

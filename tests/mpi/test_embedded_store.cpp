@@ -14,16 +14,16 @@
 #include <vector>
 
 #include "ddstage/config.hpp"
-#include "ddstage/tool/device_allocation.hpp"
 #include "ddstage/error.hpp"
+#include "ddstage/mpi.hpp"
+#include "ddstage/settings.hpp"
+#include "ddstage/store.hpp"
+#include "ddstage/tool/device_allocation.hpp"
 #include "ddstage/tool/gpu_info.hpp"
 #include "ddstage/tool/index_writer.hpp"
-#include "ddstage/mpi.hpp"
 #include "ddstage/tool/origin_reader.hpp"
 #include "ddstage/tool/shard_layout.hpp"
 #include "ddstage/tool/shard_plan.hpp"
-#include "ddstage/settings.hpp"
-#include "ddstage/store.hpp"
 #include "test_support.hpp"
 
 using namespace ddstage;
@@ -205,7 +205,8 @@ void test_gpu(const fs::path& dir) {
   std::mt19937_64 rng(99 + static_cast<uint64_t>(g_rank));
   for (const char* path : {"direct", "staged"}) {
     for (bool shared : {true, false}) {
-      Store store = make_store(MPI_COMM_WORLD, {.direct_on_node = shared, .settings = with_path(path)});
+      Store store =
+          make_store(MPI_COMM_WORLD, {.direct_on_node = shared, .settings = with_path(path)});
       store.load(dir / "d.ddx");
       auto reader = store.reader("d");
       const Ids ids = random_batch(rng, plan, 64);
@@ -213,7 +214,8 @@ void test_gpu(const fs::path& dir) {
         check_throws<UsageError>([&] { device_batch(reader, "x", ids); }, "MPI_Get");
         continue;
       }
-      for (const std::string field : {"x", "g"}) CHECK(device_batch(reader, field, ids) == origin_batch(index, field, ids));
+      for (const std::string field : {"x", "g"})
+        CHECK(device_batch(reader, field, ids) == origin_batch(index, field, ids));
     }
   }
 }
@@ -246,7 +248,8 @@ void test_bad_input(Store& store) {
   check_throws<UsageError>([&] { store.get_batch_collective("d", "x", ids, row); }, "out of range");
   // A dataset one rank does not know is bad input like any other: every rank throws.
   const std::string name = g_rank == g_size - 1 ? "missing" : "d";
-  check_throws<UsageError>([&] { store.get_batch_collective(name, "x", Ids{1}, row); }, "no dataset 'missing'");
+  check_throws<UsageError>([&] { store.get_batch_collective(name, "x", Ids{1}, row); },
+                           "no dataset 'missing'");
   // ...and the ranks are still in step afterwards.
   Bytes got(x_bytes);
   store.get_batch_collective("d", "x", Ids{static_cast<uint64_t>(g_rank)}, got);

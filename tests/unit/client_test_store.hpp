@@ -11,12 +11,12 @@
 #include <vector>
 
 #include "ddstage/client.hpp"
+#include "ddstage/store_descriptor.hpp"
 #include "ddstage/tool/index_writer.hpp"
 #include "ddstage/tool/origin_reader.hpp"
 #include "ddstage/tool/shard_layout.hpp"
 #include "ddstage/tool/shard_loader.hpp"
 #include "ddstage/tool/shard_plan.hpp"
-#include "ddstage/store_descriptor.hpp"
 #include "test_support.hpp"
 
 namespace ddstage::test {
@@ -117,7 +117,7 @@ inline Bytes origin_batch(const Index& index, uint32_t field, std::span<const ui
 }
 
 inline Bytes store_batch(Reader& reader, const std::string& field, std::span<const uint64_t> ids,
-                  bool verify = false) {
+                         bool verify = false) {
   Bytes out(reader.batch_bytes(field, ids));
   reader.get_batch(field, ids, out, verify);
   return out;

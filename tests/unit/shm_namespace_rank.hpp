@@ -25,7 +25,8 @@ class ShmNamespaceRank {
     if (m_pid == 0) {
       ::close(ready[0]);
       char ok = 0;
-      if (::unshare(CLONE_NEWNS) == 0 && ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0 &&
+      if (::unshare(CLONE_NEWNS) == 0 &&
+          ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) == 0 &&
           ::mount("tmpfs", "/dev/shm", "tmpfs", 0, nullptr) == 0) {
         detail::RankLock lock(store_id, rank);
         ok = 1;

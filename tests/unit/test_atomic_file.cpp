@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "ddstage/tool/atomic_file.hpp"
 #include "ddstage/error.hpp"
+#include "ddstage/tool/atomic_file.hpp"
 #include "test_support.hpp"
 
 using namespace ddstage;

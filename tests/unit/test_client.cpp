@@ -11,10 +11,10 @@
 #include <random>
 #include <thread>
 
+#include "client_test_store.hpp"
 #include "ddstage/client.hpp"
 #include "ddstage/error.hpp"
 #include "ddstage/profile.hpp"
-#include "client_test_store.hpp"
 
 using namespace ddstage;
 using Catch::Contains;
@@ -212,9 +212,9 @@ TEST_CASE("client: samples of a rank on another node need the fabric transport",
       CHECK(store_batch(reader, "g", ids, true) == origin_batch(store.index(), 1, ids));
     }
     const auto ids2 = ids_of_rank(store.plan(), 2);
-    CHECK_THROWS_WITH(
-        store_batch(reader, "x", ids2),
-        Contains("rank 2 on elsewhere.invalid is on another node") && Contains("--transport fabric"));
+    CHECK_THROWS_WITH(store_batch(reader, "x", ids2),
+                      Contains("rank 2 on elsewhere.invalid is on another node") &&
+                          Contains("--transport fabric"));
     CHECK_THROWS_AS(store_batch(reader, "x", ids2), UsageError);
   }
   CHECK(leftover_segments().empty());
@@ -264,10 +264,12 @@ TEST_CASE("client: an index re-flattened after loading is refused, not misread",
   auto descriptor = StoreDescriptor::read(store.dir());
   descriptor.datasets[0].index_fingerprint ^= 1;
   descriptor.write(store.dir());
-  CHECK_THROWS_WITH(Client(store.dir()).open("d"), Catch::Contains("changed after") && Catch::Contains("reload"));
+  CHECK_THROWS_WITH(Client(store.dir()).open("d"),
+                    Catch::Contains("changed after") && Catch::Contains("reload"));
 }
 
-TEST_CASE("client: the profile counts each batch's rows, bytes and stages, only while on", "[client][profile]") {
+TEST_CASE("client: the profile counts each batch's rows, bytes and stages, only while on",
+          "[client][profile]") {
   TestStore store;
   Reader reader = Client(store.dir()).open("d").reader();
   const auto ids = mixed_ids(3);

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "control/control_server.hpp"
-#include "loopback.hpp"
 #include "ddstage/error.hpp"
+#include "loopback.hpp"
 
 using namespace ddstage;
 using namespace std::chrono_literals;
@@ -352,7 +352,8 @@ TEST_CASE("while a request runs, others get the busy answer at once", "[control]
   running->connection.send(reply);
 }
 
-TEST_CASE("heartbeats are answered at once, idle and while a command runs", "[control][heartbeat]") {
+TEST_CASE("heartbeats are answered at once, idle and while a command runs",
+          "[control][heartbeat]") {
   auto server = make_server();
   Message beat;
   beat["op"] = "heartbeat";
@@ -408,8 +409,8 @@ TEST_CASE("loopback addresses are told from the ones other hosts reach", "[contr
     INFO(lo);
     REQUIRE(loopback(lo));
   }
-  for (const char* other : {"10.9.0.2", "128.0.0.1", "126.255.255.255", "0.0.0.0", "::", "fe80::1", "::ffff:10.0.0.1",
-                            "::2"}) {
+  for (const char* other : {"10.9.0.2", "128.0.0.1", "126.255.255.255", "0.0.0.0", "::", "fe80::1",
+                            "::ffff:10.0.0.1", "::2"}) {
     INFO(other);
     REQUIRE_FALSE(loopback(other));
   }

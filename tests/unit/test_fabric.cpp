@@ -5,10 +5,10 @@
 
 #include <algorithm>
 #include <chrono>
-#include <filesystem>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -33,7 +33,8 @@ namespace {
 // libfabric reads its environment once, at the first fi_getinfo: pin every IP provider to the
 // loopback interface before any test runs, so no test traffic can leave 127.0.0.0/8.
 const bool loopback_only = [] {
-  for (const char* var : {"FI_TCP_IFACE", "FI_NET_IFACE", "FI_SOCKETS_IFACE", "FI_UDP_IFACE"}) setenv(var, "lo", 1);
+  for (const char* var : {"FI_TCP_IFACE", "FI_NET_IFACE", "FI_SOCKETS_IFACE", "FI_UDP_IFACE"})
+    setenv(var, "lo", 1);
   return true;
 }();
 
@@ -63,11 +64,14 @@ FabricOptions options_for(const Provider& p) {
 
 std::vector<std::byte> pattern(std::size_t bytes, unsigned seed) {
   std::vector<std::byte> out(bytes);
-  for (std::size_t i = 0; i < bytes; ++i) out[i] = static_cast<std::byte>((i * 131 + seed * 7 + (i >> 12)) & 0xff);
+  for (std::size_t i = 0; i < bytes; ++i)
+    out[i] = static_cast<std::byte>((i * 131 + seed * 7 + (i >> 12)) & 0xff);
   return out;
 }
 
-FabricRemote remote(const FabricServer& server, uint64_t region) { return {server.peer(), server.region(region), "localhost"}; }
+FabricRemote remote(const FabricServer& server, uint64_t region) {
+  return {server.peer(), server.region(region), "localhost"};
+}
 
 void post_and_wait(FabricTransport& t, std::span<const ReadOp> ops) {
   t.post(ops);
@@ -75,8 +79,8 @@ void post_and_wait(FabricTransport& t, std::span<const ReadOp> ops) {
 }
 
 /// Random rows over `regions` (by rank), read in one batch and compared byte for byte.
-void read_and_compare(FabricTransport& t, const std::vector<std::vector<std::byte>*>& regions, std::mt19937& rng,
-                      std::size_t rows, bool split_posts) {
+void read_and_compare(FabricTransport& t, const std::vector<std::vector<std::byte>*>& regions,
+                      std::mt19937& rng, std::size_t rows, bool split_posts) {
   std::vector<ReadOp> ops;
   std::size_t total = 0;
   std::uniform_int_distribution<int> rank_dist(0, static_cast<int>(regions.size()) - 1);
@@ -84,7 +88,8 @@ void read_and_compare(FabricTransport& t, const std::vector<std::vector<std::byt
   for (std::size_t i = 0; i < rows; ++i) {
     const int rank = rank_dist(rng);
     const uint64_t bytes = size_dist(rng);
-    const uint64_t offset = std::uniform_int_distribution<uint64_t>(0, regions[rank]->size() - bytes)(rng);
+    const uint64_t offset =
+        std::uniform_int_distribution<uint64_t>(0, regions[rank]->size() - bytes)(rng);
     ops.push_back({offset, bytes, nullptr, rank});
     total += bytes;
   }
@@ -121,7 +126,8 @@ struct LiveAndHung {
         b(pattern(1 << 20, seed + 1)),
         region(hung, b) {}
   std::vector<FabricRemote> remotes(const std::string& hung_host) const {
-    return {remote(live, ra), {{hung.provider(), to_hex(hung.address())}, region.info(), hung_host}};
+    return {remote(live, ra),
+            {{hung.provider(), to_hex(hung.address())}, region.info(), hung_host}};
   }
 
   FabricServer live;
@@ -138,7 +144,8 @@ constexpr std::byte canary{0xa5};
 std::vector<ReadOp> reads_into(std::span<std::byte> dest, std::size_t pieces, int rank) {
   std::vector<ReadOp> ops;
   const std::size_t piece = dest.size() / pieces;
-  for (std::size_t i = 0; i < pieces; ++i) ops.push_back({i * piece, piece, dest.data() + i * piece, rank});
+  for (std::size_t i = 0; i < pieces; ++i)
+    ops.push_back({i * piece, piece, dest.data() + i * piece, rank});
   return ops;
 }
 
@@ -173,13 +180,14 @@ class ChildServer {
     ::close(m_to_child[0]);
     std::string text;
     char buf[512];
-    for (ssize_t n; text.find('\n') == std::string::npos && (n = ::read(to_parent[0], buf, sizeof buf)) > 0;) {
+    for (ssize_t n;
+         text.find('\n') == std::string::npos && (n = ::read(to_parent[0], buf, sizeof buf)) > 0;) {
       text.append(buf, static_cast<std::size_t>(n));
     }
     ::close(to_parent[0]);
     std::istringstream in(text);
-    in >> m_remote.peer.provider >> m_remote.peer.address_hex >> m_remote.region.key >> m_remote.region.base >>
-        m_remote.region.bytes;
+    in >> m_remote.peer.provider >> m_remote.peer.address_hex >> m_remote.region.key >>
+        m_remote.region.base >> m_remote.region.bytes;
     m_remote.host = "child";
     REQUIRE(in);
   }
@@ -209,14 +217,16 @@ class ChildServer {
 
  private:
   /// The server process: publish what a reader needs, serve until the parent closes the pipe.
-  [[noreturn]] static void serve(const Provider& p, std::size_t bytes, unsigned seed, int out, int in) {
+  [[noreturn]] static void serve(const Provider& p, std::size_t bytes, unsigned seed, int out,
+                                 int in) {
     int code = 0;
     try {
       auto memory = pattern(bytes, seed);
       FabricServer server(options_for(p));
       const FabricRegionInfo r = server.region(server.add_region(memory));
-      const std::string line = server.peer().provider + " " + server.peer().address_hex + " " + std::to_string(r.key) +
-                               " " + std::to_string(r.base) + " " + std::to_string(r.bytes) + "\n";
+      const std::string line = server.peer().provider + " " + server.peer().address_hex + " " +
+                               std::to_string(r.key) + " " + std::to_string(r.base) + " " +
+                               std::to_string(r.bytes) + "\n";
       if (::write(out, line.data(), line.size()) != static_cast<ssize_t>(line.size())) code = 3;
       char c;
       while (::read(in, &c, 1) > 0) {
@@ -256,7 +266,8 @@ TEST_CASE("fabric: an absent provider is a usage error naming what exists", "[fa
   for (const auto& r : rows) {
     if (r.provider == "sockets" || r.provider == "udp;ofi_rxd") CHECK(!r.chosen);
   }
-  CHECK(std::count_if(rows.begin(), rows.end(), [](const auto& r) { return r.chosen; }) == (rows.empty() ? 0 : 1));
+  CHECK(std::count_if(rows.begin(), rows.end(), [](const auto& r) { return r.chosen; }) ==
+        (rows.empty() ? 0 : 1));
 }
 
 TEST_CASE("fabric: random batches read byte for byte from an in-process server", "[fabric]") {
@@ -269,12 +280,13 @@ TEST_CASE("fabric: random batches read byte for byte from an in-process server",
       const uint64_t ra = server.add_region(a);
       const uint64_t rb = server.add_region(b);
       FabricOptions o = options_for(p);
-      o.window = 16;                  // fills, so posting must reap mid-batch
-      o.max_read_bytes = 256 << 10;   // 1 MB rows are split in four
+      o.window = 16;                 // fills, so posting must reap mid-batch
+      o.max_read_bytes = 256 << 10;  // 1 MB rows are split in four
       FabricTransport t(o, {remote(server, ra), remote(server, rb)});
       CHECK(t.provider() == server.peer().provider);
       std::mt19937 rng(42);
-      for (int batch = 0; batch < 6; ++batch) read_and_compare(t, {&a, &b}, rng, 40, batch % 2 == 1);
+      for (int batch = 0; batch < 6; ++batch)
+        read_and_compare(t, {&a, &b}, rng, 40, batch % 2 == 1);
     }
   }
 }
@@ -333,11 +345,13 @@ TEST_CASE("fabric: a peer that never answers fails the batch within read_timeout
       FabricTransport t(o, targets.remotes("hungnode"));
       std::vector<std::byte> dest(8 * 4096);
       std::vector<ReadOp> ops;
-      for (int i = 0; i < 8; ++i) ops.push_back({uint64_t(i) * 4096, 4096, dest.data() + i * 4096, i % 2});
+      for (int i = 0; i < 8; ++i)
+        ops.push_back({uint64_t(i) * 4096, 4096, dest.data() + i * 4096, i % 2});
       const auto start = Clock::now();
       // rxm's lazy connect can stall the post itself: either call may report it.
-      CHECK_THROWS_WITH(post_and_wait(t, ops), Catch::Contains("rank 1 on hungnode") && Catch::Contains("read_timeout") &&
-                                      !Catch::Contains("rank 0"));
+      CHECK_THROWS_WITH(post_and_wait(t, ops), Catch::Contains("rank 1 on hungnode") &&
+                                                   Catch::Contains("read_timeout") &&
+                                                   !Catch::Contains("rank 0"));
       CHECK(Clock::now() - start < std::chrono::seconds(4));
       std::mt19937 rng(9);
       read_and_compare(t, {&targets.a}, rng, 16, false);
@@ -345,20 +359,24 @@ TEST_CASE("fabric: a peer that never answers fails the batch within read_timeout
   }
 }
 
-TEST_CASE("fabric: the floor reader gives up on a target that never answers within read_timeout", "[fabric]") {
-  const Provider& p = providers[0];  // tcp: rxm connects lazily, so an unreachable target refuses every post
+TEST_CASE("fabric: the floor reader gives up on a target that never answers within read_timeout",
+          "[fabric]") {
+  const Provider& p =
+      providers[0];  // tcp: rxm connects lazily, so an unreachable target refuses every post
   if (!present(p)) return;
   FabricEndpoint hung(*choose_provider(p.name, p.domain));
   auto b = pattern(1 << 20, 10);
   FabricRegion region(hung, b);
   const auto info = region.info();
   const auto hex = to_hex(hung.address());
-  const auto settings =
-      Settings::resolve({{"fabric.provider", p.name}, {"fabric.domain", p.domain}, {"read_timeout", "1s"}}, {},
-                        std::nullopt, false);
-  FabricFloorReader reader(settings, hung.provider() + ' ' + hex + ' ' + std::to_string(info.key) + ' ' +
-                                         std::to_string(info.base) + ' ' + std::to_string(info.bytes));
-  CHECK_THROWS_WITH(reader.run(4096, 16, 8, 1), Catch::Contains(hex) && Catch::Contains("read_timeout (1000 ms)"));
+  const auto settings = Settings::resolve(
+      {{"fabric.provider", p.name}, {"fabric.domain", p.domain}, {"read_timeout", "1s"}}, {},
+      std::nullopt, false);
+  FabricFloorReader reader(settings, hung.provider() + ' ' + hex + ' ' + std::to_string(info.key) +
+                                         ' ' + std::to_string(info.base) + ' ' +
+                                         std::to_string(info.bytes));
+  CHECK_THROWS_WITH(reader.run(4096, 16, 8, 1),
+                    Catch::Contains(hex) && Catch::Contains("read_timeout (1000 ms)"));
 }
 
 TEST_CASE("fabric: a reader in another process reads a server's region", "[fabric]") {
@@ -379,7 +397,8 @@ TEST_CASE("fabric: a reader in another process reads a server's region", "[fabri
   }
 }
 
-TEST_CASE("fabric: a killed server fails the batch in bounded time; other ranks still read", "[fabric]") {
+TEST_CASE("fabric: a killed server fails the batch in bounded time; other ranks still read",
+          "[fabric]") {
   for (const Provider& p : providers) {
     SECTION(p.name) {
       if (!present(p)) continue;
@@ -404,7 +423,8 @@ TEST_CASE("fabric: a killed server fails the batch in bounded time; other ranks 
   }
 }
 
-TEST_CASE("fabric: only tcp and net before 1.18, with manual data progress, leave an endpoint open", "[fabric]") {
+TEST_CASE("fabric: only tcp and net before 1.18, with manual data progress, leave an endpoint open",
+          "[fabric]") {
   const auto leaves_open = [](const char* provider, fi_progress progress, uint32_t version) {
     InfoPtr info(fi_allocinfo());
     REQUIRE(info);
@@ -436,17 +456,21 @@ TEST_CASE("fabric: endpoints left open after time-outs are capped per process", 
       FabricTransport t(o, remotes);
       std::vector<std::byte> dest(8 * 4096);
       std::vector<ReadOp> ops;
-      for (int i = 0; i < 8; ++i) ops.push_back({uint64_t(i) * 4096, 4096, dest.data() + i * 4096, i % 2});
-      CHECK_THROWS_WITH(post_and_wait(t, ops), Catch::Contains("rank 1 on hungnode") && Catch::Contains("read_timeout"));
+      for (int i = 0; i < 8; ++i)
+        ops.push_back({uint64_t(i) * 4096, 4096, dest.data() + i * 4096, i % 2});
+      CHECK_THROWS_WITH(post_and_wait(t, ops),
+                        Catch::Contains("rank 1 on hungnode") && Catch::Contains("read_timeout"));
       CHECK(FabricTransport::abandoned_endpoints() == before + (leaves_open ? 1 : 0));
       std::mt19937 rng(14);
       if (leaves_open) {
         // At the cap: this transport, and any new one under the same cap, fails saying why
         // rather than opening endpoints it may have to leak.
         const ReadOp op{0, 4096, dest.data(), 0};
-        CHECK_THROWS_WITH(post_and_wait(t, {&op, 1}),
-                          Catch::Contains("too many fabric endpoints left open") && Catch::Contains("restart"));
-        CHECK_THROWS_WITH(FabricTransport(o, remotes), Catch::Contains("too many fabric endpoints left open"));
+        CHECK_THROWS_WITH(
+            post_and_wait(t, {&op, 1}),
+            Catch::Contains("too many fabric endpoints left open") && Catch::Contains("restart"));
+        CHECK_THROWS_WITH(FabricTransport(o, remotes),
+                          Catch::Contains("too many fabric endpoints left open"));
       } else {
         WARN(p.name << ": closed after the time-out, nothing left open");
         read_and_compare(t, {&targets.a}, rng, 8, false);
@@ -458,7 +482,8 @@ TEST_CASE("fabric: endpoints left open after time-outs are capped per process", 
   }
 }
 
-TEST_CASE("fabric: a read of a registration the server closed is one a replace can cause", "[fabric]") {
+TEST_CASE("fabric: a read of a registration the server closed is one a replace can cause",
+          "[fabric]") {
   // tcp only: shm 1.17 reads a same-node peer by virtual address and checks no key.
   const Provider& p = providers[0];
   if (!present(p)) return;
@@ -481,7 +506,8 @@ TEST_CASE("fabric: a read of a registration the server closed is one a replace c
   }
 }
 
-TEST_CASE("fabric: quiesce mid-batch returns once nothing writes into the destination", "[fabric][quiesce]") {
+TEST_CASE("fabric: quiesce mid-batch returns once nothing writes into the destination",
+          "[fabric][quiesce]") {
   for (const Provider& p : providers) {
     SECTION(p.name) {
       if (!present(p)) continue;
@@ -508,7 +534,8 @@ TEST_CASE("fabric: quiesce mid-batch returns once nothing writes into the destin
   }
 }
 
-TEST_CASE("fabric: a batch that fails mid-way leaves nothing in flight into the destination", "[fabric][quiesce]") {
+TEST_CASE("fabric: a batch that fails mid-way leaves nothing in flight into the destination",
+          "[fabric][quiesce]") {
   for (const Provider& p : providers) {
     SECTION(p.name) {
       if (!present(p)) continue;
@@ -522,11 +549,13 @@ TEST_CASE("fabric: a batch that fails mid-way leaves nothing in flight into the 
       std::vector<std::byte> dest(1 << 20);
       auto ops = reads_into(dest, 32, 0);
       for (std::size_t i = 1; i < ops.size(); i += 2) ops[i].rank = 1;
-      CHECK_THROWS_WITH(post_and_wait(t, ops), Catch::Contains("rank 1 on latenode") && Catch::Contains("read_timeout"));
+      CHECK_THROWS_WITH(post_and_wait(t, ops),
+                        Catch::Contains("rank 1 on latenode") && Catch::Contains("read_timeout"));
       t.quiesce();
       std::jthread target([&targets](std::stop_token stop) {
         std::array<fi_cq_entry, 16> entries;
-        while (!stop.stop_requested()) fi_cq_read(targets.hung.cq(), entries.data(), entries.size());
+        while (!stop.stop_requested())
+          fi_cq_read(targets.hung.cq(), entries.data(), entries.size());
       });
       std::vector<std::byte> scratch(64 << 10);
       CHECK(stays_untouched(t, dest, reads_into(scratch, 4, 0)));
@@ -534,7 +563,8 @@ TEST_CASE("fabric: a batch that fails mid-way leaves nothing in flight into the 
   }
 }
 
-TEST_CASE("fabric: a failed read fails its batch only once the others are reaped", "[fabric][quiesce]") {
+TEST_CASE("fabric: a failed read fails its batch only once the others are reaped",
+          "[fabric][quiesce]") {
   // tcp only: shm 1.17 checks no key (see above).
   const Provider& p = providers[0];
   if (!present(p)) return;
@@ -556,7 +586,8 @@ TEST_CASE("fabric: a failed read fails its batch only once the others are reaped
   CHECK(stays_untouched(t, dest, reads_into(scratch, 1, 0)));
 }
 
-TEST_CASE("fabric: an InFlight guard left without complete() quiesces its reads", "[fabric][quiesce]") {
+TEST_CASE("fabric: an InFlight guard left without complete() quiesces its reads",
+          "[fabric][quiesce]") {
   for (const Provider& p : providers) {
     SECTION(p.name) {
       if (!present(p)) continue;
@@ -591,8 +622,8 @@ TEST_CASE("fabric: the registry opens a fabric transport from settings", "[fabri
   FabricServer server(options_for(p));
   auto a = pattern(1 << 20, 23);
   const TransportTargets targets{.remotes = {remote(server, server.add_region(a))}};
-  const auto settings =
-      Settings::resolve({{"fabric.provider", p.name}, {"fabric.domain", p.domain}}, {}, std::nullopt, false);
+  const auto settings = Settings::resolve(
+      {{"fabric.provider", p.name}, {"fabric.domain", p.domain}}, {}, std::nullopt, false);
   const auto t = open_transport(TransportId::fabric, targets, settings);
   CHECK(t->name() == "fabric");
   std::vector<std::byte> dest(a.size());

@@ -22,16 +22,15 @@
 
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
+using ddstage::test::flatten_to;
 using ddstage::test::pattern_bytes;
+using ddstage::test::request_for;
 using ddstage::test::TempDir;
 using ddstage::test::write_file;
-using ddstage::test::flatten_to;
-using ddstage::test::request_for;
 
 namespace {
 
 using Bytes = std::vector<std::byte>;
-
 
 /// Every sample of the only field, read back from origin and checked against its checksum.
 std::vector<Bytes> read_samples(const ddstage::Index& index) {

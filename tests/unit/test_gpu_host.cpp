@@ -5,8 +5,8 @@
 #include <cstdlib>
 
 #include "client_test_store.hpp"
-#include "ddstage/tool/device_allocation.hpp"
 #include "ddstage/error.hpp"
+#include "ddstage/tool/device_allocation.hpp"
 #include "ddstage/tool/gpu_info.hpp"
 
 using namespace ddstage;
@@ -55,7 +55,8 @@ TEST_CASE("gpu_info: each built runtime reports devices or why there are none", 
   }
 }
 
-TEST_CASE("no GPU: allocations and device batches fail naming it; host batches still read", "[gpu]") {
+TEST_CASE("no GPU: allocations and device batches fail naming it; host batches still read",
+          "[gpu]") {
   if (has_gpu()) {
     DeviceAllocation memory(0, 64);
     CHECK(memory.buffer().bytes == 64);
@@ -82,10 +83,12 @@ TEST_CASE("no GPU: allocations and device batches fail naming it; host batches s
   CHECK(store_batch(reader, "x", ids) == origin_batch(store.index(), 0, ids));
 }
 
-TEST_CASE("gpu.path: direct, staged or auto; anything else is a usage error naming it", "[gpu][settings]") {
+TEST_CASE("gpu.path: direct, staged or auto; anything else is a usage error naming it",
+          "[gpu][settings]") {
   CHECK(Settings().get_string("gpu.path") == "auto");
   for (const char* good : {"direct", "staged", "auto"}) {
-    CHECK(Settings::resolve({}, {{"DDSTAGE_GPU_PATH", good}}, std::nullopt, false).get_string("gpu.path") == good);
+    CHECK(Settings::resolve({}, {{"DDSTAGE_GPU_PATH", good}}, std::nullopt, false)
+              .get_string("gpu.path") == good);
   }
   CHECK_THROWS_WITH(Settings::resolve({{"gpu.path", "sideways"}}, {}, std::nullopt, false),
                     Contains("gpu.path") && Contains("direct|staged|auto"));

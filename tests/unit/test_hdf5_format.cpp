@@ -88,7 +88,6 @@ haddr_t dataset_offset(const fs::path& file, const std::string& path) {
   return H5Dget_offset(d);
 }
 
-
 /// Reads (sample, field) through the index, checking the entry's checksum on the way.
 Bytes read_entry(OriginReader& reader, const Index& index, uint64_t sample, uint32_t field) {
   Bytes out(index.entry(sample, field).length);

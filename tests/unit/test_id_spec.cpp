@@ -29,15 +29,17 @@ TEST_CASE("@FILE holds one id or range per line", "[ids]") {
   CHECK(parse_ids("@" + (dir / "ids.txt").string(), 10) == std::vector<uint64_t>{4, 2, 3, 4});
   std::ofstream(dir / "bad.txt") << "1\nfoo\n";
   CHECK_THROWS_WITH(parse_ids("@" + (dir / "bad.txt").string(), 10), Catch::Contains("bad.txt:2"));
-  CHECK_THROWS_WITH(parse_ids("@" + (dir / "none.txt").string(), 10), Catch::Contains("cannot read"));
+  CHECK_THROWS_WITH(parse_ids("@" + (dir / "none.txt").string(), 10),
+                    Catch::Contains("cannot read"));
 }
 
 TEST_CASE("a bad item is named by its position, in one line whatever the spec holds", "[ids]") {
   // Found by fuzz_id_spec: a newline in the spec made a two-line error.
-  CHECK_THROWS_WITH(parse_ids("4\n0,7,10-", 100),
-                    Catch::Contains("bad id '4?0'") && Catch::Contains("--ids item 1") &&
-                        !Catch::Contains("\n"));
-  CHECK_THROWS_WITH(parse_ids("1,2,9\x1b[2J", 100), Catch::Contains("'9?[2J'") && Catch::Contains("item 3"));
+  CHECK_THROWS_WITH(parse_ids("4\n0,7,10-", 100), Catch::Contains("bad id '4?0'") &&
+                                                      Catch::Contains("--ids item 1") &&
+                                                      !Catch::Contains("\n"));
+  CHECK_THROWS_WITH(parse_ids("1,2,9\x1b[2J", 100),
+                    Catch::Contains("'9?[2J'") && Catch::Contains("item 3"));
   CHECK_THROWS_WITH(parse_ids("1,9-\t", 100), Catch::Contains("item 2"));
 }
 
@@ -53,10 +55,11 @@ TEST_CASE("a long spec is not echoed whole in its error", "[ids]") {
     CHECK_THAT(e.what(), Catch::Contains("bad id 'x' in --ids item 100001"));
   }
   const std::string long_token(1000, '7');
-  CHECK_THROWS_WITH(parse_ids(long_token, 10), Catch::Contains("'" + std::string(64, '7') + "...'"));
+  CHECK_THROWS_WITH(parse_ids(long_token, 10),
+                    Catch::Contains("'" + std::string(64, '7') + "...'"));
 }
 
 TEST_CASE("an id of a dataset with no samples says so", "[ids]") {
-  CHECK_THROWS_WITH(parse_ids("0", 0),
-                    Catch::Contains("the dataset has no samples") && !Catch::Contains("1844674407"));
+  CHECK_THROWS_WITH(parse_ids("0", 0), Catch::Contains("the dataset has no samples") &&
+                                           !Catch::Contains("1844674407"));
 }

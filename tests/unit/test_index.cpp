@@ -8,9 +8,9 @@
 #include <cstring>
 #include <fstream>
 
-#include "ddstage/tool/checksum.hpp"
 #include "ddstage/error.hpp"
 #include "ddstage/index.hpp"
+#include "ddstage/tool/checksum.hpp"
 #include "ddstage/tool/index_writer.hpp"
 #include "ddstage/tool/origin_reader.hpp"
 #include "ddstage/tool/shard_layout.hpp"
@@ -28,8 +28,8 @@ std::vector<FieldInfo> two_fields() {
 }
 
 /// A source file of 10 fixed 16-byte rows, then variable rows (sample i has i+1 bytes) packed.
-fs::path write_small_index(const test::TempDir& dir, const std::string& name = "d.ddx", bool force = false,
-                           uint64_t pack_bytes = 256ull << 20) {
+fs::path write_small_index(const test::TempDir& dir, const std::string& name = "d.ddx",
+                           bool force = false, uint64_t pack_bytes = 256ull << 20) {
   auto src = dir / "src.bin";
   if (!fs::exists(src)) test::write_file(src, test::pattern_bytes(160, 7));
   auto bytes = test::pattern_bytes(160, 7);
@@ -91,7 +91,8 @@ TEST_CASE("index round trip: manifest, entries, files, reads", "[index]") {
   }
   CHECK(out == expect);
   CHECK(index.field_id("y") == 1);
-  CHECK_THROWS_WITH(index.field_id("z"), Catch::Contains("no field 'z'") && Catch::Contains("x, y"));
+  CHECK_THROWS_WITH(index.field_id("z"),
+                    Catch::Contains("no field 'z'") && Catch::Contains("x, y"));
   CHECK_THROWS_WITH(index.default_field(), Catch::Contains("--field"));
 }
 
@@ -171,7 +172,8 @@ TEST_CASE("a changed or missing source is stale", "[index]") {
   auto path = write_small_index(dir);
   auto index = Index::open(path);
   test::write_file(dir / "src.bin", test::pattern_bytes(161, 7));
-  CHECK_THROWS_WITH(index.check_all_fresh(), Catch::Contains("src.bin") && Catch::Contains("changed"));
+  CHECK_THROWS_WITH(index.check_all_fresh(),
+                    Catch::Contains("src.bin") && Catch::Contains("changed"));
   OriginReader strict(index);
   std::vector<std::byte> out(16);
   uint64_t id = 0;
@@ -190,13 +192,15 @@ TEST_CASE("verify catches bytes that changed in place", "[index]") {
   OriginReader reader(index, {.verify = true, .allow_stale = true});
   std::vector<uint64_t> ids{2};
   std::vector<std::byte> out(3);
-  CHECK_THROWS_WITH(reader.read(1, ids, out), Catch::Contains("checksum mismatch") && Catch::Contains("sample 2"));
+  CHECK_THROWS_WITH(reader.read(1, ids, out),
+                    Catch::Contains("checksum mismatch") && Catch::Contains("sample 2"));
 }
 
 TEST_CASE("an existing output is kept unless forced, and replaced only when complete", "[index]") {
   test::TempDir dir;
   auto path = write_small_index(dir);
-  CHECK_THROWS_WITH(IndexWriter({.out = path}), Catch::Contains("already exists") && Catch::Contains("--force"));
+  CHECK_THROWS_WITH(IndexWriter({.out = path}),
+                    Catch::Contains("already exists") && Catch::Contains("--force"));
   {
     IndexWriter w({.out = path, .force = true});
     w.define(two_fields(), 10);
@@ -210,7 +214,8 @@ TEST_CASE("an existing output is kept unless forced, and replaced only when comp
   write_small_index(dir, "d.ddx", true);
   CHECK(Index::open(path).samples() == 10);
   test::write_file(dir / "plain", test::pattern_bytes(4, 1));
-  CHECK_THROWS_WITH(IndexWriter({.out = dir / "plain", .force = true}), Catch::Contains("not a ddstage index"));
+  CHECK_THROWS_WITH(IndexWriter({.out = dir / "plain", .force = true}),
+                    Catch::Contains("not a ddstage index"));
 }
 
 TEST_CASE("running out of file size while packing removes the temporary directory", "[index]") {
@@ -272,7 +277,8 @@ TEST_CASE("adjacent entries are coalesced without mixing up their destinations",
   reader.read(0, ids, out);
   auto src = test::pattern_bytes(160, 7);
   std::vector<std::byte> expect(ids.size() * 16);
-  for (std::size_t i = 0; i < ids.size(); ++i) std::copy_n(src.begin() + ids[i] * 16, 16, expect.begin() + i * 16);
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    std::copy_n(src.begin() + ids[i] * 16, 16, expect.begin() + i * 16);
   CHECK(out == expect);
   std::vector<std::byte> sample(reader.sample_bytes(5));
   reader.read_sample(5, sample);
@@ -309,7 +315,8 @@ struct CraftedIndex {
     header.header_checksum = 0;
     header.header_checksum = checksum(std::as_bytes(std::span(&header, 1)).first(header_bytes));
     std::memcpy(bytes.data(), &header, sizeof header);
-    std::ofstream(path, std::ios::binary).write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    std::ofstream(path, std::ios::binary)
+        .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   }
   /// Rewrites the header as format 1 wrote it: 80 bytes, no fields checksum.
   void seal_as_format_1() {
@@ -336,7 +343,8 @@ void edit_manifest(const fs::path& ddx, const std::string& old_text, const std::
 
 }  // namespace
 
-TEST_CASE("crafted entries are refused at open, naming index.bin and the entry", "[index][corrupt]") {
+TEST_CASE("crafted entries are refused at open, naming index.bin and the entry",
+          "[index][corrupt]") {
   test::TempDir dir;
   auto path = write_small_index(dir);
   // Entry 2 * 3 is sample 3's fixed field x (16 bytes at 48 of src.bin); 2 * 3 + 1 its variable y.
@@ -347,11 +355,36 @@ TEST_CASE("crafted entries are refused at open, naming index.bin and the entry",
     const char* words;
   };
   const Case cases[] = {
-      {"file id out of range", 6, [](Entry e) { e.file = 7; return e; }, "names file 7 of 2"},
-      {"row 999 of 100", 6, [](Entry e) { e.offset = 999 * 16; return e; }, "past the end of src.bin"},
-      {"offset + length wraps", 6, [](Entry e) { e.offset = ~uint64_t{0} - 8; return e; }, "past the end"},
-      {"length wraps", 7, [](Entry e) { e.length = ~uint64_t{0}; return e; }, "past the end"},
-      {"fixed row shorter than row_bytes", 6, [](Entry e) { e.length = 8; return e; }, "row_bytes 16"},
+      {"file id out of range", 6,
+       [](Entry e) {
+         e.file = 7;
+         return e;
+       },
+       "names file 7 of 2"},
+      {"row 999 of 100", 6,
+       [](Entry e) {
+         e.offset = 999 * 16;
+         return e;
+       },
+       "past the end of src.bin"},
+      {"offset + length wraps", 6,
+       [](Entry e) {
+         e.offset = ~uint64_t{0} - 8;
+         return e;
+       },
+       "past the end"},
+      {"length wraps", 7,
+       [](Entry e) {
+         e.length = ~uint64_t{0};
+         return e;
+       },
+       "past the end"},
+      {"fixed row shorter than row_bytes", 6,
+       [](Entry e) {
+         e.length = 8;
+         return e;
+       },
+       "row_bytes 16"},
   };
   for (const auto& c : cases) {
     SECTION(c.what) {
@@ -359,12 +392,14 @@ TEST_CASE("crafted entries are refused at open, naming index.bin and the entry",
       crafted.set_entry(c.entry, c.edit(crafted.entry(c.entry)));
       crafted.seal();
       CHECK_THROWS_WITH(Index::open(path), Catch::Contains((path / "index.bin").string()) &&
-                                               Catch::Contains("sample 3, field") && Catch::Contains(c.words));
+                                               Catch::Contains("sample 3, field") &&
+                                               Catch::Contains(c.words));
     }
   }
 }
 
-TEST_CASE("crafted header counts and section offsets are refused, never read past", "[index][corrupt]") {
+TEST_CASE("crafted header counts and section offsets are refused, never read past",
+          "[index][corrupt]") {
   test::TempDir dir;
   auto path = write_small_index(dir);
   struct Case {
@@ -372,7 +407,8 @@ TEST_CASE("crafted header counts and section offsets are refused, never read pas
     void (*edit)(detail::IndexHeader&);
   };
   const Case cases[] = {
-      {"samples * fields * 32 wraps", [](detail::IndexHeader& h) { h.samples = (uint64_t{1} << 59) + 10; }},
+      {"samples * fields * 32 wraps",
+       [](detail::IndexHeader& h) { h.samples = (uint64_t{1} << 59) + 10; }},
       {"more fields than the file holds", [](detail::IndexHeader& h) { h.fields = ~uint32_t{0}; }},
       {"no samples", [](detail::IndexHeader& h) { h.samples = 0; }},
       {"entries overlap the header", [](detail::IndexHeader& h) { h.entries_offset = 40; }},
@@ -388,7 +424,8 @@ TEST_CASE("crafted header counts and section offsets are refused, never read pas
       CraftedIndex crafted(path);
       c.edit(crafted.header);
       crafted.seal();
-      CHECK_THROWS_WITH(Index::open(path), Catch::Contains("index.bin") && Catch::Contains("corrupt"));
+      CHECK_THROWS_WITH(Index::open(path),
+                        Catch::Contains("index.bin") && Catch::Contains("corrupt"));
     }
   }
   SECTION("a file-table name that wraps") {
@@ -402,7 +439,8 @@ TEST_CASE("crafted header counts and section offsets are refused, never read pas
   }
 }
 
-TEST_CASE("a manifest field that disagrees with itself or with index.bin is refused", "[index][corrupt]") {
+TEST_CASE("a manifest field that disagrees with itself or with index.bin is refused",
+          "[index][corrupt]") {
   test::TempDir dir;
   auto path = write_small_index(dir);
   struct Case {
@@ -427,13 +465,15 @@ TEST_CASE("a manifest field that disagrees with itself or with index.bin is refu
   for (const auto& c : cases) {
     SECTION(std::string(c.old_text) + " -> " + c.new_text) {
       edit_manifest(path, c.old_text, c.new_text);
-      CHECK_THROWS_WITH(Index::open(path), Catch::Contains("manifest.yaml") && Catch::Contains(c.words));
+      CHECK_THROWS_WITH(Index::open(path),
+                        Catch::Contains("manifest.yaml") && Catch::Contains(c.words));
       CHECK_THROWS_AS(Index::open(path), IndexError);
     }
   }
 }
 
-TEST_CASE("a format 1 index still opens, and its entries still bind the manifest's sizes", "[index][corrupt]") {
+TEST_CASE("a format 1 index still opens, and its entries still bind the manifest's sizes",
+          "[index][corrupt]") {
   test::TempDir dir;
   auto path = write_small_index(dir);
   CraftedIndex(path).seal_as_format_1();
@@ -445,9 +485,10 @@ TEST_CASE("a format 1 index still opens, and its entries still bind the manifest
   SECTION("shape and row_bytes edited together disagree with the entries") {
     edit_manifest(path, "shape: [4]", "shape: [2]");
     edit_manifest(path, "row_bytes: 16", "row_bytes: 8");
-    CHECK_THROWS_WITH(Index::open(path),
-                      Catch::Contains("index.bin is corrupt") &&
-                          Catch::Contains("holds 16 bytes, but manifest.yaml gives the field row_bytes 8"));
+    CHECK_THROWS_WITH(
+        Index::open(path),
+        Catch::Contains("index.bin is corrupt") &&
+            Catch::Contains("holds 16 bytes, but manifest.yaml gives the field row_bytes 8"));
   }
 }
 
@@ -494,12 +535,15 @@ TEST_CASE("a writer refuses a field whose row_bytes disagrees with its shape", "
                     Catch::Contains("row_bytes 12, but its shape [4] of float32 makes 16"));
 }
 
-TEST_CASE("a fixed field of zero-byte rows is laid out and loaded through an offsets table", "[index][corrupt]") {
+TEST_CASE("a fixed field of zero-byte rows is laid out and loaded through an offsets table",
+          "[index][corrupt]") {
   test::TempDir dir;
   test::write_file(dir / "src.bin", test::pattern_bytes(12, 3));
   {
     IndexWriter w({.out = dir / "z.ddx"});
-    w.define({{"empty", DType::uint8, {0}, false, 0, "/empty"}, {"x", DType::int32, {}, false, 4, "/x"}}, 3);
+    w.define(
+        {{"empty", DType::uint8, {0}, false, 0, "/empty"}, {"x", DType::int32, {}, false, 4, "/x"}},
+        3);
     auto file = w.add_source(dir / "src.bin");
     auto bytes = test::pattern_bytes(12, 3);
     for (uint64_t s = 0; s < 3; ++s) {

@@ -1,8 +1,8 @@
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <random>
 #include <vector>
-#include <algorithm>
 
 #include "ddstage/latency_histogram.hpp"
 
@@ -21,7 +21,8 @@ TEST_CASE("histogram: small values are exact, summaries match the data", "[histo
   CHECK(h.percentile(0.0) == 1);
 }
 
-TEST_CASE("histogram: percentiles within 1/16 over a wide range, merge equals one series", "[histogram]") {
+TEST_CASE("histogram: percentiles within 1/16 over a wide range, merge equals one series",
+          "[histogram]") {
   std::mt19937_64 rng(7);
   std::lognormal_distribution<double> dist(10.0, 2.0);
   std::vector<uint64_t> values(200000);
@@ -46,7 +47,8 @@ TEST_CASE("histogram: percentiles within 1/16 over a wide range, merge equals on
   CHECK(a.min() == whole.min());
 }
 
-TEST_CASE("histogram: percentiles are ordered and the largest values do not overflow", "[histogram]") {
+TEST_CASE("histogram: percentiles are ordered and the largest values do not overflow",
+          "[histogram]") {
   LatencyHistogram h;
   h.record(UINT64_MAX);
   h.record(uint64_t{1} << 40);

@@ -15,11 +15,11 @@
 
 namespace fs = std::filesystem;
 using Catch::Matchers::Contains;
+using ddstage::test::flatten_to;
 using ddstage::test::pattern_bytes;
+using ddstage::test::request_for;
 using ddstage::test::TempDir;
 using ddstage::test::write_file;
-using ddstage::test::flatten_to;
-using ddstage::test::request_for;
 
 namespace {
 
@@ -50,7 +50,6 @@ std::string dict(const std::string& descr, const std::string& shape, bool fortra
   return "{'descr': " + descr + ", 'fortran_order': " + (fortran ? "True" : "False") +
          ", 'shape': " + shape + ", }";
 }
-
 
 /// All rows of a field in one batch (so they come back concatenated, like the .npy data), with
 /// every row's checksum verified on the way.

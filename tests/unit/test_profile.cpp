@@ -71,7 +71,8 @@ TEST_CASE("profile: the setting's off values change nothing, stage names are sta
   CHECK(stage_name(ProfileStage::gpu_sync) == "gpu_sync");
 }
 
-TEST_CASE("profile: libcore reads no DDSTAGE_PROFILE itself; the caller's settings carry it", "[profile]") {
+TEST_CASE("profile: libcore reads no DDSTAGE_PROFILE itself; the caller's settings carry it",
+          "[profile]") {
   ::setenv("DDSTAGE_PROFILE", "1", 1);
   const bool enabled_by_environment = profile::enabled();
   const auto settings = Settings::resolve({}, environment_settings(), std::nullopt, false);

@@ -14,8 +14,8 @@
 #include <thread>
 
 #include "control/control_server.hpp"
-#include "ddstage/tool/shm_segment.hpp"
 #include "ddstage/store_descriptor.hpp"
+#include "ddstage/tool/shm_segment.hpp"
 #include "heartbeat.hpp"
 #include "peer_watch.hpp"
 #include "rank_exit.hpp"
@@ -33,7 +33,9 @@ std::string test_store_id() {
   return id;
 }
 
-fs::path shm(const std::string& name) { return detail::shm_directory() / name; }
+fs::path shm(const std::string& name) {
+  return detail::shm_directory() / name;
+}
 
 /// Waits for child; its exit code, or -1 when it did not exit normally.
 int exit_code_of(pid_t child) {
@@ -107,7 +109,8 @@ TEST_CASE("leaving removes store.yaml only while it names this store", "[rank_ex
   fs::remove_all(dir);
 }
 
-TEST_CASE("rank 0's watch names the rank that went silent, and only once watching", "[peer_watch]") {
+TEST_CASE("rank 0's watch names the rank that went silent, and only once watching",
+          "[peer_watch]") {
   std::atomic<int> lost{-1};
   std::atomic<long> silence_ms{0};
   detail::PeerWatch watch(3, 400ms, [&](int rank, std::chrono::milliseconds silence) {
@@ -137,13 +140,16 @@ TEST_CASE("heartbeats keep a rank quiet while rank 0 answers, and report it gone
           "[heartbeat]") {
   const std::string token = "0123456789abcdef0123456789abcdef";
   std::optional<detail::ControlServer> rank0;
-  rank0.emplace("127.0.0.1:0", token, [](const detail::Message& request, bool) -> std::optional<detail::Message> {
-    detail::Message reply;
-    reply["ok"] = request["op"].as<std::string>() == "heartbeat" && request["rank"].as<int>() == 1;
-    return reply;
-  });
+  rank0.emplace("127.0.0.1:0", token,
+                [](const detail::Message& request, bool) -> std::optional<detail::Message> {
+                  detail::Message reply;
+                  reply["ok"] = request["op"].as<std::string>() == "heartbeat" &&
+                                request["rank"].as<int>() == 1;
+                  return reply;
+                });
   std::atomic<bool> lost{false};
-  detail::Heartbeat beat(rank0->address(), token, 1, 1000ms, [&](std::chrono::milliseconds) { lost = true; });
+  detail::Heartbeat beat(rank0->address(), token, 1, 1000ms,
+                         [&](std::chrono::milliseconds) { lost = true; });
   std::this_thread::sleep_for(2500ms);
   REQUIRE_FALSE(lost);
   rank0.reset();

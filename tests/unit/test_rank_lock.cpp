@@ -8,11 +8,11 @@
 
 #include <catch2/catch.hpp>
 
-#include "rank_lock.hpp"
-#include "forked_rank.hpp"
-#include "test_support.hpp"
-#include "shm_namespace_rank.hpp"
 #include "ddstage/tool/shm_segment.hpp"
+#include "forked_rank.hpp"
+#include "rank_lock.hpp"
+#include "shm_namespace_rank.hpp"
+#include "test_support.hpp"
 
 using namespace ddstage;
 using namespace ddstage::detail;
@@ -20,7 +20,9 @@ using ddstage::test::ShmNamespaceRank;
 
 namespace {
 
-std::string test_id() { return test::unused_store_id("f0"); }
+std::string test_id() {
+  return test::unused_store_id("f0");
+}
 
 bool listed(const std::string& id, int rank, bool is_lock) {
   auto files = list_store_files();
@@ -64,7 +66,8 @@ TEST_CASE("a killed rank's lock is gone, its segments listed, its pid recorded")
   ::shm_unlink(segment.c_str());
 }
 
-TEST_CASE("a rank in another mount namespace here is not gone, one with no lock and a dead pid is") {
+TEST_CASE(
+    "a rank in another mount namespace here is not gone, one with no lock and a dead pid is") {
   const auto id = test_id();
   ShmNamespaceRank rank(id, 5);
   if (!rank.started()) {
@@ -82,12 +85,15 @@ TEST_CASE("a rank in another mount namespace here is not gone, one with no lock 
 }
 
 TEST_CASE("names that are not a store's are not listed") {
-  for (const char* name : {"ddstage-notanid00000-x-r1", "ddstage-0123456789ab-x-rq", "other-0123456789ab-r1.lock"}) {
+  for (const char* name :
+       {"ddstage-notanid00000-x-r1", "ddstage-0123456789ab-x-rq", "other-0123456789ab-r1.lock"}) {
     std::ofstream(shm_directory() / name) << "x";
   }
   auto files = list_store_files();
-  CHECK(std::none_of(files.begin(), files.end(), [](const StoreFile& f) { return f.store_id == "0123456789ab"; }));
-  for (const char* name : {"ddstage-notanid00000-x-r1", "ddstage-0123456789ab-x-rq", "other-0123456789ab-r1.lock"}) {
+  CHECK(std::none_of(files.begin(), files.end(),
+                     [](const StoreFile& f) { return f.store_id == "0123456789ab"; }));
+  for (const char* name :
+       {"ddstage-notanid00000-x-r1", "ddstage-0123456789ab-x-rq", "other-0123456789ab-r1.lock"}) {
     std::filesystem::remove(shm_directory() / name);
   }
 }

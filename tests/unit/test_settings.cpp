@@ -9,7 +9,8 @@ using namespace ddstage;
 TEST_CASE("settings precedence: flag > env > file > default", "[settings]") {
   test::TempDir dir;
   std::ofstream(dir / "c.yaml") << "threads: 3\nflatten:\n  pack_size: 1G\n  memory: 8M\n";
-  auto s = Settings::resolve({{"threads", "5"}}, {{"DDSTAGE_FLATTEN_PACK_SIZE", "2M"}}, dir / "c.yaml", true);
+  auto s = Settings::resolve({{"threads", "5"}}, {{"DDSTAGE_FLATTEN_PACK_SIZE", "2M"}},
+                             dir / "c.yaml", true);
   CHECK(s.get_int("threads") == 5);
   CHECK(s.source("threads") == SettingSource::flag);
   CHECK(s.get_size("flatten.pack_size") == 2u << 20);
@@ -23,7 +24,8 @@ TEST_CASE("settings precedence: flag > env > file > default", "[settings]") {
 TEST_CASE("bad settings name the setting and where they came from", "[settings]") {
   test::TempDir dir;
   std::ofstream(dir / "c.yaml") << "thread: 3\n";
-  CHECK_THROWS_WITH(Settings::resolve({}, {}, dir / "c.yaml", true), Catch::Contains("unknown setting 'thread'"));
+  CHECK_THROWS_WITH(Settings::resolve({}, {}, dir / "c.yaml", true),
+                    Catch::Contains("unknown setting 'thread'"));
   CHECK_THROWS_WITH(Settings::resolve({}, {{"DDSTAGE_THREADS", "many"}}, std::nullopt, false),
                     Catch::Contains("DDSTAGE_THREADS"));
   CHECK_THROWS_AS(Settings::resolve({}, {}, dir / "missing.yaml", true), UsageError);
@@ -36,7 +38,8 @@ TEST_CASE("every setting has an env name and a valid default", "[settings]") {
     CHECK(d.env_name().starts_with("DDSTAGE_"));
     CHECK(!d.help.empty());
   }
-  CHECK(SettingDef{"flatten.pack_size", SettingType::size, "", ""}.env_name() == "DDSTAGE_FLATTEN_PACK_SIZE");
+  CHECK(SettingDef{"flatten.pack_size", SettingType::size, "", ""}.env_name() ==
+        "DDSTAGE_FLATTEN_PACK_SIZE");
   CHECK(parse_size("256M") == 256u << 20);
   CHECK(!parse_size("12Q").has_value());
   CHECK(parse_size("12.5K") == 12800u);
@@ -71,8 +74,9 @@ TEST_CASE("fabric settings have their defaults and env names", "[settings]") {
   CHECK(s.get_string("fabric.domain").empty());
   CHECK(s.get_int("fabric.window") == 128);
   CHECK(s.get_size("fabric.inflight_bytes") == 4u << 20);
-  auto e = Settings::resolve({}, {{"DDSTAGE_FABRIC_PROVIDER", "shm"}, {"DDSTAGE_FABRIC_DOMAIN", "lo"}}, std::nullopt,
-                             false);
+  auto e =
+      Settings::resolve({}, {{"DDSTAGE_FABRIC_PROVIDER", "shm"}, {"DDSTAGE_FABRIC_DOMAIN", "lo"}},
+                        std::nullopt, false);
   CHECK(e.get_string("fabric.provider") == "shm");
   CHECK(e.get_string("fabric.domain") == "lo");
 }

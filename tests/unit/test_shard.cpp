@@ -51,7 +51,8 @@ TEST_CASE("shard plans cover every sample once, balanced by bytes", "[shard]") {
       if (r > 0) CHECK(plan.range(r).first == plan.range(r - 1).last);
       // Contiguous ranges can miss the ideal split by at most one sample (<= 500 bytes).
       CHECK(std::abs(static_cast<double>(range_bytes(index, plan.range(r))) - ideal) <= 500.0);
-      for (uint64_t s = plan.range(r).first; s < plan.range(r).last; ++s) REQUIRE(plan.owner(s) == r);
+      for (uint64_t s = plan.range(r).first; s < plan.range(r).last; ++s)
+        REQUIRE(plan.owner(s) == r);
     }
     CHECK(ShardPlan::balance(index, ranks).boundaries() == plan.boundaries());  // deterministic
   }
@@ -95,7 +96,8 @@ TEST_CASE("a shard region holds every row of its range where the view finds it",
   }
 }
 
-TEST_CASE("shared-memory segments: exclusive create, read-only open, unlink by the owner", "[shm]") {
+TEST_CASE("shared-memory segments: exclusive create, read-only open, unlink by the owner",
+          "[shm]") {
   const auto name = unique_shm_name("seg");
   {
     auto seg = ShmSegment::create(name, 4096);

@@ -1,10 +1,10 @@
 // fill_shard with several streams: the same bytes as one stream, and the first error of any
 // stream stops the load and names its cause.
+#include <unistd.h>
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
-#include <unistd.h>
 
 #include "ddstage/error.hpp"
 #include "ddstage/tool/index_writer.hpp"
@@ -26,7 +26,9 @@ constexpr uint64_t p_bytes = 16;
 /// Chunks this small give every stream many turns, so their reads interleave.
 constexpr uint64_t small_chunks = 1000;
 
-uint64_t g_bytes(uint64_t i) { return i % 5 == 2 ? 0 : (i * 53) % 700 + 1; }
+uint64_t g_bytes(uint64_t i) {
+  return i % 5 == 2 ? 0 : (i * 53) % 700 + 1;
+}
 
 /// Three fields over six files: "x" fixed, its rows dealt round-robin over x0..x2.bin (only
 /// every third sample is adjacent in a file); "g" variable, some rows empty, first half of the
@@ -47,7 +49,8 @@ Index write_dataset(const test::TempDir& dir) {
     g_at[i] = gf.size();
     gf.insert(gf.end(), g_rows[i].begin(), g_rows[i].end());
   }
-  for (uint64_t f = 0; f < x_files; ++f) test::write_file(dir / ("src/x" + std::to_string(f) + ".bin"), x[f]);
+  for (uint64_t f = 0; f < x_files; ++f)
+    test::write_file(dir / ("src/x" + std::to_string(f) + ".bin"), x[f]);
   for (int f = 0; f < 2; ++f) test::write_file(dir / ("src/g" + std::to_string(f) + ".bin"), g[f]);
 
   IndexWriter w({.out = dir / "d.ddx", .pack_bytes = 4096});
@@ -57,8 +60,10 @@ Index write_dataset(const test::TempDir& dir) {
             {"p", DType::uint8, {p_bytes}, false, p_bytes, "p"}},
            n);
   std::vector<uint32_t> x_ids, g_ids;
-  for (uint64_t f = 0; f < x_files; ++f) x_ids.push_back(w.add_source(dir / ("src/x" + std::to_string(f) + ".bin")));
-  for (int f = 0; f < 2; ++f) g_ids.push_back(w.add_source(dir / ("src/g" + std::to_string(f) + ".bin")));
+  for (uint64_t f = 0; f < x_files; ++f)
+    x_ids.push_back(w.add_source(dir / ("src/x" + std::to_string(f) + ".bin")));
+  for (int f = 0; f < 2; ++f)
+    g_ids.push_back(w.add_source(dir / ("src/g" + std::to_string(f) + ".bin")));
   for (uint64_t i = 0; i < n; ++i) {
     w.put_in_place(i, 0, x_ids[i % x_files], x_at[i], x_rows[i]);
     w.put_in_place(i, 1, g_ids[i < n / 2 ? 0 : 1], g_at[i], g_rows[i]);
@@ -75,7 +80,9 @@ std::vector<std::byte> fill(const Index& index, ShardRange range, const ShardLoa
   return region;
 }
 
-std::string segment_name(const char* what) { return "/ddstage-test-" + std::to_string(::getpid()) + "-" + what; }
+std::string segment_name(const char* what) {
+  return "/ddstage-test-" + std::to_string(::getpid()) + "-" + what;
+}
 
 /// Flips one byte of path, keeping its size and mtime: only a checksum can notice.
 void flip_byte_keep_mtime(const fs::path& path, std::streamoff at) {
@@ -118,7 +125,8 @@ TEST_CASE("several streams fill a shard byte for byte like one", "[shard][load]"
   }
 }
 
-TEST_CASE("a failing stream stops the load, names the file, and leaves no segment", "[shard][load]") {
+TEST_CASE("a failing stream stops the load, names the file, and leaves no segment",
+          "[shard][load]") {
   test::TempDir dir;
   const auto index = write_dataset(dir);
   const ShardRange all{0, n};

@@ -13,10 +13,10 @@
 #include "ddstage/tool/shm_segment.hpp"
 #include "ddstage/tool/store_cleanup.hpp"
 #include "ddstage/tool/store_wait.hpp"
+#include "forked_rank.hpp"
 #include "process.hpp"
 #include "rank_lock.hpp"
 #include "shm_namespace_rank.hpp"
-#include "forked_rank.hpp"
 #include "test_support.hpp"
 
 using namespace ddstage;
@@ -26,7 +26,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string test_id() { return test::unused_store_id("f1"); }
+std::string test_id() {
+  return test::unused_store_id("f1");
+}
 
 /// What a SIGKILLed server rank leaves: its lock and a segment. Returns its pid (reaped).
 pid_t killed_rank(const std::string& id, int rank) {
@@ -66,8 +68,9 @@ StoreDescriptor descriptor_for(const std::string& id, const std::string& host) {
 
 }  // namespace
 
-TEST_CASE("clean removes a dead rank's files, keeps a live rank's, and a lockless segment unless forced",
-          "[cleanup]") {
+TEST_CASE(
+    "clean removes a dead rank's files, keeps a live rank's, and a lockless segment unless forced",
+    "[cleanup]") {
   const auto id = test_id();
   RankLock live(id, 0);
   auto live_segment = ShmSegment::create("/ddstage-" + id + "-train-g1-r0", 4096);

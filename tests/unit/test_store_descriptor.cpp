@@ -180,7 +180,8 @@ TEST_CASE("a damaged descriptor is an index error naming the file and key", "[de
   expect("boundaries: [0, 333, 667, 1000]", "boundaries: [0, 1000]",
          "does not have one shard per rank");
   expect("ranks:\n", "ranks: 3\nold_ranks:\n", "key 'ranks' is not a list");
-  expect("fabric_keys: [18446744073709551615, 7, 0]", "fabric_keys: [7, 0]", "does not have one shard per rank");
+  expect("fabric_keys: [18446744073709551615, 7, 0]", "fabric_keys: [7, 0]",
+         "does not have one shard per rank");
   expect("fabric_bases: [", "fabric_bases: [x, ", "key 'datasets[0].fabric_bases' has a bad value");
   expect("format_version: 1", "format_version: [1", "is not valid YAML");
   expect("token: ", "token: abc\nold_token: ", "key 'token' is not 32 hex digits");

@@ -23,8 +23,10 @@ class TempDir {
   TempDir() {
     static std::atomic<int> counter{0};
     const char* base = std::getenv("DDSTAGE_TEST_TMP");
-    auto root = std::filesystem::path(base ? base : std::filesystem::temp_directory_path().string());
-    m_path = root / ("ddstage-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    auto root =
+        std::filesystem::path(base ? base : std::filesystem::temp_directory_path().string());
+    m_path =
+        root / ("ddstage-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
     std::filesystem::remove_all(m_path);
     std::filesystem::create_directories(m_path);
   }
@@ -62,7 +64,8 @@ inline std::vector<std::byte> pattern_bytes(std::size_t n, uint64_t seed) {
 inline void write_file(const std::filesystem::path& path, const std::vector<std::byte>& bytes) {
   std::filesystem::create_directories(path.parent_path());
   std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
 }
 
 /// Rows of varying size back to back: row i is pattern_bytes(size_of(i), 100 + i), starting at

@@ -8,8 +8,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "ddstage/error.hpp"
 #include "bench/training_loop.hpp"
+#include "ddstage/error.hpp"
 
 using namespace ddstage::cli;
 
@@ -22,7 +22,8 @@ class IdBatches final : public BatchSource {
   void read(std::span<const uint64_t> ids, std::vector<std::byte>& out) override {
     out.resize(ids.size() * sizeof(uint64_t));
     for (std::size_t i = 0; i < ids.size(); ++i) {
-      if (ids[i] == m_fail_id) throw std::runtime_error("cannot read sample " + std::to_string(ids[i]));
+      if (ids[i] == m_fail_id)
+        throw std::runtime_error("cannot read sample " + std::to_string(ids[i]));
       std::memcpy(out.data() + i * sizeof(uint64_t), &ids[i], sizeof(uint64_t));
     }
   }
@@ -46,15 +47,20 @@ void no_progress(uint64_t, uint64_t, double) {}
 
 }  // namespace
 
-TEST_CASE("training loop: batches arrive in order for any threads and prefetch", "[training_loop]") {
+TEST_CASE("training loop: batches arrive in order for any threads and prefetch",
+          "[training_loop]") {
   const auto threads = GENERATE(1u, 3u, 8u);
   const auto prefetch = GENERATE(1u, 2u, 5u);
   const auto ids = shuffled_batches(1000, 7, 300, 3);
-  const TrainingLoopOptions options{
-      .batch = 7, .steps = 300, .compute = std::chrono::nanoseconds(0), .prefetch = prefetch, .threads = threads};
+  const TrainingLoopOptions options{.batch = 7,
+                                    .steps = 300,
+                                    .compute = std::chrono::nanoseconds(0),
+                                    .prefetch = prefetch,
+                                    .threads = threads};
   uint64_t last_step = 0;
-  const auto r = run_training_loop(options, ids, [] { return std::make_unique<IdBatches>(); }, wrong_ids,
-                                   [&](uint64_t done, uint64_t, double) { CHECK(done == ++last_step); });
+  const auto r = run_training_loop(
+      options, ids, [] { return std::make_unique<IdBatches>(); }, wrong_ids,
+      [&](uint64_t done, uint64_t, double) { CHECK(done == ++last_step); });
   CHECK(r.mismatches == 0);
   CHECK(r.steps == 300);
   CHECK(r.samples == 300 * 7);
@@ -64,13 +70,15 @@ TEST_CASE("training loop: batches arrive in order for any threads and prefetch",
   CHECK(last_step == 300);
 }
 
-TEST_CASE("training loop: a worker's error ends the loop and reaches the trainer", "[training_loop]") {
+TEST_CASE("training loop: a worker's error ends the loop and reaches the trainer",
+          "[training_loop]") {
   const auto ids = shuffled_batches(100, 5, 40, 1);
   const TrainingLoopOptions options{
       .batch = 5, .steps = 40, .compute = std::chrono::nanoseconds(0), .prefetch = 3, .threads = 3};
   const uint64_t victim = ids[5 * 30 + 2];
-  CHECK_THROWS_WITH(run_training_loop(options, ids, [&] { return std::make_unique<IdBatches>(victim); },
-                                      wrong_ids, no_progress),
+  CHECK_THROWS_WITH(run_training_loop(
+                        options, ids, [&] { return std::make_unique<IdBatches>(victim); },
+                        wrong_ids, no_progress),
                     "cannot read sample " + std::to_string(victim));
 }
 

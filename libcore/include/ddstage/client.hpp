@@ -37,7 +37,8 @@ class Reader {
   /// out of range, before anything is read.
   uint64_t batch_bytes(const std::string& field, std::span<const uint64_t> ids) const;
   /// Per-id sizes of `field`, for variable-length rows (sizes.size() == ids.size()).
-  void row_sizes(const std::string& field, std::span<const uint64_t> ids, std::span<uint64_t> sizes) const;
+  void row_sizes(const std::string& field, std::span<const uint64_t> ids,
+                 std::span<uint64_t> sizes) const;
   /// Reads the rows of ids (any order, repeats allowed) into dest, concatenated in the order
   /// asked; dest.size() must equal batch_bytes(). With verify, each row's checksum is checked
   /// against the index (ChecksumError naming sample, field and rank). Bad input is a

@@ -19,10 +19,10 @@ std::string_view memory_kind_name(MemoryKind kind) noexcept;
 /// event on that stream completes: work the caller queued on the stream before the call
 /// finishes first, and the rows are in place when get_batch returns.
 struct DeviceBuffer {
-  void* ptr = nullptr;      ///< device memory (cudaMalloc, hipMalloc, ...) on `device`
-  std::size_t bytes = 0;    ///< must equal the batch's bytes
-  int device = 0;           ///< the device ptr belongs to
-  void* stream = nullptr;   ///< the caller's cudaStream_t / hipStream_t; null: the default stream
+  void* ptr = nullptr;     ///< device memory (cudaMalloc, hipMalloc, ...) on `device`
+  std::size_t bytes = 0;   ///< must equal the batch's bytes
+  int device = 0;          ///< the device ptr belongs to
+  void* stream = nullptr;  ///< the caller's cudaStream_t / hipStream_t; null: the default stream
 };
 
 }  // namespace ddstage

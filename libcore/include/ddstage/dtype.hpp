@@ -10,7 +10,19 @@ namespace ddstage {
 
 /// Element type of a field. `bytes` is opaque data (whole files, tar members).
 enum class DType : uint8_t {
-  bytes, boolean, int8, uint8, int16, uint16, int32, uint32, int64, uint64, float16, float32, float64
+  bytes,
+  boolean,
+  int8,
+  uint8,
+  int16,
+  uint16,
+  int32,
+  uint32,
+  int64,
+  uint64,
+  float16,
+  float32,
+  float64
 };
 
 /// Size of one element in bytes (1 for `bytes`).

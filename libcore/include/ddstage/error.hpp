@@ -8,7 +8,8 @@
 
 namespace ddstage {
 
-/// Whether an error is the caller's input (exit 2) or something that went wrong at run time (exit 1).
+/// Whether an error is the caller's input (exit 2) or something that went wrong at run time (exit
+/// 1).
 enum class ErrorKind { usage, runtime };
 
 /// Where an error happened; every part is optional and appended to the message.
@@ -78,6 +79,8 @@ class ChecksumError : public Error {
 };
 
 /// Exit code the CLI uses for an error of this kind (DESIGN.md: 1 runtime, 2 usage).
-inline int exit_code(ErrorKind kind) { return kind == ErrorKind::usage ? 2 : 1; }
+inline int exit_code(ErrorKind kind) {
+  return kind == ErrorKind::usage ? 2 : 1;
+}
 
 }  // namespace ddstage

@@ -49,7 +49,8 @@ enum class FileKind : uint32_t { source = 0, pack = 1, copied = 2 };
 
 /// One file an entry can point at, with its size and mtime at flatten time.
 struct FileInfo {
-  std::string path;  ///< relative to the source root (source, copied) or to the .ddx directory (pack)
+  std::string
+      path;  ///< relative to the source root (source, copied) or to the .ddx directory (pack)
   FileKind kind = FileKind::source;
   uint64_t size = 0;
   int64_t mtime_ns = 0;

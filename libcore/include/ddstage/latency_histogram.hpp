@@ -20,7 +20,9 @@ class LatencyHistogram {
   uint64_t sum() const noexcept { return m_sum; }
   uint64_t min() const noexcept { return m_count ? m_min : 0; }
   uint64_t max() const noexcept { return m_max; }
-  double mean() const noexcept { return m_count ? static_cast<double>(m_sum) / static_cast<double>(m_count) : 0; }
+  double mean() const noexcept {
+    return m_count ? static_cast<double>(m_sum) / static_cast<double>(m_count) : 0;
+  }
   /// The value at fraction p (0..1) of the recorded ones, nearest rank, as the middle of its
   /// bucket clamped to [min, max]: exact below 16 and for the first and last rank, within 1/16
   /// otherwise. 0 when empty.

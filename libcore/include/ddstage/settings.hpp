@@ -17,7 +17,7 @@ enum class SettingType { boolean, integer, size, string, duration };
 
 /// One row of the settings table.
 struct SettingDef {
-  std::string_view key;   ///< YAML key, dotted ("flatten.pack_size")
+  std::string_view key;  ///< YAML key, dotted ("flatten.pack_size")
   SettingType type;
   std::string_view default_value;
   std::string_view help;
@@ -44,8 +44,7 @@ class Settings {
   /// badly typed values are UsageErrors naming the key and where it came from.
   static Settings resolve(const std::map<std::string, std::string>& flags,
                           const std::map<std::string, std::string>& env,
-                          const std::optional<std::filesystem::path>& config,
-                          bool config_required);
+                          const std::optional<std::filesystem::path>& config, bool config_required);
 
   bool get_bool(std::string_view key) const;
   int64_t get_int(std::string_view key) const;

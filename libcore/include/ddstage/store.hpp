@@ -101,8 +101,8 @@ class Store {
   /// max_round_bytes sent per rank. Bad input on any rank (dataset not loaded, unknown field, id
   /// out of range, wrong dest size, a batch of 2 GiB or more) is a UsageError thrown on every
   /// rank before any row moves. One thread per rank at a time.
-  void get_batch_collective(const std::string& name, const std::string& field, std::span<const uint64_t> ids,
-                            std::span<std::byte> dest);
+  void get_batch_collective(const std::string& name, const std::string& field,
+                            std::span<const uint64_t> ids, std::span<std::byte> dest);
 
  private:
   struct State;

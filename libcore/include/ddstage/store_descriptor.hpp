@@ -18,8 +18,8 @@ struct RankInfo {
   int64_t pid = 0;
   std::vector<std::string> transports;  ///< e.g. {"local", "shm", "fabric"}
   uint64_t memory_limit = 0;            ///< bytes this rank may hold
-  std::string fabric_provider;          ///< libfabric provider of its endpoint ("tcp;ofi_rxm"); empty: none
-  std::string fabric_address;           ///< its endpoint's fi_getname bytes, lower-case hex
+  std::string fabric_provider;  ///< libfabric provider of its endpoint ("tcp;ofi_rxm"); empty: none
+  std::string fabric_address;   ///< its endpoint's fi_getname bytes, lower-case hex
 };
 
 /// One loaded dataset: where its index is, how it is sharded, and each rank's region.
@@ -40,7 +40,7 @@ struct StoreDataset {
 /// Everything in store.yaml. The token authorises control requests; the file is mode 0600.
 struct StoreDescriptor {
   uint32_t format_version = store_format_version;
-  std::string token;    ///< 32 hex digits (128 random bits)
+  std::string token;  ///< 32 hex digits (128 random bits)
   /// Names this store's shared-memory segments (/dev/shm/ddstage-ID-...), which every user can
   /// list: random like the token, but no part of it, and not secret. Empty in descriptors
   /// from before it existed.
@@ -51,7 +51,9 @@ struct StoreDescriptor {
   std::vector<StoreDataset> datasets;
 
   /// Path of the descriptor inside a store directory.
-  static std::filesystem::path path_in(const std::filesystem::path& dir) { return dir / "store.yaml"; }
+  static std::filesystem::path path_in(const std::filesystem::path& dir) {
+    return dir / "store.yaml";
+  }
   /// Reads DIR/store.yaml. UsageError when there is none ("no store at DIR"), or when DIR or
   /// store.yaml is not the user's own: owned by another uid (root included), writable by group
   /// or others, or store.yaml a symbolic link or not a regular file. IndexError when it is

@@ -4,7 +4,8 @@
 
 namespace ddstage::detail {
 
-FabricEndpoint::FabricEndpoint(const fi_info& info, Wait wait) : m_info(fi_dupinfo(&info)), m_provider(provider_name(info)) {
+FabricEndpoint::FabricEndpoint(const fi_info& info, Wait wait)
+    : m_info(fi_dupinfo(&info)), m_provider(provider_name(info)) {
   if (!m_info) throw std::bad_alloc();
   fid_fabric* fabric = nullptr;
   fabric_check(fi_fabric(m_info->fabric_attr, &fabric, nullptr), "fi_fabric", m_provider);
@@ -69,10 +70,11 @@ fi_addr_t FabricEndpoint::insert_peer(std::string_view address) {
   return addr;
 }
 
-MrPtr FabricEndpoint::register_memory(const void* buf, std::size_t len, uint64_t access, uint64_t requested_key) {
+MrPtr FabricEndpoint::register_memory(const void* buf, std::size_t len, uint64_t access,
+                                      uint64_t requested_key) {
   fid_mr* raw = nullptr;
-  fabric_check(fi_mr_reg(m_domain.get(), buf, len, access, 0, requested_key, 0, &raw, nullptr), "fi_mr_reg",
-               m_provider);
+  fabric_check(fi_mr_reg(m_domain.get(), buf, len, access, 0, requested_key, 0, &raw, nullptr),
+               "fi_mr_reg", m_provider);
   MrPtr mr(raw);
   if (mr_mode(FI_MR_ENDPOINT)) {
     fabric_check(fi_mr_bind(raw, &m_ep->fid, 0), "fi_mr_bind", m_provider);

@@ -23,7 +23,9 @@ using Clock = std::chrono::steady_clock;
 
 struct FabricFloorTarget::State {
   explicit State(const Settings& settings, uint64_t bytes)
-      : server(detail::FabricOptions::from(settings)), memory(bytes, std::byte{1}), registration(server, memory) {}
+      : server(detail::FabricOptions::from(settings)),
+        memory(bytes, std::byte{1}),
+        registration(server, memory) {}
   detail::FabricServer server;
   std::vector<std::byte> memory;
   detail::FabricRegistration registration;  // after the memory: deregistered first
@@ -43,7 +45,8 @@ std::string FabricFloorTarget::address() const {
 }
 
 struct FabricFloorReader::State {
-  State(const Settings& settings, const std::string& target) : options(detail::FabricOptions::from(settings)) {
+  State(const Settings& settings, const std::string& target)
+      : options(detail::FabricOptions::from(settings)) {
     std::istringstream in(target);
     std::string hex;
     if (!(in >> provider >> hex >> region.key >> region.base >> region.bytes)) {
@@ -83,7 +86,8 @@ std::size_t FabricFloorReader::State::reap(std::vector<uint32_t>& free) {
     const ssize_t n = fi_cq_read(endpoint->cq(), entries.data(), entries.size());
     if (n > 0) {
       for (ssize_t i = 0; i < n; ++i) {
-        free.push_back(static_cast<uint32_t>(static_cast<fi_context2*>(entries[i].op_context) - contexts.data()));
+        free.push_back(static_cast<uint32_t>(static_cast<fi_context2*>(entries[i].op_context) -
+                                             contexts.data()));
       }
       return static_cast<std::size_t>(n);
     }
@@ -98,8 +102,8 @@ std::size_t FabricFloorReader::State::reap(std::vector<uint32_t>& free) {
 }
 
 Error FabricFloorReader::State::no_progress(const std::string& what) const {
-  return Error(ErrorKind::runtime, "fabric floor: no " + what + " from the target at " + peer_hex + " over " +
-                                       provider + " within read_timeout (" +
+  return Error(ErrorKind::runtime, "fabric floor: no " + what + " from the target at " + peer_hex +
+                                       " over " + provider + " within read_timeout (" +
                                        std::to_string(options.read_timeout.count()) + " ms)");
 }
 
@@ -111,17 +115,20 @@ void FabricFloorReader::State::call(uint64_t row_bytes, uint64_t batch, std::mt1
   // A peer that cannot be reached never takes a read (rxm's connect keeps answering EAGAIN).
   auto idle_since = Clock::now();
   while (done < batch) {
-    // The same caps as a get_batch reader: the window, and the bytes in flight (one read always goes).
-    const bool room = posted < batch && !free.empty() &&
-                      (posted == done || (posted - done + 1) * row_bytes <= options.max_bytes_in_flight);
+    // The same caps as a get_batch reader: the window, and the bytes in flight (one read always
+    // goes).
+    const bool room =
+        posted < batch && !free.empty() &&
+        (posted == done || (posted - done + 1) * row_bytes <= options.max_bytes_in_flight);
     if (!room) {
       done += reap(free);
       continue;
     }
     const uint32_t slot = free.back();
-    const uint64_t offset = std::uniform_int_distribution<uint64_t>(0, slots_rows - 1)(rng) * row_bytes;
-    const ssize_t rc = fi_read(endpoint->ep(), dest.data() + slot * row_bytes, row_bytes, desc, peer,
-                               region.base + offset, region.key, &contexts[slot]);
+    const uint64_t offset =
+        std::uniform_int_distribution<uint64_t>(0, slots_rows - 1)(rng) * row_bytes;
+    const ssize_t rc = fi_read(endpoint->ep(), dest.data() + slot * row_bytes, row_bytes, desc,
+                               peer, region.base + offset, region.key, &contexts[slot]);
     if (rc == 0) {
       free.pop_back();
       ++posted;
@@ -148,12 +155,16 @@ FabricFloorReader::FabricFloorReader(FabricFloorReader&&) noexcept = default;
 FabricFloorReader& FabricFloorReader::operator=(FabricFloorReader&&) noexcept = default;
 FabricFloorReader::~FabricFloorReader() = default;
 
-const std::string& FabricFloorReader::provider() const noexcept { return m->provider; }
+const std::string& FabricFloorReader::provider() const noexcept {
+  return m->provider;
+}
 
-FabricFloorRun FabricFloorReader::run(uint64_t row_bytes, uint64_t rows, uint64_t batch, uint64_t seed) {
+FabricFloorRun FabricFloorReader::run(uint64_t row_bytes, uint64_t rows, uint64_t batch,
+                                      uint64_t seed) {
   if (row_bytes == 0 || row_bytes > m->region.bytes || batch == 0) {
-    throw UsageError("fabric floor: rows of " + std::to_string(row_bytes) + " bytes in batches of " +
-                     std::to_string(batch) + " do not fit a target of " + std::to_string(m->region.bytes) + " bytes");
+    throw UsageError("fabric floor: rows of " + std::to_string(row_bytes) +
+                     " bytes in batches of " + std::to_string(batch) + " do not fit a target of " +
+                     std::to_string(m->region.bytes) + " bytes");
   }
   const uint64_t slot_bytes = m->contexts.size() * row_bytes;
   if (m->dest.size() < slot_bytes) {

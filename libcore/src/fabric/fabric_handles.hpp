@@ -21,8 +21,8 @@ class FabricError : public TransportError {
  public:
   /// `rc` as the call returned it (negative); `detail` is appended (a CQ error's provider text);
   /// `provider_code`: a failed completion's prov_errno, 0 for a call.
-  FabricError(const std::string& call, const std::string& provider, int rc, ErrorContext context = {},
-              const std::string& detail = {}, int provider_code = 0);
+  FabricError(const std::string& call, const std::string& provider, int rc,
+              ErrorContext context = {}, const std::string& detail = {}, int provider_code = 0);
   /// The positive FI_* / errno code.
   int native_code() const noexcept { return m_code; }
 
@@ -31,7 +31,8 @@ class FabricError : public TransportError {
 };
 
 /// Throws FabricError when rc is negative; returns rc otherwise.
-inline int fabric_check(int rc, const char* call, const std::string& provider, ErrorContext context = {}) {
+inline int fabric_check(int rc, const char* call, const std::string& provider,
+                        ErrorContext context = {}) {
   if (rc < 0) throw FabricError(call, provider, rc, std::move(context));
   return rc;
 }
@@ -45,13 +46,20 @@ struct FidCloser {
   }
   template <class T>
   static constexpr const char* type_name() {
-    if constexpr (std::is_same_v<T, fid_fabric>) return "fabric";
-    else if constexpr (std::is_same_v<T, fid_domain>) return "domain";
-    else if constexpr (std::is_same_v<T, fid_av>) return "address vector";
-    else if constexpr (std::is_same_v<T, fid_cq>) return "completion queue";
-    else if constexpr (std::is_same_v<T, fid_ep>) return "endpoint";
-    else if constexpr (std::is_same_v<T, fid_mr>) return "memory registration";
-    else return "fid";
+    if constexpr (std::is_same_v<T, fid_fabric>)
+      return "fabric";
+    else if constexpr (std::is_same_v<T, fid_domain>)
+      return "domain";
+    else if constexpr (std::is_same_v<T, fid_av>)
+      return "address vector";
+    else if constexpr (std::is_same_v<T, fid_cq>)
+      return "completion queue";
+    else if constexpr (std::is_same_v<T, fid_ep>)
+      return "endpoint";
+    else if constexpr (std::is_same_v<T, fid_mr>)
+      return "memory registration";
+    else
+      return "fid";
   }
 };
 

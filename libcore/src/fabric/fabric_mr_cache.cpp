@@ -32,7 +32,8 @@ void* FabricMrCache::desc(FabricEndpoint& endpoint, const std::byte* lo, const s
   // A miss is the profile's registration stage; hits cost no clock read.
   profile_mark(ProfileStage::post);
   // Local keys only need to be unique in this reader's own domain.
-  MrPtr mr = endpoint.register_memory(reinterpret_cast<const void*>(start), end - start, FI_READ, m_next_key++);
+  MrPtr mr = endpoint.register_memory(reinterpret_cast<const void*>(start), end - start, FI_READ,
+                                      m_next_key++);
   profile_mark(ProfileStage::registration);
   void* d = fi_mr_desc(mr.get());
   m_entries.push_back({start, end, std::move(mr), m_batch});

@@ -17,7 +17,8 @@ struct FabricOptions {
   /// Bytes in flight per reader: many large reads at once queue up in the provider and run
   /// slower than a few (tcp;ofi_rxm here: 1.6 GB/s with 128 MiB in flight, 3 GB/s with 2 MiB).
   uint64_t max_bytes_in_flight = 4u << 20;
-  std::chrono::milliseconds read_timeout{10000};  ///< a batch fails after this long without progress
+  std::chrono::milliseconds read_timeout{
+      10000};  ///< a batch fails after this long without progress
   /// Caps one read below the provider's max_msg_size (0: the provider's limit alone). Larger
   /// rows are split either way.
   uint64_t max_read_bytes = 0;

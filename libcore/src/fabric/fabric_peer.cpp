@@ -26,7 +26,8 @@ std::string to_hex(std::string_view bytes) {
 }
 
 std::string from_hex(std::string_view hex) {
-  if (hex.size() % 2 != 0) throw UsageError("fabric address '" + std::string(hex) + "' has an odd number of hex digits");
+  if (hex.size() % 2 != 0)
+    throw UsageError("fabric address '" + std::string(hex) + "' has an odd number of hex digits");
   std::string out(hex.size() / 2, '\0');
   for (std::size_t i = 0; i < out.size(); ++i) {
     const int hi = nibble(hex[2 * i]);

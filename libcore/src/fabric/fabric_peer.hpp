@@ -10,7 +10,8 @@ namespace ddstage::detail {
 
 /// One server rank's endpoint.
 struct FabricPeer {
-  std::string provider;     ///< exact provider name the server runs ("tcp;ofi_rxm"); readers use the same
+  std::string
+      provider;  ///< exact provider name the server runs ("tcp;ofi_rxm"); readers use the same
   std::string address_hex;  ///< fi_getname bytes as lower-case hex
 
   /// Its fields for mpi/wire_bytes.hpp, when ranks exchange it.

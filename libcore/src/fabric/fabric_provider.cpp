@@ -12,7 +12,8 @@ namespace {
 
 // Hardware RDMA first, then IP, then shm: a server's endpoint must be reachable from other
 // nodes, and shm only reaches its own.
-constexpr std::array<std::string_view, 7> auto_order{"cxi", "verbs;ofi_rxm", "efa", "psm3", "tcp;ofi_rxm", "net", "shm"};
+constexpr std::array<std::string_view, 7> auto_order{"cxi",         "verbs;ofi_rxm", "efa", "psm3",
+                                                     "tcp;ofi_rxm", "net",           "shm"};
 // Measured here at 0.2-0.5 GB/s with millisecond jitter: usable when named, never by default.
 constexpr std::array<std::string_view, 2> never_auto{"sockets", "udp;ofi_rxd"};
 
@@ -35,15 +36,16 @@ InfoPtr query_providers() {
 }
 
 std::string mr_mode_text(int mode) {
-  static constexpr std::array<std::pair<int, std::string_view>, 9> names{{{FI_MR_LOCAL, "local"},
-                                                                          {FI_MR_RAW, "raw"},
-                                                                          {FI_MR_VIRT_ADDR, "virt_addr"},
-                                                                          {FI_MR_ALLOCATED, "allocated"},
-                                                                          {FI_MR_PROV_KEY, "prov_key"},
-                                                                          {FI_MR_MMU_NOTIFY, "mmu_notify"},
-                                                                          {FI_MR_RMA_EVENT, "rma_event"},
-                                                                          {FI_MR_ENDPOINT, "endpoint"},
-                                                                          {FI_MR_HMEM, "hmem"}}};
+  static constexpr std::array<std::pair<int, std::string_view>, 9> names{
+      {{FI_MR_LOCAL, "local"},
+       {FI_MR_RAW, "raw"},
+       {FI_MR_VIRT_ADDR, "virt_addr"},
+       {FI_MR_ALLOCATED, "allocated"},
+       {FI_MR_PROV_KEY, "prov_key"},
+       {FI_MR_MMU_NOTIFY, "mmu_notify"},
+       {FI_MR_RMA_EVENT, "rma_event"},
+       {FI_MR_ENDPOINT, "endpoint"},
+       {FI_MR_HMEM, "hmem"}}};
   std::string out;
   for (const auto& [bit, name] : names) {
     if (mode & bit) out += (out.empty() ? "" : "|") + std::string(name);
@@ -51,7 +53,9 @@ std::string mr_mode_text(int mode) {
   return out.empty() ? "none" : out;
 }
 
-std::string domain_name(const fi_info& i) { return i.domain_attr && i.domain_attr->name ? i.domain_attr->name : ""; }
+std::string domain_name(const fi_info& i) {
+  return i.domain_attr && i.domain_attr->name ? i.domain_attr->name : "";
+}
 
 FabricProviderInfo row_of(const fi_info& i) {
   FabricProviderInfo row;
@@ -62,7 +66,7 @@ FabricProviderInfo row_of(const fi_info& i) {
   row.max_msg_size = i.ep_attr->max_msg_size;
   row.progress = i.domain_attr->data_progress == FI_PROGRESS_MANUAL ? "manual"
                  : i.domain_attr->data_progress == FI_PROGRESS_AUTO ? "auto"
-                                                                     : "unspecified";
+                                                                    : "unspecified";
   return row;
 }
 
@@ -74,8 +78,9 @@ struct Evaluation {
 };
 
 /// Lower is better; nullopt with `why` set when the entry cannot be picked at all.
-std::optional<int> preference(const fi_info& i, const std::string& provider, const std::string& domain,
-                              std::size_t address_bytes, std::string& why) {
+std::optional<int> preference(const fi_info& i, const std::string& provider,
+                              const std::string& domain, std::size_t address_bytes,
+                              std::string& why) {
   const std::string name = provider_name(i);
   if (!domain.empty() && domain_name(i) != domain) {
     why = "domain " + domain_name(i) + ", not " + domain;
@@ -127,19 +132,23 @@ Evaluation evaluate(const fi_info* list, const std::string& provider, const std:
     } else if (row.provider == winner.provider && row.domain == winner.domain) {
       row.why = "an earlier entry of the same provider and domain is used";
     } else {
-      row.why = (provider == "auto" ? "auto prefers " : "fabric.provider prefers ") + winner.provider;
+      row.why =
+          (provider == "auto" ? "auto prefers " : "fabric.provider prefers ") + winner.provider;
     }
   }
   return e;
 }
 
-[[noreturn]] void throw_absent(const Evaluation& e, const std::string& provider, const std::string& domain) {
+[[noreturn]] void throw_absent(const Evaluation& e, const std::string& provider,
+                               const std::string& domain) {
   // Provider -> its domains, in libfabric's order, each once.
   std::vector<std::pair<std::string, std::vector<std::string>>> present;
   for (const auto& row : e.rows) {
-    auto it = std::find_if(present.begin(), present.end(), [&](const auto& p) { return p.first == row.provider; });
+    auto it = std::find_if(present.begin(), present.end(),
+                           [&](const auto& p) { return p.first == row.provider; });
     if (it == present.end()) it = present.insert(present.end(), {row.provider, {}});
-    if (std::find(it->second.begin(), it->second.end(), row.domain) == it->second.end()) it->second.push_back(row.domain);
+    if (std::find(it->second.begin(), it->second.end(), row.domain) == it->second.end())
+      it->second.push_back(row.domain);
   }
   std::string list;
   for (const auto& [name, domains] : present) {
@@ -147,8 +156,10 @@ Evaluation evaluate(const fi_info* list, const std::string& provider, const std:
     for (const auto& d : domains) doms += (doms.empty() ? "" : ", ") + d;
     list += (list.empty() ? "" : "; ") + name + " (" + doms + ")";
   }
-  throw UsageError("libfabric provider '" + provider + "'" + (domain.empty() ? "" : " in domain '" + domain + "'") +
-                   " is not available here; present: " + (list.empty() ? "none with RMA reads" : list));
+  throw UsageError(
+      "libfabric provider '" + provider + "'" +
+      (domain.empty() ? "" : " in domain '" + domain + "'") +
+      " is not available here; present: " + (list.empty() ? "none with RMA reads" : list));
 }
 
 InfoPtr pick(const std::string& provider, const std::string& domain, std::size_t address_bytes) {
@@ -163,13 +174,17 @@ InfoPtr pick(const std::string& provider, const std::string& domain, std::size_t
 
 }  // namespace
 
-InfoPtr choose_provider(const std::string& provider, const std::string& domain) { return pick(provider, domain, 0); }
+InfoPtr choose_provider(const std::string& provider, const std::string& domain) {
+  return pick(provider, domain, 0);
+}
 
-InfoPtr find_provider(const std::string& provider, const std::string& domain, std::size_t address_bytes) {
+InfoPtr find_provider(const std::string& provider, const std::string& domain,
+                      std::size_t address_bytes) {
   return pick(provider, domain, address_bytes);
 }
 
-std::vector<FabricProviderInfo> describe_providers(const std::string& provider, const std::string& domain) {
+std::vector<FabricProviderInfo> describe_providers(const std::string& provider,
+                                                   const std::string& domain) {
   InfoPtr list = query_providers();
   // libfabric lists a provider once per capability variant; the user wants each place once.
   std::vector<FabricProviderInfo> rows;
@@ -187,7 +202,8 @@ std::vector<FabricProviderInfo> describe_providers(const std::string& provider, 
 namespace ddstage {
 
 std::vector<FabricProviderInfo> describe_fabric_providers(const Settings& settings) {
-  return detail::describe_providers(settings.get_string("fabric.provider"), settings.get_string("fabric.domain"));
+  return detail::describe_providers(settings.get_string("fabric.provider"),
+                                    settings.get_string("fabric.domain"));
 }
 
 }  // namespace ddstage

@@ -22,9 +22,11 @@ InfoPtr choose_provider(const std::string& provider, const std::string& domain);
 
 /// What a reader runs on to reach a server running `provider` (its exact name): that provider
 /// in `domain` (any when empty), preferring entries whose addresses are `address_bytes` long.
-InfoPtr find_provider(const std::string& provider, const std::string& domain, std::size_t address_bytes);
+InfoPtr find_provider(const std::string& provider, const std::string& domain,
+                      std::size_t address_bytes);
 
 /// Every RMA-capable RDM entry with what choose_provider(provider, domain) makes of it.
-std::vector<FabricProviderInfo> describe_providers(const std::string& provider, const std::string& domain);
+std::vector<FabricProviderInfo> describe_providers(const std::string& provider,
+                                                   const std::string& domain);
 
 }  // namespace ddstage::detail

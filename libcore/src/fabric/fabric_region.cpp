@@ -10,7 +10,8 @@ namespace {
 
 uint64_t random_key(std::size_t key_bytes) {
   uint64_t key = 0;
-  if (::getrandom(&key, sizeof key, 0) != static_cast<ssize_t>(sizeof key)) throw IoError("getrandom", errno);
+  if (::getrandom(&key, sizeof key, 0) != static_cast<ssize_t>(sizeof key))
+    throw IoError("getrandom", errno);
   return key_bytes >= sizeof key ? key : key & ((uint64_t{1} << (8 * key_bytes)) - 1);
 }
 
@@ -19,7 +20,8 @@ uint64_t random_key(std::size_t key_bytes) {
 FabricRegion::FabricRegion(FabricEndpoint& endpoint, std::span<const std::byte> memory) {
   const fi_info& info = endpoint.info();
   const bool provider_keys = endpoint.mr_mode(FI_MR_PROV_KEY);
-  const std::size_t key_bytes = info.domain_attr->mr_key_size ? info.domain_attr->mr_key_size : sizeof(uint64_t);
+  const std::size_t key_bytes =
+      info.domain_attr->mr_key_size ? info.domain_attr->mr_key_size : sizeof(uint64_t);
   // Our own keys must be unique in the domain: draw again when one is taken.
   for (int attempt = 0;; ++attempt) {
     try {

@@ -25,8 +25,11 @@ FabricServer::FabricServer(const FabricOptions& options)
   // starved registrations (a load hung): shm is polled.
   m_blocking = m_endpoint.blocking() && m_endpoint.provider() != "shm";
   if (m_endpoint.manual_progress() && !m_blocking) {
-    spdlog::warn("fabric server ({}): no usable wait object on the completion queue; its progress thread polls "
-                 "and keeps a core busy", m_endpoint.provider());
+    spdlog::warn(
+        "fabric server ({}): no usable wait object on the completion queue; its progress thread "
+        "polls "
+        "and keeps a core busy",
+        m_endpoint.provider());
   }
   // Also when the provider claims automatic progress but the thread costs nothing (it sleeps):
   // fi_efa(7) says efa reports automatic progress and yet needs its queue driven.
@@ -42,11 +45,14 @@ FabricServer::~FabricServer() {
   }
 }
 
-FabricPeer FabricServer::peer() const { return {m_endpoint.provider(), to_hex(m_address)}; }
+FabricPeer FabricServer::peer() const {
+  return {m_endpoint.provider(), to_hex(m_address)};
+}
 
 std::string FabricServer::ip_address() const {
   const auto format = m_endpoint.info().addr_format;
-  const bool sockaddr_format = format == FI_SOCKADDR || format == FI_SOCKADDR_IN || format == FI_SOCKADDR_IN6;
+  const bool sockaddr_format =
+      format == FI_SOCKADDR || format == FI_SOCKADDR_IN || format == FI_SOCKADDR_IN6;
   if (!sockaddr_format || m_address.size() < sizeof(sockaddr)) return {};
   sockaddr_storage addr{};
   std::memcpy(&addr, m_address.data(), std::min(m_address.size(), sizeof addr));
@@ -81,23 +87,26 @@ void FabricServer::progress(std::stop_token stop) {
       std::lock_guard lock(m_mutex);
       // Blocking, the provider progresses inside sread and wakes when its sockets or shared
       // queues have work; the bound lets stop requests and registrations through.
-      n = m_blocking ? fi_cq_sread(m_endpoint.cq(), entries.data(), entries.size(), nullptr, sread_timeout_ms)
+      n = m_blocking ? fi_cq_sread(m_endpoint.cq(), entries.data(), entries.size(), nullptr,
+                                   sread_timeout_ms)
                      : fi_cq_read(m_endpoint.cq(), entries.data(), entries.size());
       if (m_blocking && n < 0 && n != -FI_EAGAIN && n != -FI_EAVAIL && n != -FI_ETIMEDOUT) {
-        spdlog::warn("fabric server ({}): fi_cq_sread failed ({}); polling from now on", m_endpoint.provider(),
-                     fi_strerror(static_cast<int>(-n)));
+        spdlog::warn("fabric server ({}): fi_cq_sread failed ({}); polling from now on",
+                     m_endpoint.provider(), fi_strerror(static_cast<int>(-n)));
         m_blocking = false;
       }
       if (n == -FI_EAVAIL) {
         fi_cq_err_entry err{};
         if (fi_cq_readerr(m_endpoint.cq(), &err, 0) > 0) {
-          spdlog::warn("fabric server ({}): completion error: {}", m_endpoint.provider(), fi_strerror(err.err));
+          spdlog::warn("fabric server ({}): completion error: {}", m_endpoint.provider(),
+                       fi_strerror(err.err));
         }
       }
     }
     // A caller waiting for the lock goes first: a mutex handed straight back to this loop
     // could keep a registration (a load) waiting indefinitely.
-    while (m_waiting.load(std::memory_order_acquire) > 0 && !stop.stop_requested()) std::this_thread::yield();
+    while (m_waiting.load(std::memory_order_acquire) > 0 && !stop.stop_requested())
+      std::this_thread::yield();
     if (n <= 0 && !m_blocking) std::this_thread::yield();
   }
 }

@@ -13,7 +13,8 @@ struct DeviceAllocation::State {
         device(device_),
         bytes(bytes_),
         // Declared (and so destroyed) in reverse: the event and stream go before the memory.
-        memory(runtime, detail::DeviceHandleKind::device_memory, runtime.allocate_device(device_, bytes_)),
+        memory(runtime, detail::DeviceHandleKind::device_memory,
+               runtime.allocate_device(device_, bytes_)),
         stream(runtime, detail::DeviceHandleKind::stream, runtime.create_stream(device_)),
         event(runtime, detail::DeviceHandleKind::event, runtime.create_event(device_)) {}
 
@@ -58,7 +59,8 @@ void DeviceAllocation::copy_to_host(std::span<std::byte> out) const {
 
 void DeviceAllocation::fill(std::byte value, std::size_t bytes) const {
   m->check(bytes);
-  m->runtime.fill_async(m->device, m->memory.get(), static_cast<unsigned char>(value), bytes, m->stream.get());
+  m->runtime.fill_async(m->device, m->memory.get(), static_cast<unsigned char>(value), bytes,
+                        m->stream.get());
   m->runtime.record_and_wait(m->device, m->event.get(), m->stream.get());
 }
 

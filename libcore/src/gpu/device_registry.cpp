@@ -36,8 +36,8 @@ std::vector<DeviceRuntime*> built_runtimes() {
     const DeviceProbe& probe = runtime->probe();
     if (!why.empty()) why += "; ";
     why += probe.devices > 0
-               ? fmt::format("{} has {} device(s), not device {}", memory_kind_name(runtime->kind()),
-                             probe.devices, device)
+               ? fmt::format("{} has {} device(s), not device {}",
+                             memory_kind_name(runtime->kind()), probe.devices, device)
                : fmt::format("{}: {}", memory_kind_name(runtime->kind()), probe.reason);
   }
   throw Error(ErrorKind::runtime, "no GPU: " + why);
@@ -62,7 +62,8 @@ DeviceRuntime& runtime_with_device(int device) {
 DeviceRuntime& runtime_of(const DeviceBuffer& dest) {
   DeviceRuntime& runtime = runtime_with_device(dest.device);
   for (DeviceRuntime* candidate : device_runtimes()) {
-    if (candidate->probe().devices > 0 && candidate->device_of(dest.ptr) == dest.device) return *candidate;
+    if (candidate->probe().devices > 0 && candidate->device_of(dest.ptr) == dest.device)
+      return *candidate;
   }
   throw UsageError(fmt::format("DeviceBuffer: {} is not {} device memory of device {}", dest.ptr,
                                memory_kind_name(runtime.kind()), dest.device));

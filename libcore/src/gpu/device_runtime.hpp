@@ -20,7 +20,13 @@ struct DeviceProbe {
   std::vector<bool> register_read_only;  // by device: can page-lock memory mapped read-only
 };
 
-enum class DeviceHandleKind : unsigned char { device_memory, pinned_memory, stream, event, host_registration };
+enum class DeviceHandleKind : unsigned char {
+  device_memory,
+  pinned_memory,
+  stream,
+  event,
+  host_registration
+};
 
 /// One GPU runtime (CUDA, HIP). Calls that fail throw Error naming the runtime call, its code
 /// and its string; release() only logs. Nothing here synchronises a whole device. Calls that
@@ -54,9 +60,11 @@ class DeviceRuntime {
   virtual void release(DeviceHandleKind kind, void* handle) noexcept = 0;
 
   /// Queues a copy between any two of host and device memory on stream, a stream of device.
-  virtual void copy_async(int device, void* dst, const void* src, std::size_t bytes, void* stream) = 0;
+  virtual void copy_async(int device, void* dst, const void* src, std::size_t bytes,
+                          void* stream) = 0;
   /// Queues a byte fill of device memory on stream, a stream of device.
-  virtual void fill_async(int device, void* dst, unsigned char value, std::size_t bytes, void* stream) = 0;
+  virtual void fill_async(int device, void* dst, unsigned char value, std::size_t bytes,
+                          void* stream) = 0;
   /// Records event on stream (both of device) and waits for it: the one synchronisation per batch.
   virtual void record_and_wait(int device, void* event, void* stream) = 0;
   /// Waits for what stream (of device) has queued, logging a failure: after a batch's call

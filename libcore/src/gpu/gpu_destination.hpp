@@ -45,8 +45,8 @@ class GpuDestination {
   /// Direct: each read goes from regions[rank] + offset to its dest (an address in dest) as
   /// one async copy on dest.stream, then the sync. The first direct batch page-locks the
   /// regions (shared with the process's other readers), so the copies are DMA.
-  void copy_direct(std::span<const ReadOp> reads, std::span<const std::span<const std::byte>> regions,
-                   const DeviceBuffer& dest);
+  void copy_direct(std::span<const ReadOp> reads,
+                   std::span<const std::span<const std::byte>> regions, const DeviceBuffer& dest);
   /// dest's bytes back in the bounce buffer, for verify after a direct batch.
   std::span<const std::byte> copy_back(const DeviceBuffer& dest);
 
@@ -70,7 +70,7 @@ class GpuDestination {
   DeviceRuntime* m_bounce_runtime = nullptr;
   DeviceHandle m_bounce;
   std::size_t m_bounce_bytes = 0;
-  bool m_bounce_replaced = false;  // a buffer was freed since bounce() last reported one
+  bool m_bounce_replaced = false;      // a buffer was freed since bounce() last reported one
   std::vector<DeviceHandle> m_events;  // by device, created on first use
   bool m_regions_registered = false;
   std::vector<const std::byte*> m_registered;  // regions this reader holds registrations of

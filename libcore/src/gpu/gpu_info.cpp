@@ -2,9 +2,9 @@
 
 #include <fstream>
 
-#include "ddstage/tool/atomic_file.hpp"
 #include "ddstage/error.hpp"
 #include "ddstage/settings.hpp"
+#include "ddstage/tool/atomic_file.hpp"
 #include "gpu/device_registry.hpp"
 #include "process.hpp"
 
@@ -12,9 +12,12 @@ namespace ddstage {
 
 std::string_view memory_kind_name(MemoryKind kind) noexcept {
   switch (kind) {
-    case MemoryKind::host: return "host";
-    case MemoryKind::cuda: return "cuda";
-    case MemoryKind::hip: return "hip";
+    case MemoryKind::host:
+      return "host";
+    case MemoryKind::cuda:
+      return "cuda";
+    case MemoryKind::hip:
+      return "hip";
   }
   return "?";
 }
@@ -27,7 +30,8 @@ std::vector<GpuRuntimeInfo> gpu_info() {
   std::vector<GpuRuntimeInfo> out;
   for (detail::DeviceRuntime* runtime : detail::device_runtimes()) {
     const detail::DeviceProbe& probe = runtime->probe();
-    out.push_back({runtime->kind(), probe.devices, probe.reason, probe.names, probe.register_read_only});
+    out.push_back(
+        {runtime->kind(), probe.devices, probe.reason, probe.names, probe.register_read_only});
   }
   return out;
 }
@@ -52,7 +56,8 @@ std::optional<GpuPath> cached_gpu_path() {
 
 void cache_gpu_path(GpuPath path) {
   const auto file = gpu_path_cache_file();
-  if (file.empty()) throw UsageError("cannot cache the GPU path: neither XDG_CACHE_HOME nor HOME is set");
+  if (file.empty())
+    throw UsageError("cannot cache the GPU path: neither XDG_CACHE_HOME nor HOME is set");
   std::error_code ec;
   std::filesystem::create_directories(file.parent_path(), ec);
   if (ec) throw IoError("mkdir " + file.parent_path().string(), ec.value());

@@ -7,12 +7,14 @@ HostRegistrations& HostRegistrations::instance() {
   return registrations;
 }
 
-void HostRegistrations::acquire(DeviceRuntime& runtime, int device, std::span<const std::byte> region) {
+void HostRegistrations::acquire(DeviceRuntime& runtime, int device,
+                                std::span<const std::byte> region) {
   std::lock_guard lock(m_mutex);
   Entry& entry = m_entries[region.data()];
   if (entry.users++ == 0) {
     void* handle = runtime.register_host(device, region.data(), region.size());
-    if (handle) entry.registration = DeviceHandle(runtime, DeviceHandleKind::host_registration, handle);
+    if (handle)
+      entry.registration = DeviceHandle(runtime, DeviceHandleKind::host_registration, handle);
   }
 }
 

@@ -14,7 +14,8 @@ void mpi_check(int rc, const char* call, ErrorContext context) {
   char text[MPI_MAX_ERROR_STRING];
   int len = 0;
   MPI_Error_string(rc, text, &len);
-  throw Error(ErrorKind::runtime, std::string(call) + " failed: " + std::string(text, static_cast<std::size_t>(len)),
+  throw Error(ErrorKind::runtime,
+              std::string(call) + " failed: " + std::string(text, static_cast<std::size_t>(len)),
               std::move(context));
 }
 
@@ -56,7 +57,8 @@ std::string bcast_string(const std::string& text, MPI_Comm comm, int root) {
   mpi_check(MPI_Ibcast(&length, 1, MPI_UINT64_T, root, comm, &request), "MPI_Ibcast");
   wait_gently(request);
   std::string out = rank == root ? text : std::string(length, '\0');
-  mpi_check(MPI_Ibcast(out.data(), static_cast<int>(length), MPI_CHAR, root, comm, &request), "MPI_Ibcast");
+  mpi_check(MPI_Ibcast(out.data(), static_cast<int>(length), MPI_CHAR, root, comm, &request),
+            "MPI_Ibcast");
   wait_gently(request);
   return out;
 }
@@ -80,10 +82,10 @@ std::vector<std::string> collect_strings(const std::string& text, MPI_Comm comm,
     total += lengths[i];
   }
   std::string all(static_cast<std::size_t>(total), '\0');
-  mpi_check(everywhere ? MPI_Allgatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(), displs.data(),
-                                        MPI_CHAR, comm)
-                       : MPI_Gatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(), displs.data(),
-                                     MPI_CHAR, 0, comm),
+  mpi_check(everywhere ? MPI_Allgatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(),
+                                        displs.data(), MPI_CHAR, comm)
+                       : MPI_Gatherv(text.data(), length, MPI_CHAR, all.data(), lengths.data(),
+                                     displs.data(), MPI_CHAR, 0, comm),
             "MPI_Gatherv");
   std::vector<std::string> out;
   for (std::size_t i = 0; i < lengths.size(); ++i) out.push_back(all.substr(displs[i], lengths[i]));

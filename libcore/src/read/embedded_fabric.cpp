@@ -2,7 +2,6 @@
 
 #include <optional>
 
-
 #include "fabric/fabric_options.hpp"
 #include "fabric/fabric_server.hpp"
 #include "mpi/mpi_agree.hpp"

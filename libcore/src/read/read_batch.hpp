@@ -9,9 +9,9 @@
 
 #include <fmt/format.h>
 
-#include "ddstage/tool/checksum.hpp"
 #include "ddstage/error.hpp"
 #include "ddstage/index.hpp"
+#include "ddstage/tool/checksum.hpp"
 #include "ddstage/tool/shard_plan.hpp"
 #include "transport/transport.hpp"
 

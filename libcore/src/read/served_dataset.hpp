@@ -10,12 +10,12 @@
 #include <string>
 #include <vector>
 
-#include "ddstage/tool/file_descriptor.hpp"
 #include "ddstage/index.hpp"
+#include "ddstage/store_descriptor.hpp"
+#include "ddstage/tool/file_descriptor.hpp"
 #include "ddstage/tool/shard_layout.hpp"
 #include "ddstage/tool/shard_plan.hpp"
 #include "ddstage/tool/shm_segment.hpp"
-#include "ddstage/store_descriptor.hpp"
 #include "read/route_table.hpp"
 
 namespace ddstage::detail {

@@ -18,25 +18,31 @@
 namespace ddstage::detail {
 
 FabricTransport::FabricTransport(const FabricOptions& options, std::vector<FabricRemote> remotes)
-    : m_options(options), m_remotes(std::move(remotes)), m_slots(std::max<std::size_t>(options.window, 1)) {
+    : m_options(options),
+      m_remotes(std::move(remotes)),
+      m_slots(std::max<std::size_t>(options.window, 1)) {
   m_free.reserve(m_slots.size());  // refilled by close_endpoint, which must not throw
   for (const FabricRemote& r : m_remotes) {
     m_addresses.push_back(from_hex(r.peer.address_hex));
     if (m_addresses.back().empty()) continue;
     if (m_provider.empty()) m_provider = r.peer.provider;
     if (r.peer.provider != m_provider) {
-      throw UsageError("fabric servers run different providers: " + m_provider + " and " + r.peer.provider);
+      throw UsageError("fabric servers run different providers: " + m_provider + " and " +
+                       r.peer.provider);
     }
   }
   if (m_provider.empty()) throw std::logic_error("FabricTransport without any rank to read from");
-  const auto reached = std::find_if(m_addresses.begin(), m_addresses.end(), [](const auto& a) { return !a.empty(); });
+  const auto reached = std::find_if(m_addresses.begin(), m_addresses.end(),
+                                    [](const auto& a) { return !a.empty(); });
   m_info = find_provider(m_provider, m_options.domain, reached->size());
   m_max_read = m_info->ep_attr->max_msg_size;
   if (m_options.max_read_bytes) m_max_read = std::min(m_max_read, m_options.max_read_bytes);
   open_endpoint();
 }
 
-FabricTransport::~FabricTransport() { close_endpoint(); }
+FabricTransport::~FabricTransport() {
+  close_endpoint();
+}
 
 void FabricTransport::open_endpoint() {
   close_endpoint();
@@ -72,7 +78,8 @@ Abandoned& abandoned() {
 // (ofiwg/libfabric#8656, #8660). ofi_rxm dereferences that context inside fi_close of the
 // endpoint: a segfault. A lost link (packets dropped mid-response) is exactly that case.
 bool abandons_with_reads_in_flight(const fi_info& info, uint32_t version) noexcept {
-  const std::string_view provider = info.fabric_attr && info.fabric_attr->prov_name ? info.fabric_attr->prov_name : "";
+  const std::string_view provider =
+      info.fabric_attr && info.fabric_attr->prov_name ? info.fabric_attr->prov_name : "";
   const std::string_view core = provider.substr(0, provider.find(';'));
   const bool crashes = version < FI_VERSION(1, 18) && (core == "tcp" || core == "net");
   return crashes && info.domain_attr && info.domain_attr->data_progress == FI_PROGRESS_MANUAL;
@@ -86,8 +93,8 @@ std::size_t FabricTransport::abandoned_endpoints() noexcept {
 void FabricTransport::check_abandoned() const {
   if (const std::size_t n = abandoned_endpoints(); n >= m_options.max_abandoned_endpoints) {
     throw Error(ErrorKind::runtime,
-                "too many fabric endpoints left open after time-outs against lost ranks (" + std::to_string(n) +
-                    " in this process, provider " + m_provider +
+                "too many fabric endpoints left open after time-outs against lost ranks (" +
+                    std::to_string(n) + " in this process, provider " + m_provider +
                     "; libfabric < 1.18 tcp bug): restart the reading process");
   }
 }
@@ -95,19 +102,23 @@ void FabricTransport::check_abandoned() const {
 void FabricTransport::close_endpoint() noexcept {
   // Registrations belong to the endpoint's domain: closed before it.
   if (m_local) m_local->clear();
-  if (m_endpoint && in_flight() > 0 && abandons_with_reads_in_flight(m_endpoint->info(), fi_version())) {
+  if (m_endpoint && in_flight() > 0 &&
+      abandons_with_reads_in_flight(m_endpoint->info(), fi_version())) {
     // Nothing progresses an endpoint after this (data progress is manual), so its reads never
     // land in the caller's buffer; its sockets and memory are held until the process ends.
     std::lock_guard lock(abandoned().mutex);
     abandoned().endpoints.push_back(std::move(*m_endpoint));
-    spdlog::debug("fabric ({}): an endpoint with {} abandoned reads left open ({} in this process, libfabric {}.{})",
-                  m_provider, in_flight(), abandoned().endpoints.size(), FI_MAJOR(fi_version()),
-                  FI_MINOR(fi_version()));
+    spdlog::debug(
+        "fabric ({}): an endpoint with {} abandoned reads left open ({} in this process, libfabric "
+        "{}.{})",
+        m_provider, in_flight(), abandoned().endpoints.size(), FI_MAJOR(fi_version()),
+        FI_MINOR(fi_version()));
   }
   m_endpoint.reset();
   // Whatever was in flight went with the endpoint.
   m_free.clear();
-  for (uint32_t i = 0; i < m_slots.size(); ++i) m_free.push_back(static_cast<uint32_t>(m_slots.size() - 1 - i));
+  for (uint32_t i = 0; i < m_slots.size(); ++i)
+    m_free.push_back(static_cast<uint32_t>(m_slots.size() - 1 - i));
   for (Slot& slot : m_slots) slot.busy = false;
   m_bytes_in_flight = 0;
   m_deferred = false;
@@ -136,13 +147,16 @@ void FabricTransport::post_all(std::span<const ReadOp> reads) {
   // whether the next can follow without waiting for completions.
   std::optional<Chunk> pending;
   for (const ReadOp& op : reads) {
-    if (op.rank < 0 || static_cast<std::size_t>(op.rank) >= m_peers.size() || m_peers[op.rank] == FI_ADDR_NOTAVAIL) {
-      throw std::logic_error("fabric read aimed at rank " + std::to_string(op.rank) + ", which this reader does not reach");
+    if (op.rank < 0 || static_cast<std::size_t>(op.rank) >= m_peers.size() ||
+        m_peers[op.rank] == FI_ADDR_NOTAVAIL) {
+      throw std::logic_error("fabric read aimed at rank " + std::to_string(op.rank) +
+                             ", which this reader does not reach");
     }
     if (op.bytes == 0) continue;
     void* desc = local_desc(reads, op);
     for (uint64_t done = 0; done < op.bytes;) {
-      const Chunk chunk{op.rank, op.offset + done, std::min(op.bytes - done, m_max_read), op.dest + done, desc};
+      const Chunk chunk{op.rank, op.offset + done, std::min(op.bytes - done, m_max_read),
+                        op.dest + done, desc};
       if (pending) post_one(*pending, &chunk);
       pending = chunk;
       done += chunk.bytes;
@@ -153,7 +167,8 @@ void FabricTransport::post_all(std::span<const ReadOp> reads) {
 
 bool FabricTransport::has_room(uint64_t bytes) const noexcept {
   // A chunk larger than the byte cap still goes, alone.
-  return !m_free.empty() && (m_bytes_in_flight == 0 || m_bytes_in_flight + bytes <= m_options.max_bytes_in_flight);
+  return !m_free.empty() &&
+         (m_bytes_in_flight == 0 || m_bytes_in_flight + bytes <= m_options.max_bytes_in_flight);
 }
 
 void* FabricTransport::local_desc(std::span<const ReadOp> reads, const ReadOp& op) {
@@ -205,7 +220,8 @@ void FabricTransport::post_one(const Chunk& chunk, const Chunk* next) {
       release(&slot);
       // post() abandons the reads already posted (some may be held back by FI_MORE, so
       // waiting for them could end in a time-out that hides this error).
-      throw FabricError("fi_readmsg to " + where(rank), m_provider, static_cast<int>(rc), {.rank = rank});
+      throw FabricError("fi_readmsg to " + where(rank), m_provider, static_cast<int>(rc),
+                        {.rank = rank});
     }
     // Reads we deferred with FI_MORE must go out before the queue can drain.
     flags &= ~FI_MORE;
@@ -254,7 +270,8 @@ ssize_t FabricTransport::reap(bool keep_error) noexcept {
   // shm 1.17 reports a dead peer as an entry tied to no read (and a negative code): the reads
   // to that peer stay outstanding and the deadline names them.
   if (!slot) {
-    spdlog::debug("fabric ({}): completion error without a read: {}", m_provider, fi_strerror(std::abs(err.err)));
+    spdlog::debug("fabric ({}): completion error without a read: {}", m_provider,
+                  fi_strerror(std::abs(err.err)));
     return 0;
   }
   if (keep_error && !m_error) note_error(err, *slot);
@@ -264,9 +281,10 @@ ssize_t FabricTransport::reap(bool keep_error) noexcept {
 
 void FabricTransport::note_error(const fi_cq_err_entry& entry, const Slot& slot) noexcept {
   char text[256] = "";
-  const char* detail = fi_cq_strerror(m_endpoint->cq(), entry.prov_errno, entry.err_data, text, sizeof text);
-  m_error.emplace("fi_read from " + where(slot.rank), m_provider, entry, ErrorContext{.rank = slot.rank},
-                  detail ? detail : "");
+  const char* detail =
+      fi_cq_strerror(m_endpoint->cq(), entry.prov_errno, entry.err_data, text, sizeof text);
+  m_error.emplace("fi_read from " + where(slot.rank), m_provider, entry,
+                  ErrorContext{.rank = slot.rank}, detail ? detail : "");
 }
 
 void FabricTransport::pause_while_idle() const {
@@ -283,7 +301,9 @@ void FabricTransport::pause_while_idle() const {
 }
 
 void FabricTransport::check_deadline() {
-  if (in_flight() > 0 && std::chrono::steady_clock::now() - m_last_progress > m_options.read_timeout) time_out();
+  if (in_flight() > 0 &&
+      std::chrono::steady_clock::now() - m_last_progress > m_options.read_timeout)
+    time_out();
 }
 
 void FabricTransport::time_out() {
@@ -294,10 +314,11 @@ void FabricTransport::time_out() {
   std::string names;
   for (int r : ranks) names += (names.empty() ? "" : ", ") + where(r);
   const auto ms = m_options.read_timeout.count();
-  const std::string span = ms % 1000 ? std::to_string(ms) + " ms" : std::to_string(ms / 1000) + " s";
+  const std::string span =
+      ms % 1000 ? std::to_string(ms) + " ms" : std::to_string(ms / 1000) + " s";
   Error error(ErrorKind::runtime,
-              "fabric reads from " + names + " made no progress for " + span + " (read_timeout, provider " +
-                  m_provider + "): server dead or hung",
+              "fabric reads from " + names + " made no progress for " + span +
+                  " (read_timeout, provider " + m_provider + "): server dead or hung",
               {.rank = *ranks.begin()});
   reopen_endpoint();
   throw error;
@@ -337,7 +358,8 @@ bool FabricTransport::drain() noexcept {
   // rather than holding up the failure the caller is reporting.
   constexpr auto quiesce_wait = std::chrono::milliseconds(250);
   m_last_progress = std::chrono::steady_clock::now();
-  const auto deadline = m_last_progress + std::min<std::chrono::milliseconds>(m_options.read_timeout, quiesce_wait);
+  const auto deadline =
+      m_last_progress + std::min<std::chrono::milliseconds>(m_options.read_timeout, quiesce_wait);
   while (in_flight() > 0) {
     const ssize_t n = reap(false);
     if (n > 0) {

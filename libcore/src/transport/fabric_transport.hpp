@@ -24,8 +24,8 @@ namespace ddstage::detail {
 /// key from a lost connection (tcp;ofi_rxm 1.17 cancels both), the provider's own code does.
 class FabricReadError : public FabricError {
  public:
-  FabricReadError(const std::string& call, const std::string& provider, const fi_cq_err_entry& entry,
-                  ErrorContext context, const std::string& detail)
+  FabricReadError(const std::string& call, const std::string& provider,
+                  const fi_cq_err_entry& entry, ErrorContext context, const std::string& detail)
       : FabricError(call, provider, -entry.err, std::move(context), detail, entry.prov_errno),
         m_provider_code(entry.prov_errno) {}
   /// prov_errno: an errno for tcp and shm.
@@ -37,14 +37,15 @@ class FabricReadError : public FabricError {
 
 /// Reads for one Reader (one thread) over its own endpoint and queue. Reads larger than the
 /// provider's max_msg_size (or options.max_read_bytes) are split; up to options.window reads
-/// and options.max_bytes_in_flight bytes are in flight, posted with FI_MORE on all but the last of a burst; -FI_EAGAIN (rxm connects lazily)
-/// is met by progressing the queue and retrying. wait() reaps every completion. A read that
-/// fails is an Error naming its rank, host and the provider's text; when no read completes for
-/// options.read_timeout the batch fails naming the ranks still outstanding, the endpoint is
-/// replaced (abandoning those reads) and the transport stays usable for the other ranks, unless
-/// the process already left options.max_abandoned_endpoints endpoints open (see
-/// abandons_with_reads_in_flight): then every later batch fails saying so. Every call that
-/// throws, and quiesce(), leaves no read in flight: cancelled and reaped, or its endpoint closed.
+/// and options.max_bytes_in_flight bytes are in flight, posted with FI_MORE on all but the last of
+/// a burst; -FI_EAGAIN (rxm connects lazily) is met by progressing the queue and retrying. wait()
+/// reaps every completion. A read that fails is an Error naming its rank, host and the provider's
+/// text; when no read completes for options.read_timeout the batch fails naming the ranks still
+/// outstanding, the endpoint is replaced (abandoning those reads) and the transport stays usable
+/// for the other ranks, unless the process already left options.max_abandoned_endpoints endpoints
+/// open (see abandons_with_reads_in_flight): then every later batch fails saying so. Every call
+/// that throws, and quiesce(), leaves no read in flight: cancelled and reaped, or its endpoint
+/// closed.
 class FabricTransport final : public Transport {
  public:
   /// remotes[rank]: that rank's server and region; a rank with an empty address is not read.
@@ -131,7 +132,7 @@ class FabricTransport final : public Transport {
   std::vector<Slot> m_slots;
   std::vector<uint32_t> m_free;
   uint64_t m_bytes_in_flight = 0;
-  std::optional<FabricMrCache> m_local;  // only when the provider needs FI_MR_LOCAL
+  std::optional<FabricMrCache> m_local;    // only when the provider needs FI_MR_LOCAL
   std::optional<FabricReadError> m_error;  // first failed read of this batch
   bool m_deferred = false;  // the last read went with FI_MORE: the provider may hold it back
   std::chrono::steady_clock::time_point m_last_progress;

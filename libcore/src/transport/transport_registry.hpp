@@ -23,7 +23,8 @@ enum class TransportId { shm, mpi, fabric };
 /// Whether a transport can be used in this build on this machine, and if not, why.
 struct TransportProbe {
   bool available = false;
-  std::string why_not;  ///< one line when not available ("this ddstage was built without libfabric")
+  std::string
+      why_not;  ///< one line when not available ("this ddstage was built without libfabric")
 };
 
 struct TransportEntry {
@@ -41,8 +42,9 @@ const TransportEntry& transport_entry(TransportId id) noexcept;
 /// id. UsageError naming `option` ("transport", "StoreOptions::transport", "serve --transport")
 /// for an unknown name (listing the ones allowed), a name outside `allowed`, or one whose probe
 /// says it is unavailable (with the probe's reason).
-std::optional<TransportId> parse_transport(std::string_view value, std::span<const TransportId> allowed,
-                                           bool allowed_auto, std::string_view option);
+std::optional<TransportId> parse_transport(std::string_view value,
+                                           std::span<const TransportId> allowed, bool allowed_auto,
+                                           std::string_view option);
 
 /// What a transport reads from, per rank (vectors indexed by rank; a rank a transport does not
 /// reach has an empty span, a null pointer or an empty address).

@@ -26,11 +26,11 @@ using ProgressFn = std::function<void(const ProgressUpdate&)>;
 
 /// How to write an index.
 struct IndexWriterOptions {
-  std::filesystem::path out;         ///< the DATASET.ddx directory to create
-  bool force = false;                ///< replace an existing index once the new one is complete
+  std::filesystem::path out;           ///< the DATASET.ddx directory to create
+  bool force = false;                  ///< replace an existing index once the new one is complete
   uint64_t pack_bytes = 256ull << 20;  ///< start a new pack file past this size
-  std::string name;                  ///< dataset name (default: out's stem)
-  ProgressFn progress;               ///< called at most ~5 times a second, and once at the end
+  std::string name;                    ///< dataset name (default: out's stem)
+  ProgressFn progress;                 ///< called at most ~5 times a second, and once at the end
 };
 
 /// Writes manifest.yaml, index.bin and pack files into a temporary directory next to `out`, and

@@ -6,8 +6,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "ddstage/tool/file_descriptor.hpp"
 #include "ddstage/index.hpp"
+#include "ddstage/tool/file_descriptor.hpp"
 
 namespace ddstage {
 

@@ -15,9 +15,10 @@ namespace ddstage {
 /// variable ones through an offsets table stored in the region itself, so a reader that maps
 /// the region needs no per-sample table of its own.
 struct ShardFieldLayout {
-  uint64_t data_offset = 0;     ///< first row's bytes
-  uint64_t offsets_offset = 0;  ///< count+1 uint64 row offsets (relative to data_offset); variable only
-  uint64_t row_bytes = 0;       ///< fixed rows; 0 when variable
+  uint64_t data_offset = 0;  ///< first row's bytes
+  uint64_t offsets_offset =
+      0;                   ///< count+1 uint64 row offsets (relative to data_offset); variable only
+  uint64_t row_bytes = 0;  ///< fixed rows; 0 when variable
 };
 
 /// A shard region: a small header, then per field (field-major) an optional offsets table and

@@ -45,12 +45,14 @@ struct CleanReport {
 /// lock file at all are kept (CleanReport::unlocked) unless `force`.
 /// store_id empty: every store of this user (every user's, for root); else only that store.
 /// dry_run: reports what it would remove and removes nothing.
-CleanReport clean_dead_ranks(const std::string& store_id = {}, bool dry_run = false, bool force = false);
+CleanReport clean_dead_ranks(const std::string& store_id = {}, bool dry_run = false,
+                             bool force = false);
 
 /// Removes DIR/store.yaml only while it names store `id`: a new store may have taken the
 /// directory since. Every removal of a descriptor goes through here. True when removed; false
 /// when it is absent or names another store, or (`ec` set) could not be removed.
-bool remove_descriptor_of(const std::filesystem::path& dir, const std::string& id, std::error_code& ec) noexcept;
+bool remove_descriptor_of(const std::filesystem::path& dir, const std::string& id,
+                          std::error_code& ec) noexcept;
 
 /// What clean_store_descriptor decided.
 struct DescriptorCleanup {

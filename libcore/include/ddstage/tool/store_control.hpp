@@ -11,8 +11,8 @@
 #include <utility>
 #include <vector>
 
-#include "ddstage/tool/store_cleanup.hpp"
 #include "ddstage/store_descriptor.hpp"
+#include "ddstage/tool/store_cleanup.hpp"
 
 namespace ddstage {
 
@@ -23,7 +23,7 @@ enum class RankState {
   /// rank 0 has not heard from it for peer_timeout, or the store did not answer and this
   /// rank's lock is not held (on this host)
   lost,
-  unknown,        ///< the store did not answer and the rank runs on another host
+  unknown,  ///< the store did not answer and the rank runs on another host
 };
 std::string_view state_name(RankState s);
 
@@ -81,8 +81,8 @@ struct LoadRequest {
   bool verify = false;          ///< check every entry's checksum while loading
   bool replace = false;         ///< replace a loaded dataset of the same name
   bool allow_stale = false;
-  uint64_t mem_limit = 0;       ///< bytes per rank for this load; 0 = the server's --mem-limit
-  unsigned streams = 0;         ///< reader threads per rank; 0 = the server's default
+  uint64_t mem_limit = 0;  ///< bytes per rank for this load; 0 = the server's --mem-limit
+  unsigned streams = 0;    ///< reader threads per rank; 0 = the server's default
   /// Called as the store reports progress (a few times a second). With or without it, the
   /// store sends a report at least every 5 s, and the request's timeout bounds the wait
   /// between reports rather than the whole load.
@@ -145,6 +145,7 @@ struct DeadStoreCleanup {
 /// proves to be this store's (SIGCONT and SIGTERM, SIGKILL after 5 s; a pid is never signalled
 /// on the descriptor's word alone), removes this store's files here (clean_dead_ranks), and
 /// removes the descriptor once rank 0 ran here and is gone (clean_store_descriptor).
-DeadStoreCleanup clean_up_dead_store(const std::filesystem::path& dir, const StoreDescriptor& descriptor);
+DeadStoreCleanup clean_up_dead_store(const std::filesystem::path& dir,
+                                     const StoreDescriptor& descriptor);
 
 }  // namespace ddstage

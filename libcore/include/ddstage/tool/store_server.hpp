@@ -10,14 +10,16 @@
 namespace ddstage {
 
 struct ServeOptions {
-  std::filesystem::path dir;       ///< store directory (created if missing)
-  std::string listen;              ///< "HOST[:PORT]" for rank 0's control socket; "" = this host's name, any port
+  std::filesystem::path dir;  ///< store directory (created if missing)
+  std::string
+      listen;  ///< "HOST[:PORT]" for rank 0's control socket; "" = this host's name, any port
   /// What the ranks offer readers besides shared memory: "fabric" opens a libfabric endpoint on
   /// every rank and registers each shard; "auto" does so when the ranks span several hosts
   /// (single-node stores then cost no progress thread); "shm" never.
   std::string transport = "auto";
-  uint64_t mem_limit = 0;          ///< bytes per rank; 0 = 80% of available memory shared by this node's ranks
-  Settings settings;               ///< fabric.* (provider, domain), log level
+  uint64_t mem_limit =
+      0;              ///< bytes per rank; 0 = 80% of available memory shared by this node's ranks
+  Settings settings;  ///< fabric.* (provider, domain), log level
 };
 
 /// Runs this process's rank of a store until a stop request (or SIGTERM/SIGINT), collective

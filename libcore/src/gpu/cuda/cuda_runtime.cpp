@@ -12,14 +12,15 @@ namespace ddstage::detail {
 namespace {
 
 /// Builds the message only on failure: these calls sit on the per-batch path.
-#define DDSTAGE_CUDA_CHECK(call)                                                    \
-  do {                                                                              \
+#define DDSTAGE_CUDA_CHECK(call)                                                                  \
+  do {                                                                                            \
     if (const cudaError_t rc_ = (call); rc_ != cudaSuccess) fail(#call, rc_, __FILE__, __LINE__); \
   } while (0)
 
 [[noreturn]] void fail(const char* call, cudaError_t rc, const char* file, int line) {
-  throw Error(ErrorKind::runtime, fmt::format("CUDA: {} failed: {} ({}): {} [{}:{}]", call, cudaGetErrorName(rc),
-                                              static_cast<int>(rc), cudaGetErrorString(rc), file, line));
+  throw Error(ErrorKind::runtime,
+              fmt::format("CUDA: {} failed: {} ({}): {} [{}:{}]", call, cudaGetErrorName(rc),
+                          static_cast<int>(rc), cudaGetErrorString(rc), file, line));
 }
 
 DeviceProbe probe_once() {
@@ -28,8 +29,8 @@ DeviceProbe probe_once() {
   // Without a driver this returns cudaErrorInsufficientDriver and leaves count unset: every
   // error means no device, reported with its name.
   if (const cudaError_t rc = cudaGetDeviceCount(&count); rc != cudaSuccess) {
-    probe.reason = fmt::format("cudaGetDeviceCount: {} ({}): {}", cudaGetErrorName(rc), static_cast<int>(rc),
-                               cudaGetErrorString(rc));
+    probe.reason = fmt::format("cudaGetDeviceCount: {} ({}): {}", cudaGetErrorName(rc),
+                               static_cast<int>(rc), cudaGetErrorString(rc));
     return probe;
   }
   if (count <= 0) {
@@ -42,7 +43,9 @@ DeviceProbe probe_once() {
     probe.names.push_back(cudaGetDeviceProperties(&prop, d) == cudaSuccess ? prop.name : "?");
     int read_only = 0;
     probe.register_read_only.push_back(
-        cudaDeviceGetAttribute(&read_only, cudaDevAttrHostRegisterReadOnlySupported, d) == cudaSuccess && read_only);
+        cudaDeviceGetAttribute(&read_only, cudaDevAttrHostRegisterReadOnlySupported, d) ==
+            cudaSuccess &&
+        read_only);
   }
   return probe;
 }
@@ -123,7 +126,8 @@ class CudaRuntime final : public DeviceRuntime {
       // drop an error of the caller's own kernels that it has yet to check.
       return std::nullopt;
     }
-    if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged) return std::nullopt;
+    if (attr.type != cudaMemoryTypeDevice && attr.type != cudaMemoryTypeManaged)
+      return std::nullopt;
     return attr.device;
   }
 
@@ -157,56 +161,80 @@ class CudaRuntime final : public DeviceRuntime {
 
   void* register_host(int device, const void* ptr, std::size_t bytes) noexcept override try {
     if (!probe().register_read_only[static_cast<std::size_t>(device)]) {
-      spdlog::info("CUDA: device {} cannot page-lock read-only memory (cudaDevAttrHostRegisterReadOnlySupported is "
-                   "0): direct copies from shared memory are staged by the driver",
-                   device);
+      spdlog::info(
+          "CUDA: device {} cannot page-lock read-only memory "
+          "(cudaDevAttrHostRegisterReadOnlySupported is "
+          "0): direct copies from shared memory are staged by the driver",
+          device);
       return nullptr;
     }
     DeviceScope scope(device);
     void* address = const_cast<void*>(ptr);
-    if (const cudaError_t rc = cudaHostRegister(address, bytes, cudaHostRegisterReadOnly | cudaHostRegisterPortable); rc != cudaSuccess) {
-      spdlog::info("CUDA: cudaHostRegister of {} bytes of shared memory failed ({}): direct copies from it are "
-                   "staged by the driver",
-                   bytes, cudaGetErrorString(rc));
+    if (const cudaError_t rc =
+            cudaHostRegister(address, bytes, cudaHostRegisterReadOnly | cudaHostRegisterPortable);
+        rc != cudaSuccess) {
+      spdlog::info(
+          "CUDA: cudaHostRegister of {} bytes of shared memory failed ({}): direct copies from it "
+          "are "
+          "staged by the driver",
+          bytes, cudaGetErrorString(rc));
       return nullptr;
     }
     return address;
   } catch (const Error& e) {
-    spdlog::info("CUDA: shared memory not registered ({}): direct copies from it are staged by the driver", e.what());
+    spdlog::info(
+        "CUDA: shared memory not registered ({}): direct copies from it are staged by the driver",
+        e.what());
     return nullptr;
   }
 
   void release(DeviceHandleKind kind, void* handle) noexcept override {
     cudaError_t rc = cudaSuccess;
     switch (kind) {
-      case DeviceHandleKind::device_memory: rc = cudaFree(handle); break;
-      case DeviceHandleKind::pinned_memory: rc = cudaFreeHost(handle); break;
-      case DeviceHandleKind::stream: rc = cudaStreamDestroy(static_cast<cudaStream_t>(handle)); break;
-      case DeviceHandleKind::event: rc = cudaEventDestroy(static_cast<cudaEvent_t>(handle)); break;
-      case DeviceHandleKind::host_registration: rc = cudaHostUnregister(handle); break;
+      case DeviceHandleKind::device_memory:
+        rc = cudaFree(handle);
+        break;
+      case DeviceHandleKind::pinned_memory:
+        rc = cudaFreeHost(handle);
+        break;
+      case DeviceHandleKind::stream:
+        rc = cudaStreamDestroy(static_cast<cudaStream_t>(handle));
+        break;
+      case DeviceHandleKind::event:
+        rc = cudaEventDestroy(static_cast<cudaEvent_t>(handle));
+        break;
+      case DeviceHandleKind::host_registration:
+        rc = cudaHostUnregister(handle);
+        break;
     }
-    if (rc != cudaSuccess) spdlog::warn("CUDA: releasing a handle failed: {}", cudaGetErrorString(rc));
+    if (rc != cudaSuccess)
+      spdlog::warn("CUDA: releasing a handle failed: {}", cudaGetErrorString(rc));
   }
 
-  void copy_async(int device, void* dst, const void* src, std::size_t bytes, void* stream) override {
+  void copy_async(int device, void* dst, const void* src, std::size_t bytes,
+                  void* stream) override {
     DeviceScope scope(device);
-    DDSTAGE_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(stream)));
+    DDSTAGE_CUDA_CHECK(
+        cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, static_cast<cudaStream_t>(stream)));
   }
 
-  void fill_async(int device, void* dst, unsigned char value, std::size_t bytes, void* stream) override {
+  void fill_async(int device, void* dst, unsigned char value, std::size_t bytes,
+                  void* stream) override {
     DeviceScope scope(device);
     DDSTAGE_CUDA_CHECK(cudaMemsetAsync(dst, value, bytes, static_cast<cudaStream_t>(stream)));
   }
 
   void record_and_wait(int device, void* event, void* stream) override {
     DeviceScope scope(device);
-    DDSTAGE_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)));
+    DDSTAGE_CUDA_CHECK(
+        cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)));
     DDSTAGE_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event)));
   }
 
   void drain(int device, void* stream) noexcept override try {
     DeviceScope scope(device);
-    if (const cudaError_t rc = cudaStreamSynchronize(static_cast<cudaStream_t>(stream)); rc != cudaSuccess) {
+    if (const cudaError_t rc = cudaStreamSynchronize(static_cast<cudaStream_t>(stream));
+        rc != cudaSuccess) {
       spdlog::warn("CUDA: waiting for a failed batch's queued copies: {}", cudaGetErrorString(rc));
     }
   } catch (const Error& e) {

@@ -12,14 +12,15 @@ namespace ddstage::detail {
 namespace {
 
 /// Builds the message only on failure: these calls sit on the per-batch path.
-#define DDSTAGE_HIP_CHECK(call)                                                    \
-  do {                                                                              \
+#define DDSTAGE_HIP_CHECK(call)                                                                 \
+  do {                                                                                          \
     if (const hipError_t rc_ = (call); rc_ != hipSuccess) fail(#call, rc_, __FILE__, __LINE__); \
   } while (0)
 
 [[noreturn]] void fail(const char* call, hipError_t rc, const char* file, int line) {
-  throw Error(ErrorKind::runtime, fmt::format("HIP: {} failed: {} ({}): {} [{}:{}]", call, hipGetErrorName(rc),
-                                              static_cast<int>(rc), hipGetErrorString(rc), file, line));
+  throw Error(ErrorKind::runtime,
+              fmt::format("HIP: {} failed: {} ({}): {} [{}:{}]", call, hipGetErrorName(rc),
+                          static_cast<int>(rc), hipGetErrorString(rc), file, line));
 }
 
 /// hipHostRegister's flag for memory mapped read-only (a store's shared memory), or 0 where
@@ -38,8 +39,8 @@ DeviceProbe probe_once() {
   // Without a driver this returns an error (no driver, no device): every
   // error means no device, reported with its name.
   if (const hipError_t rc = hipGetDeviceCount(&count); rc != hipSuccess) {
-    probe.reason = fmt::format("hipGetDeviceCount: {} ({}): {}", hipGetErrorName(rc), static_cast<int>(rc),
-                               hipGetErrorString(rc));
+    probe.reason = fmt::format("hipGetDeviceCount: {} ({}): {}", hipGetErrorName(rc),
+                               static_cast<int>(rc), hipGetErrorString(rc));
     return probe;
   }
   if (count <= 0) {
@@ -134,49 +135,70 @@ class HipRuntime final : public DeviceRuntime {
   void* register_host(int device, const void* ptr, std::size_t bytes) noexcept override try {
     DeviceScope scope(device);
     void* address = const_cast<void*>(ptr);
-    if (const hipError_t rc = hipHostRegister(address, bytes, read_only_flag() | hipHostRegisterPortable); rc != hipSuccess) {
-      spdlog::info("HIP: hipHostRegister of {} bytes of shared memory failed ({}): direct copies from it are "
-                   "staged by the driver",
-                   bytes, hipGetErrorString(rc));
+    if (const hipError_t rc =
+            hipHostRegister(address, bytes, read_only_flag() | hipHostRegisterPortable);
+        rc != hipSuccess) {
+      spdlog::info(
+          "HIP: hipHostRegister of {} bytes of shared memory failed ({}): direct copies from it "
+          "are "
+          "staged by the driver",
+          bytes, hipGetErrorString(rc));
       return nullptr;
     }
     return address;
   } catch (const Error& e) {
-    spdlog::info("HIP: shared memory not registered ({}): direct copies from it are staged by the driver", e.what());
+    spdlog::info(
+        "HIP: shared memory not registered ({}): direct copies from it are staged by the driver",
+        e.what());
     return nullptr;
   }
 
   void release(DeviceHandleKind kind, void* handle) noexcept override {
     hipError_t rc = hipSuccess;
     switch (kind) {
-      case DeviceHandleKind::device_memory: rc = hipFree(handle); break;
-      case DeviceHandleKind::pinned_memory: rc = hipHostFree(handle); break;
-      case DeviceHandleKind::stream: rc = hipStreamDestroy(static_cast<hipStream_t>(handle)); break;
-      case DeviceHandleKind::event: rc = hipEventDestroy(static_cast<hipEvent_t>(handle)); break;
-      case DeviceHandleKind::host_registration: rc = hipHostUnregister(handle); break;
+      case DeviceHandleKind::device_memory:
+        rc = hipFree(handle);
+        break;
+      case DeviceHandleKind::pinned_memory:
+        rc = hipHostFree(handle);
+        break;
+      case DeviceHandleKind::stream:
+        rc = hipStreamDestroy(static_cast<hipStream_t>(handle));
+        break;
+      case DeviceHandleKind::event:
+        rc = hipEventDestroy(static_cast<hipEvent_t>(handle));
+        break;
+      case DeviceHandleKind::host_registration:
+        rc = hipHostUnregister(handle);
+        break;
     }
     if (rc != hipSuccess) spdlog::warn("HIP: releasing a handle failed: {}", hipGetErrorString(rc));
   }
 
-  void copy_async(int device, void* dst, const void* src, std::size_t bytes, void* stream) override {
+  void copy_async(int device, void* dst, const void* src, std::size_t bytes,
+                  void* stream) override {
     DeviceScope scope(device);
-    DDSTAGE_HIP_CHECK(hipMemcpyAsync(dst, src, bytes, hipMemcpyDefault, static_cast<hipStream_t>(stream)));
+    DDSTAGE_HIP_CHECK(
+        hipMemcpyAsync(dst, src, bytes, hipMemcpyDefault, static_cast<hipStream_t>(stream)));
   }
 
-  void fill_async(int device, void* dst, unsigned char value, std::size_t bytes, void* stream) override {
+  void fill_async(int device, void* dst, unsigned char value, std::size_t bytes,
+                  void* stream) override {
     DeviceScope scope(device);
     DDSTAGE_HIP_CHECK(hipMemsetAsync(dst, value, bytes, static_cast<hipStream_t>(stream)));
   }
 
   void record_and_wait(int device, void* event, void* stream) override {
     DeviceScope scope(device);
-    DDSTAGE_HIP_CHECK(hipEventRecord(static_cast<hipEvent_t>(event), static_cast<hipStream_t>(stream)));
+    DDSTAGE_HIP_CHECK(
+        hipEventRecord(static_cast<hipEvent_t>(event), static_cast<hipStream_t>(stream)));
     DDSTAGE_HIP_CHECK(hipEventSynchronize(static_cast<hipEvent_t>(event)));
   }
 
   void drain(int device, void* stream) noexcept override try {
     DeviceScope scope(device);
-    if (const hipError_t rc = hipStreamSynchronize(static_cast<hipStream_t>(stream)); rc != hipSuccess) {
+    if (const hipError_t rc = hipStreamSynchronize(static_cast<hipStream_t>(stream));
+        rc != hipSuccess) {
       spdlog::warn("HIP: waiting for a failed batch's queued copies: {}", hipGetErrorString(rc));
     }
   } catch (const Error& e) {
