@@ -33,7 +33,8 @@ def rows(ddstage, gen, tmp_path):
 
 def test_info_gpu_reports_runtimes_and_devices_or_reason(ddstage):
     state = gpu_state(ddstage)
-    build = ddstage.ok("info", "--settings").stdout.splitlines()[-1]
+    build = next(line for line in ddstage.ok("info", "--settings").stdout.splitlines()
+                 if line.startswith("build: "))
     built = [r["runtime"] for r in state["runtimes"]]
     assert ("cuda" in built) == ("CUDA=1" in build) and ("hip" in built) == ("HIP=1" in build)
     assert state["gpu_path_setting"] == "auto" and state["cached_path"] == ""
