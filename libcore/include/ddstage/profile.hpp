@@ -39,7 +39,7 @@ struct ProfileReport {
   LatencyHistogram batch_ns;
   /// Nanoseconds per batch spent in each stage, over the batches that entered it.
   std::array<LatencyHistogram, profile_stage_count> stage_ns{};
-  /// How batches were served ("shm", "fabric", "mpi-rma", "gpu staged", ...) and how many
+  /// How batches were served ("shm", "mpi", "fabric", "gpu staged", ...) and how many
   /// batches each path served: a batch may take several.
   std::vector<std::pair<std::string, uint64_t>> paths;
 };
