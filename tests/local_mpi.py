@@ -1,7 +1,16 @@
 """What every test that starts MPI jobs shares (CLI and Python tests alike): the OpenMPI
 environment, and telling whether a rank's process still runs."""
 
+import atexit
+import shutil
+import tempfile
 from pathlib import Path
+
+# OpenMPI's shared memory between ranks (vader segments) goes to a directory of this test
+# process's own: the jobs the tests SIGKILL leave their segments there, and removing the
+# directory at exit never touches another test's live job (ctest runs test files side by side).
+VADER_DIR = Path(tempfile.mkdtemp(prefix="ompi-vader-", dir="/dev/shm"))
+atexit.register(shutil.rmtree, VADER_DIR, True)
 
 MPI_ENV = {
     "OMPI_ALLOW_RUN_AS_ROOT": "1",
@@ -10,6 +19,7 @@ MPI_ENV = {
     # Everything stays on this machine: shared memory between ranks, loopback for the runtime.
     "OMPI_MCA_btl": "self,vader",
     "OMPI_MCA_oob_tcp_if_include": "lo",
+    "OMPI_MCA_btl_vader_backing_directory": str(VADER_DIR),
 }
 
 

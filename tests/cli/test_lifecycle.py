@@ -23,7 +23,7 @@ from conftest import assert_runtime_error, assert_usage_error, flatten, read_byt
 from test_store import Store, datasets, read_store, serve, wait_dead  # noqa: F401 (fixtures)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: shared helpers
-from local_mpi import MPI_ENV, pid_alive  # noqa: E402
+from local_mpi import MPI_ENV, VADER_DIR, pid_alive  # noqa: E402
 
 SHM = Path("/dev/shm")
 CLONE_NEWNS = 0x00020000
@@ -39,7 +39,11 @@ def private_shm():
     if os.geteuid() != 0 or shutil.which("mount") is None or libc.unshare(CLONE_NEWNS) != 0:
         pytest.skip("needs root and mount namespaces for a private /dev/shm")
     subprocess.run(["mount", "--make-rprivate", "/"], check=True)
+    # OpenMPI's directory (local_mpi.VADER_DIR) moves along: made empty on the host's /dev/shm
+    # at import, it would be left there, and be missing in the private one.
+    VADER_DIR.rmdir()
     subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512m,mode=1777", "tmpfs", str(SHM)], check=True)
+    VADER_DIR.mkdir()
     yield
 
 
@@ -372,3 +376,22 @@ def test_store_comes_from_the_environment(ddstage, serve, datasets):
                                  ["read", "--dataset", "f", "--ids", "0"]])
 def test_no_store_anywhere_is_a_usage_error(ddstage, cmd):
     assert_usage_error(ddstage.run(*cmd), "no store: pass --store DIR or set DDSTAGE_STORE")
+
+
+def test_clean_keeps_segments_without_a_lock_file_unless_forced(ddstage):
+    """Only a ddstage older than rank locks (or something else) leaves a segment with no lock:
+    nothing proves its rank gone, so clean reports it and keeps it; --force removes it."""
+    segment = SHM / f"ddstage-{os.urandom(6).hex()}-train-g1-r0"
+    segment.write_bytes(b"x" * 4096)
+    try:
+        out = ddstage.ok("clean").stdout
+        assert f"{segment.name[8:20]} rank 0: segments without a lock file" in out
+        assert "--force" in out
+        assert segment.exists()
+        out = ddstage.ok("clean", "--force", "--dry-run").stdout
+        assert f"would remove segment {segment}" in out
+        assert segment.exists()
+        ddstage.ok("clean", "--force")
+        assert not segment.exists()
+    finally:
+        segment.unlink(missing_ok=True)

@@ -376,25 +376,6 @@ def test_serve_never_replaces_a_silent_store_not_proven_gone(ddstage, serve, sma
     store.stop()
 
 
-def test_clean_keeps_segments_without_a_lock_file_unless_forced(ddstage):
-    """Only a ddstage older than rank locks (or something else) leaves a segment with no lock:
-    nothing proves its rank gone, so clean reports it and keeps it; --force removes it."""
-    segment = Path("/dev/shm") / f"ddstage-{os.urandom(6).hex()}-train-g1-r0"
-    segment.write_bytes(b"x" * 4096)
-    try:
-        out = ddstage.ok("clean").stdout
-        assert f"{segment.name[8:20]} rank 0: segments without a lock file" in out
-        assert "--force" in out
-        assert segment.exists()
-        out = ddstage.ok("clean", "--force", "--dry-run").stdout
-        assert f"would remove segment {segment}" in out
-        assert segment.exists()
-        ddstage.ok("clean", "--force")
-        assert not segment.exists()
-    finally:
-        segment.unlink(missing_ok=True)
-
-
 # ---- start-up ---------------------------------------------------------------------------------
 
 # Preloaded into rank 1 alone: once it holds its rank lock (start-up has begun), it stops itself

@@ -171,16 +171,6 @@ def no_user_settings(tmp_path_factory):
     os.environ["XDG_CONFIG_HOME"] = str(tmp_path_factory.mktemp("xdg-empty"))
 
 
-@pytest.fixture(scope="session", autouse=True)
-def mpi_shared_memory():
-    """Removes the shared memory OpenMPI leaves when a job is killed (ctest's mpi_jobs lock
-    means no other MPI job runs meanwhile)."""
-    before = set(Path("/dev/shm").glob("vader_segment.*"))
-    yield
-    for leftover in set(Path("/dev/shm").glob("vader_segment.*")) - before:
-        leftover.unlink(missing_ok=True)
-
-
 def random_ids(n, seed, count=64):
     """Unsorted ids over 0..n-1 with repeats, both ends included."""
     ids = np.random.default_rng(seed).integers(0, n, count)
