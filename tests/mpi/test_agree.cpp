@@ -109,7 +109,8 @@ void root_outcome_reaches_every_rank() {
 
 void unreadable_record_still_reaches_every_rank() {
   // Rank 2's record is one stray byte: rank 0 cannot decode it, and must still broadcast, or
-  // ranks 1 and 2 would wait in the broadcast forever (ctest's timeout ends the test).
+  // ranks 1 and 2 would wait in the broadcast forever (here mpiexec ends the job when rank 0
+  // dies of the uncaught exception).
   const auto first = detail::first_error_of_record(g_rank == 2 ? "x" : "", MPI_COMM_WORLD);
   CHECK(first.has_value());
   if (!first) return;
