@@ -1,15 +1,20 @@
 // agree() under a real mpiexec (ctest runs 3 ranks): a failure on one rank reaches every rank as
 // the same class of error, naming that rank; the lowest failing rank wins; no failure costs
-// nothing but returning. Exit code: 0 when every check passed on this rank.
+// nothing but returning; a rank waiting for the others sleeps rather than spins. Exit code: 0 when
+// every check passed on this rank.
 #include <mpi.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
+#include <ctime>
 #include <functional>
 #include <string>
+#include <thread>
 
 #include "ddstage/error.hpp"
 #include "mpi/mpi_agree.hpp"
+#include "mpi/mpi_comm.hpp"
 #include "mpi/mpi_session.hpp"
 
 using namespace ddstage;
@@ -102,6 +107,45 @@ void root_outcome_reaches_every_rank() {
   }
 }
 
+void unreadable_record_still_reaches_every_rank() {
+  // Rank 2's record is one stray byte: rank 0 cannot decode it, and must still broadcast, or
+  // ranks 1 and 2 would wait in the broadcast forever (here mpiexec ends the job when rank 0
+  // dies of the uncaught exception).
+  const auto first = detail::first_error_of_record(g_rank == 2 ? "x" : "", MPI_COMM_WORLD);
+  CHECK(first.has_value());
+  if (!first) return;
+  CHECK(first->rank == 2);
+  CHECK(first->error.type == detail::ErrorClass::error);
+  CHECK(first->error.text.find("an unreadable failure record") != std::string::npos);
+  CHECK(first->error.text.find("rank 2") != std::string::npos);
+}
+
+double cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
+void reductions_wait_gently() {
+  // Server start-up: the other ranks wait in all_ok while rank 0 replaces an old store. A
+  // blocking MPI_Allreduce busy-polls (OpenMPI), taking about the whole wait in CPU time.
+  const auto waited = [](const std::function<void()>& reduce) {
+    const double before = cpu_seconds();
+    if (g_rank == 0) std::this_thread::sleep_for(std::chrono::seconds(1));
+    reduce();
+    return cpu_seconds() - before;
+  };
+  const double ok_cpu = waited([] { CHECK(detail::all_ok(g_rank != 1, MPI_COMM_WORLD) == false); });
+  const double max_cpu =
+      waited([] { CHECK(detail::max_over_ranks(g_rank * 1.5, MPI_COMM_WORLD) == 3.0); });
+  if (g_rank == 0) return;
+  if (ok_cpu > 0.2 || max_cpu > 0.2)
+    std::fprintf(stderr, "rank %d: cpu %.3f s in all_ok, %.3f s in max_over_ranks\n", g_rank,
+                 ok_cpu, max_cpu);
+  CHECK(ok_cpu < 0.2);
+  CHECK(max_cpu < 0.2);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -116,6 +160,8 @@ int main(int argc, char** argv) {
   lowest_failing_rank_wins();
   other_exceptions_become_runtime_errors();
   root_outcome_reaches_every_rank();
+  unreadable_record_still_reaches_every_rank();
+  reductions_wait_gently();
   if (g_failed == 0 && g_rank == 0)
     std::printf("agree: all checks passed on every rank that printed nothing\n");
   return g_failed == 0 ? 0 : 1;

@@ -114,3 +114,20 @@ TEST_CASE("status and stop replies read back, leniently", "[control][messages]")
   CHECK(detail::is_interim(detail::progress_message({})));
   CHECK_FALSE(detail::is_interim(detail::ok_reply()));
 }
+
+TEST_CASE("a malformed entry of a per-rank list keeps the ranks in place", "[control][messages]") {
+  // StoreControl::status() reads these lists by rank: skipping rank 1's bad entry would give
+  // rank 1 rank 2's numbers.
+  auto reply = detail::ok_reply();
+  reply["memory_used"].push_back(10);
+  reply["memory_used"].push_back("lots");
+  reply["memory_used"].push_back(30);
+  YAML::Node odd;
+  odd["not"] = "a number";
+  reply["last_heard"].push_back(0.5);
+  reply["last_heard"].push_back(odd);
+  reply["last_heard"].push_back(2.5);
+  const auto status = detail::status_of(reply);
+  CHECK(status.memory_used == std::vector<uint64_t>{10, 0, 30});
+  CHECK(status.last_heard == std::vector<double>{0.5, -1, 2.5});
+}

@@ -65,3 +65,32 @@ TEST_CASE("short bytes are an error", "[wire]") {
   bytes.resize(bytes.size() - 3);
   CHECK_THROWS_WITH(detail::from_wire<Shard>(bytes), Catch::Contains("truncated"));
 }
+
+TEST_CASE("a list count beyond the bytes left is truncated, not an allocation", "[wire]") {
+  // A count of 2^62 strings followed by nothing: assigning first would throw length_error or
+  // bad_alloc, or take the memory.
+  auto bytes = detail::to_wire(uint64_t{1} << 62);
+  CHECK_THROWS_WITH(detail::from_wire<std::vector<std::string>>(bytes),
+                    Catch::Contains("truncated"));
+}
+
+TEST_CASE("a bool byte other than 0 or 1 is malformed", "[wire]") {
+  auto bytes = detail::to_wire(std::optional<int32_t>(5));
+  REQUIRE(bytes[0] == 1);
+  bytes[0] = 7;
+  CHECK_THROWS_WITH(detail::from_wire<std::optional<int32_t>>(bytes), Catch::Contains("malformed"));
+}
+
+TEST_CASE("an enum reads back through its underlying type", "[wire]") {
+  const auto bytes = detail::to_wire(detail::ErrorClass::stale);
+  CHECK(bytes.size() == 1);
+  CHECK(detail::from_wire<detail::ErrorClass>(bytes) == detail::ErrorClass::stale);
+}
+
+TEST_CASE("bytes left over are a field-list mismatch", "[wire]") {
+  // The writer sent a Shard; a reader expecting a Region reads 16 bytes and stops short.
+  const auto bytes = detail::to_wire(Shard{"/ddstage-x-r1", 1, Region{1, 2}, {"a"}, 0});
+  CHECK_THROWS_WITH(detail::from_wire<Region>(bytes), Catch::Contains("unread bytes"));
+  CHECK_THROWS_WITH(detail::from_wire<Region>(detail::to_wire(Region{1, 2}) + "x"),
+                    Catch::Contains("1 unread bytes"));
+}

@@ -47,15 +47,20 @@ void scalar(const Message& map, const char* key, T& out) {
   if (node && node.IsScalar()) YAML::convert<T>::decode(node, out);
 }
 
-/// A list of T from a reply of a newer or older server: empty when absent, malformed items
-/// skipped.
+/// A list of T from a reply of a newer or older server: empty when absent. A malformed item
+/// becomes `placeholder` where positions mean ranks (so that it never shifts the next rank's
+/// value into its place), and is skipped without one.
 template <class T>
-std::vector<T> list_of(const Message& node) {
+std::vector<T> list_of(const Message& node, std::optional<T> placeholder = std::nullopt) {
   std::vector<T> out;
   if (!node || !node.IsSequence()) return out;
   for (const auto& item : node) {
     T v{};
-    if (item.IsScalar() && YAML::convert<T>::decode(item, v)) out.push_back(v);
+    if (item.IsScalar() && YAML::convert<T>::decode(item, v)) {
+      out.push_back(v);
+    } else if (placeholder) {
+      out.push_back(*placeholder);
+    }
   }
   return out;
 }
@@ -216,8 +221,9 @@ Message status_reply(const StatusReply& status) {
 }
 
 StatusReply status_of(const Message& reply) {
-  StatusReply status{list_of<uint64_t>(reply[key_memory_used]),
-                     list_of<double>(reply[key_last_heard])};
+  // The placeholders are RankStatus's "not reported".
+  StatusReply status{list_of<uint64_t>(reply[key_memory_used], 0),
+                     list_of<double>(reply[key_last_heard], -1.0)};
   scalar(reply, key_busy, status.busy);
   return status;
 }

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <string>
+#include <vector>
+
 #include "mpi_exchange.hpp"
 
 namespace ddstage::detail {
@@ -15,18 +18,36 @@ std::exception_ptr caught(const std::function<void()>& step) {
   return nullptr;
 }
 
-std::optional<RankError> first_error(const std::exception_ptr& failure, MPI_Comm comm) {
-  if (all_ok(!failure, comm)) return std::nullopt;
-  // Texts travel only on failure: the lowest failing rank's, through rank 0.
-  const auto failures =
-      gather_strings(failure ? to_wire(ErrorRecord::of(failure)) : std::string(), comm);
-  RankError first;
-  for (std::size_t r = 0; r < failures.size(); ++r) {
-    if (failures[r].empty()) continue;
-    first = {static_cast<int>(r), from_wire<ErrorRecord>(failures[r])};
-    break;
+namespace {
+
+/// Rank 0's view of the lowest failing rank: a record it cannot read still names that rank, so
+/// that rank 0 reaches the broadcast every other rank waits in.
+RankError lowest_failure(const std::vector<std::string>& records) {
+  for (std::size_t r = 0; r < records.size(); ++r) {
+    if (records[r].empty()) continue;
+    const int rank = static_cast<int>(r);
+    try {
+      return {rank, from_wire<ErrorRecord>(records[r])};
+    } catch (const std::exception& e) {
+      return {rank,
+              ErrorRecord::of(Error(ErrorKind::runtime,
+                                    fmt::format("an unreadable failure record ({})", e.what()),
+                                    {.rank = rank}))};
+    }
   }
-  return broadcast(first, comm);
+  return {};
+}
+
+}  // namespace
+
+std::optional<RankError> first_error_of_record(const std::string& record, MPI_Comm comm) {
+  if (all_ok(record.empty(), comm)) return std::nullopt;
+  // Texts travel only on failure: the lowest failing rank's, through rank 0.
+  return broadcast(lowest_failure(gather_strings(record, comm)), comm);
+}
+
+std::optional<RankError> first_error(const std::exception_ptr& failure, MPI_Comm comm) {
+  return first_error_of_record(failure ? to_wire(ErrorRecord::of(failure)) : std::string(), comm);
 }
 
 void agree(const std::exception_ptr& failure, MPI_Comm comm) {

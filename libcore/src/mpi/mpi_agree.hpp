@@ -6,6 +6,7 @@
 #include <exception>
 #include <functional>
 #include <optional>
+#include <string>
 
 #include "error_record.hpp"
 
@@ -37,6 +38,11 @@ struct RankError {
 /// otherwise the lowest failing rank's error on every rank. The common case, no failure, costs
 /// one small allreduce.
 std::optional<RankError> first_error(const std::exception_ptr& failure, MPI_Comm comm);
+
+/// first_error for a failure already encoded (to_wire of its ErrorRecord; empty: no failure).
+/// A record rank 0 cannot read still counts, as a run-time Error naming "an unreadable failure
+/// record", so that every rank leaves.
+std::optional<RankError> first_error_of_record(const std::string& record, MPI_Comm comm);
 
 /// Collective, for a step only `root` takes (so that no rank waits for a broadcast root never
 /// reaches): what `make` returns on root, on every rank. When it throws, root rethrows its own

@@ -102,10 +102,23 @@ std::vector<std::string> allgather_strings(const std::string& text, MPI_Comm com
   return collect_strings(text, comm, true);
 }
 
+namespace {
+
+/// One value reduced over ranks, waiting like bcast_string: a server's ranks wait here while
+/// rank 0 may spend seconds (replacing an old store) before it joins.
+template <class T>
+T allreduce_gently(T mine, MPI_Datatype type, MPI_Op op, MPI_Comm comm) {
+  T out{};
+  MPI_Request request;
+  mpi_check(MPI_Iallreduce(&mine, &out, 1, type, op, comm, &request), "MPI_Iallreduce");
+  wait_gently(request);
+  return out;
+}
+
+}  // namespace
+
 bool all_ok(bool ok, MPI_Comm comm) {
-  int mine = ok ? 1 : 0, all = 0;
-  mpi_check(MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, comm), "MPI_Allreduce");
-  return all == 1;
+  return allreduce_gently(ok ? 1 : 0, MPI_INT, MPI_MIN, comm) == 1;
 }
 
 void barrier_gently(MPI_Comm comm) {
@@ -115,9 +128,7 @@ void barrier_gently(MPI_Comm comm) {
 }
 
 double max_over_ranks(double v, MPI_Comm comm) {
-  double out = 0;
-  mpi_check(MPI_Allreduce(&v, &out, 1, MPI_DOUBLE, MPI_MAX, comm), "MPI_Allreduce");
-  return out;
+  return allreduce_gently(v, MPI_DOUBLE, MPI_MAX, comm);
 }
 
 }  // namespace ddstage::detail

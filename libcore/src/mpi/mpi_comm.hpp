@@ -35,9 +35,9 @@ std::string bcast_string(const std::string& text, MPI_Comm comm, int root = 0);
 std::vector<std::string> gather_strings(const std::string& text, MPI_Comm comm);
 /// Every rank's text, on every rank.
 std::vector<std::string> allgather_strings(const std::string& text, MPI_Comm comm);
-/// True on every rank if `ok` is true on every rank.
+/// True on every rank if `ok` is true on every rank. Waits gently, like bcast_string.
 bool all_ok(bool ok, MPI_Comm comm);
-/// Maximum of v over ranks, on every rank.
+/// Maximum of v over ranks, on every rank. Waits gently, like bcast_string.
 double max_over_ranks(double v, MPI_Comm comm);
 /// A barrier that sleeps between tests, like bcast_string: a rank that only waits leaves the
 /// cores to the ranks at work.

@@ -8,22 +8,26 @@
 
 namespace ddstage::detail {
 
-MpiSession::MpiSession(int* argc, char*** argv, int thread_level) {
+MpiSession::Init::Init(int* argc, char*** argv, int thread_level) {
   int initialised = 0;
   MPI_Initialized(&initialised);
   if (initialised) {
-    MPI_Query_thread(&m_level);
+    MPI_Query_thread(&level);
   } else {
-    mpi_check(MPI_Init_thread(argc, argv, thread_level, &m_level), "MPI_Init_thread");
-    m_owns = true;
+    mpi_check(MPI_Init_thread(argc, argv, thread_level, &level), "MPI_Init_thread");
+    owns = true;
   }
+}
+
+MpiSession::Init::~Init() {
+  if (owns && MPI_Finalize() != MPI_SUCCESS) spdlog::warn("MPI_Finalize failed");
+}
+
+MpiSession::MpiSession(int* argc, char*** argv, int thread_level)
+    : m_init(argc, argv, thread_level) {
   mpi_check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   MPI_Comm_rank(MPI_COMM_WORLD, &m_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &m_size);
-}
-
-MpiSession::~MpiSession() {
-  if (m_owns && MPI_Finalize() != MPI_SUCCESS) spdlog::warn("MPI_Finalize failed");
 }
 
 void MpiSession::abort(int code) const {

@@ -15,7 +15,6 @@ class MpiSession {
   MpiSession(int* argc, char*** argv, int thread_level);
   MpiSession(const MpiSession&) = delete;
   MpiSession& operator=(const MpiSession&) = delete;
-  ~MpiSession();
 
   /// MPI_COMM_WORLD.
   MPI_Comm comm() const noexcept { return MPI_COMM_WORLD; }
@@ -23,14 +22,25 @@ class MpiSession {
   int size() const noexcept { return m_size; }
   /// Whether several threads may make MPI calls at once (the level MPI provides, not the one
   /// asked for).
-  bool multiple() const noexcept { return m_level >= MPI_THREAD_MULTIPLE; }
+  bool multiple() const noexcept { return m_init.level >= MPI_THREAD_MULTIPLE; }
   /// Ends every rank of the job with this exit code: for a rank failing alone, which would
   /// leave the others waiting in their next collective.
   [[noreturn]] void abort(int code) const;
 
  private:
-  bool m_owns = false;
-  int m_level = MPI_THREAD_SINGLE;
+  /// MPI's life apart from the session's set-up: a member, so that MPI_Finalize also runs when
+  /// a step after MPI_Init_thread throws out of the session's constructor.
+  struct Init {
+    Init(int* argc, char*** argv, int thread_level);
+    Init(const Init&) = delete;
+    Init& operator=(const Init&) = delete;
+    ~Init();
+
+    bool owns = false;
+    int level = MPI_THREAD_SINGLE;
+  };
+
+  Init m_init;
   int m_rank = 0;
   int m_size = 1;
 };
