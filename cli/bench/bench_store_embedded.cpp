@@ -24,29 +24,30 @@
 #include "mpi/mpi_comm.hpp"
 #include "mpi/mpi_session.hpp"
 #endif
+#include "transport/transport_registry.hpp"
 
 namespace ddstage::cli {
 namespace {
 
-/// The transports embedded mode reads by, as the user spells them.
-std::vector<std::string> embedded_ways(const BenchStoreOptions& opts) {
-  std::vector<std::string> ways = opts.transports;
-  if (ways.empty()) {
-    ways = {"shm", "mpi", "mpi-alltoall"};
-    if (DDSTAGE_HAVE_FABRIC) ways.emplace_back("fabric");
-  }
-  for (const auto& w : ways) {
-    const bool fabric = w == "fabric" || w.rfind("fabric:", 0) == 0;
-    if (w != "shm" && w != "mpi" && w != "mpi-alltoall" && !fabric) {
-      throw UsageError("bad --transport '" + w +
-                       "' (shm, mpi, mpi-alltoall, fabric or fabric:PROVIDER)");
-    }
-    if (fabric && !DDSTAGE_HAVE_FABRIC) {
-      throw UsageError("--transport " + w +
-                       ": this ddstage was built without libfabric (DDSTAGE_WITH_FABRIC=OFF)");
-    }
-  }
-  return ways;
+constexpr detail::TransportId embedded_transports[] = {
+    detail::TransportId::shm, detail::TransportId::mpi, detail::TransportId::fabric};
+
+/// The registry's transport a way reads by, its name checked without a probe: mpi-alltoall is
+/// the mpi transport read collectively, fabric:PROVIDER the fabric transport over one provider.
+detail::TransportId transport_of(const std::string& way) {
+  if (way == "mpi-alltoall") return detail::TransportId::mpi;
+  const auto colon = way.find(':');
+  const auto id = *detail::parse_transport_name(way.substr(0, colon), embedded_transports, false,
+                                                "--transport");
+  if (colon != std::string::npos && id != detail::TransportId::fabric)
+    throw UsageError("bad --transport '" + way + "': only fabric takes a :PROVIDER");
+  return id;
+}
+
+/// The ways the user named (none: the default matrix), checked by name before MPI starts.
+std::vector<std::string> named_ways(const BenchStoreOptions& opts) {
+  for (const auto& way : opts.transports) transport_of(way);
+  return opts.transports;
 }
 
 /// Row sizes of --synthetic, checked.
@@ -226,6 +227,29 @@ void describe_run(BenchReport& report, const BenchStoreOptions& opts, const deta
   report.describe("figures", "rank 0's; every rank reads at the same time, cell by cell");
 }
 
+/// Collective: the ways to measure. Availability is asked only now, after MPI_Init (which may
+/// set the FI_* variables libfabric reads once): a named way this node cannot use is a usage
+/// error on every rank, worded as `info` words it; the default matrix reads over libfabric
+/// where every rank can.
+std::vector<std::string> available_ways(std::vector<std::string> ways,
+                                        const detail::MpiSession& job) {
+  if (!ways.empty()) {
+    detail::agree(detail::caught([&] {
+                    for (const auto& way : ways)
+                      detail::check_transport_available(transport_of(way), "--transport");
+                  }),
+                  job.comm());
+    return ways;
+  }
+  ways = {"shm", "mpi", "mpi-alltoall"};
+  const int here = detail::transport_entry(detail::TransportId::fabric).probe().available;
+  int everywhere = 0;
+  detail::mpi_check(MPI_Allreduce(&here, &everywhere, 1, MPI_INT, MPI_MIN, job.comm()),
+                    "MPI_Allreduce");
+  if (everywhere) ways.emplace_back("fabric");
+  return ways;
+}
+
 /// Ends every rank after this rank failed alone (the others wait in a collective).
 [[noreturn]] void abort_job(const detail::MpiSession& job, const char* what, int code) {
   std::fprintf(stderr, "ddstage: error: rank %d: %s\n", job.rank(), what);
@@ -237,7 +261,7 @@ void describe_run(BenchReport& report, const BenchStoreOptions& opts, const deta
 }  // namespace
 
 void run_bench_store_embedded(const BenchStoreOptions& opts, const CliContext& ctx) {
-  const auto ways = embedded_ways(opts);
+  const auto named = named_ways(opts);
   const auto sizes = synthetic_sizes(opts);
   if (!opts.index.empty() && !sizes.empty())
     throw UsageError("bench store takes --synthetic or --index, not both");
@@ -245,6 +269,7 @@ void run_bench_store_embedded(const BenchStoreOptions& opts, const CliContext& c
   ctx.resolve_settings();
   // Readers in several threads make MPI calls at once (transport mpi).
   const detail::MpiSession job(ctx.argc, ctx.argv, MPI_THREAD_MULTIPLE);
+  const auto ways = available_ways(named, job);
   BenchReport report("store");
   describe_run(report, opts, job, ways);
   try {

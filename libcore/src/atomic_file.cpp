@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <random>
+#include <stdexcept>
 #include <utility>
 
 #include <fmt/format.h>
@@ -62,6 +63,8 @@ AtomicFile::~AtomicFile() {
 }
 
 FileDescriptor AtomicFile::commit() {
+  if (m_temp.empty())
+    throw std::logic_error("AtomicFile::commit called twice for " + m_target.string());
   m_fd.sync();
   if (::rename(m_temp.c_str(), m_target.c_str()) != 0) {
     throw IoError("cannot write " + m_target.string() + " (rename " + m_temp.string() + ")", errno,

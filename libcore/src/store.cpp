@@ -332,13 +332,7 @@ namespace {
 /// The checks get_batch_collective agrees on before any row moves; the field's id.
 uint32_t check_collective(const Index& index, const std::string& field,
                           std::span<const uint64_t> ids, std::size_t dest_bytes) {
-  const uint32_t f = detail::field_of(index, field);
-  detail::check_ids(index, ids);
-  const uint64_t need = detail::bytes_of(index, f, ids);
-  if (dest_bytes != need) {
-    throw UsageError(
-        fmt::format("destination holds {} bytes; the batch needs {}", dest_bytes, need));
-  }
+  const auto [f, need] = detail::check_batch(index, field, ids, dest_bytes);
   // MPI counts and displacements are int: a rank's whole batch must fit one.
   if (need > static_cast<uint64_t>(INT_MAX) || ids.size() > static_cast<std::size_t>(INT_MAX)) {
     throw UsageError(

@@ -15,8 +15,9 @@ namespace ddstage {
 void run_store_server(const ServeOptions& options, int* argc, char*** argv) {
   using detail::TransportId;
   constexpr TransportId offered[] = {TransportId::shm, TransportId::fabric};
+  // The name only: whether the fabric is there is asked after MPI_Init, in an agreed step.
   const auto transport =
-      detail::parse_transport(options.transport, offered, true, "serve --transport");
+      detail::parse_transport_name(options.transport, offered, true, "serve --transport");
   detail::RankExit exit;
   // Before MPI_Init: the threads MPI starts inherit the blocked signals, so only the watch
   // takes them, whatever the main thread is blocked in.

@@ -380,6 +380,20 @@ def test_bench_store_bad_input(ddstage, tmp_path, args, words):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_bench_store_unavailable_transport_reads_as_info_says(ddstage, tmp_path):
+    """A named way whose transport this node cannot use (libfabric offering no provider) is
+    refused, after MPI starts, with the registry's reason: the words `info --settings` says."""
+    env = {**MPI_ENV, "FI_PROVIDER": "no-such-provider"}
+    lines = ddstage.ok("info", "--settings", env=env).stdout.splitlines()
+    row = next(line for line in lines if line.startswith("  fabric "))
+    assert row.split()[1] == "unavailable", row
+    why = row.split(": ", 1)[1]
+    proc = ddstage.run("bench", "store", "--synthetic", "3K", "--synthetic-rows", 16, "--samples", 8,
+                       "--transport", "shm,fabric:tcp", cwd=tmp_path, env=env)
+    assert_usage_error(proc, "--transport fabric: " + why)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_bench_store_index(ddstage, tmp_path):
     """Embedded with a real dataset (--index): its row size, one cell per way and batch."""
     np.save(tmp_path / "a.npy", np.arange(600, dtype=np.float64).reshape(100, 6))

@@ -474,6 +474,19 @@ def test_fabric_transport_errors(ddstage, serve, datasets):
     assert_usage_error(ddstage.run("serve", "--store", store.dir, "--transport", "rdma"), "transport")
 
 
+def test_serve_fabric_unavailable_fails_every_rank_alike(ddstage, tmp_path):
+    """serve --transport fabric where libfabric offers no provider: availability is asked after
+    MPI_Init (which may set FI_* variables libfabric reads once) in the agreed start-up step,
+    so every rank ends with the same line naming rank 0 and the probe's reason, exit 2."""
+    env = {**MPI_ENV, "FI_PROVIDER": "no-such-provider"}
+    proc = ddstage.run("serve", "--store", tmp_path / "store", "--listen", "127.0.0.1:0", "--transport", "fabric",
+                       prefix=["timeout", "60", "mpiexec", "-n", "2"], env=env)
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    errors = [l for l in proc.stderr.splitlines() if l.startswith("ddstage: error:")]
+    assert len(errors) == 2 and errors[0] == errors[1], proc.stderr
+    assert "rank 0 could not open its libfabric endpoint: serve --transport fabric: " in errors[0], errors[0]
+
+
 def fill_up(directory):
     """Writes a file into directory until its file system is full (ENOSPC)."""
     fd = os.open(directory / "filler", os.O_WRONLY | os.O_CREAT, 0o600)

@@ -8,6 +8,7 @@
 #include <csignal>
 #include <fstream>
 #include <iterator>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -90,6 +91,18 @@ TEST_CASE("atomic file: commit replaces the target whole and leaves nothing besi
   secret.write("token: x");
   secret.commit();
   CHECK(mode_of(dir / "secret.yaml") == 0600);
+}
+
+TEST_CASE("atomic file: a second commit is a logic error and leaves the committed file",
+          "[atomic_file]") {
+  test::TempDir dir;
+  const auto target = dir / "once.txt";
+  AtomicFile file(target);
+  file.write("first");
+  const FileDescriptor kept = file.commit();
+  CHECK_THROWS_AS(file.commit(), std::logic_error);
+  CHECK(read_text(target) == "first");
+  CHECK(leftovers(dir.path(), "once.txt").empty());
 }
 
 TEST_CASE("atomic file: a failed write leaves the old content and no temporary file",

@@ -98,6 +98,25 @@ TEST_CASE("transport registry: parse_transport names the option and what it allo
   }
 }
 
+TEST_CASE("transport registry: parse_transport_name checks the name alone, availability apart",
+          "[transport]") {
+  // serve checks the name before MPI_Init and availability after it: an unavailable fabric
+  // still parses, and only check_transport_available refuses it, with the probe's reason.
+  CHECK(parse_transport_name("fabric", store_transports, false, "serve --transport") ==
+        TransportId::fabric);
+  CHECK(parse_transport_name("auto", client_transports, true, "serve --transport") == std::nullopt);
+  CHECK_THROWS_WITH(parse_transport_name("mpi", client_transports, true, "serve --transport"),
+                    "serve --transport must be auto, shm or fabric, not 'mpi'");
+  CHECK_NOTHROW(check_transport_available(TransportId::shm, "serve --transport"));
+  const TransportProbe fabric = transport_entry(TransportId::fabric).probe();
+  if (fabric.available) {
+    CHECK_NOTHROW(check_transport_available(TransportId::fabric, "serve --transport"));
+  } else {
+    CHECK_THROWS_WITH(check_transport_available(TransportId::fabric, "serve --transport"),
+                      "serve --transport fabric: " + fabric.why_not);
+  }
+}
+
 TEST_CASE("transport registry: the transport setting offers auto and registry names only",
           "[transport]") {
   const auto& table = setting_table();

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <chrono>
 
-#include <fmt/format.h>
-
 #include "read/read_batch.hpp"
 
 namespace ddstage::detail {
@@ -122,13 +120,7 @@ void BatchReader::transfer(uint32_t field, std::span<const uint64_t> ids, std::s
 void BatchReader::get_batch(const std::string& field, std::span<const uint64_t> ids,
                             std::span<std::byte> dest, bool verify) {
   BatchTimer timer;
-  const Index& index = *m_table.index;
-  const uint32_t f = field_of(index, field);
-  check_ids(index, ids);
-  if (const uint64_t need = bytes_of(index, f, ids); dest.size() != need) {
-    throw UsageError(
-        fmt::format("destination holds {} bytes; the batch needs {}", dest.size(), need));
-  }
+  const uint32_t f = check_batch(*m_table.index, field, ids, dest.size()).field;
   plan_reads(f, ids, dest.data());
   check_owners();
   timer.mark(ProfileStage::other);

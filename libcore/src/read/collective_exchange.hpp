@@ -36,20 +36,17 @@ class CollectiveExchange {
                 std::byte* dest);
 
  private:
-  uint64_t row_bytes(uint32_t field, uint64_t id) const;
-  /// Bytes of `rows` consecutive ids starting at ids.
-  uint64_t rows_bytes(uint32_t field, const uint64_t* ids, int rows) const;
-  void send_requests(uint32_t field, std::span<const uint64_t> ids);
-  int plan_rounds(uint32_t field);
-  void run_round(int round, uint32_t field, std::byte* dest);
-  void pack(uint32_t field);
-  void unpack(uint32_t field, std::byte* dest);
+  // The map is the caller's, valid for one exchange(): passed down, never kept.
+  void send_requests(const ShardMap& map, uint32_t field, std::span<const uint64_t> ids);
+  int plan_rounds(const ShardMap& map, uint32_t field);
+  void run_round(const ShardMap& map, int round, uint32_t field, std::byte* dest);
+  void pack(const ShardMap& map, uint32_t field);
+  void unpack(const ShardMap& map, uint32_t field, std::byte* dest);
 
   MPI_Comm m_comm;
   int m_self = 0;
   int m_size = 1;
   uint64_t m_cap;
-  const ShardMap* m_map = nullptr;
   // Requester side: ids grouped by owner (m_order: caller position of each), where each row
   // goes in dest, and per owner how many of its rows arrived so far.
   std::vector<int> m_ask_count, m_ask_displ;

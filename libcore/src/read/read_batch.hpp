@@ -46,6 +46,27 @@ inline uint64_t bytes_of(const Index& index, uint32_t field, std::span<const uin
   return total;
 }
 
+/// What a batch's checks found: the field's id and the bytes the batch needs.
+struct CheckedBatch {
+  uint32_t field;
+  uint64_t bytes;
+};
+
+/// The checks every batch read makes before a row moves (Reader::get_batch and the embedded
+/// Store's get_batch_collective): the field exists, the ids are samples, and the destination
+/// holds exactly the batch. UsageError for the first that fails.
+inline CheckedBatch check_batch(const Index& index, const std::string& field,
+                                std::span<const uint64_t> ids, std::size_t dest_bytes) {
+  const uint32_t f = field_of(index, field);
+  check_ids(index, ids);
+  const uint64_t need = bytes_of(index, f, ids);
+  if (dest_bytes != need) {
+    throw UsageError(
+        fmt::format("destination holds {} bytes; the batch needs {}", dest_bytes, need));
+  }
+  return {f, need};
+}
+
 /// Per-id sizes of a field: what a caller sizes variable-length destinations with.
 inline void row_sizes_of(const Index& index, const std::string& field,
                          std::span<const uint64_t> ids, std::span<uint64_t> sizes) {

@@ -22,24 +22,29 @@ std::string host_of(const std::string& address) {
 
 std::optional<PublishedEndpoint> ServerRank::start_fabric(bool several_hosts) {
   const bool wanted = m_transport == TransportId::fabric || (!m_transport && several_hosts);
-#if DDSTAGE_HAVE_FABRIC
   agree(caught([&] {
+          // Probed only now, after MPI_Init (which may set the FI_* variables libfabric reads
+          // once) and with SIGTERM blocked in the threads a provider starts; agreed, so that
+          // every rank fails alike.
+          if (m_transport == TransportId::fabric)
+            check_transport_available(TransportId::fabric, "serve --transport");
+#if DDSTAGE_HAVE_FABRIC
           if (wanted) m_fabric.emplace(FabricOptions::from(m_options.settings));
+#endif
         }),
         [](int rank) {
           return fmt::format("rank {} could not open its libfabric endpoint: ", rank);
         });
+#if DDSTAGE_HAVE_FABRIC
   if (!m_fabric) return std::nullopt;
   const auto peer = m_fabric->peer();
   if (is_root()) spdlog::info("serving over libfabric too: provider {}", peer.provider);
   return PublishedEndpoint{peer.provider, peer.address_hex};
 #else
-  // --transport fabric was refused by the transport registry: this build has no libfabric.
   if (wanted && is_root()) {
     spdlog::warn(
         "the store spans several hosts but this ddstage was built without libfabric: clients can "
-        "read "
-        "only ranks on their own node");
+        "read only ranks on their own node");
   }
   return std::nullopt;
 #endif

@@ -89,12 +89,6 @@ std::string spelled_list(const std::vector<std::string_view>& names) {
                    std::string(value) + "'");
 }
 
-void check_available(const TransportEntry& entry, std::string_view option) {
-  if (TransportProbe probe = entry.probe(); !probe.available) {
-    throw UsageError(std::string(option) + " " + std::string(entry.name) + ": " + probe.why_not);
-  }
-}
-
 std::unique_ptr<Transport> open_mpi([[maybe_unused]] const TransportTargets& targets) {
 #if DDSTAGE_HAVE_MPI
   if (!targets.window) throw std::logic_error("transport mpi opened without a window");
@@ -124,22 +118,35 @@ const TransportEntry& transport_entry(TransportId id) noexcept {
                        [id](const TransportEntry& e) { return e.id == id; });
 }
 
-std::optional<TransportId> parse_transport(std::string_view value,
-                                           std::span<const TransportId> allowed, bool allowed_auto,
-                                           std::string_view option) {
+std::optional<TransportId> parse_transport_name(std::string_view value,
+                                                std::span<const TransportId> allowed,
+                                                bool allowed_auto, std::string_view option) {
   if (allowed_auto && value == "auto") return std::nullopt;
   const auto entry = std::find_if(registry.begin(), registry.end(), [&](const TransportEntry& e) {
     return e.name == value && std::find(allowed.begin(), allowed.end(), e.id) != allowed.end();
   });
   if (entry == registry.end()) throw_not_allowed(value, allowed, allowed_auto, option);
-  check_available(*entry, option);
   return entry->id;
+}
+
+void check_transport_available(TransportId id, std::string_view option) {
+  const TransportEntry& entry = transport_entry(id);
+  if (TransportProbe probe = entry.probe(); !probe.available) {
+    throw UsageError(std::string(option) + " " + std::string(entry.name) + ": " + probe.why_not);
+  }
+}
+
+std::optional<TransportId> parse_transport(std::string_view value,
+                                           std::span<const TransportId> allowed, bool allowed_auto,
+                                           std::string_view option) {
+  const auto id = parse_transport_name(value, allowed, allowed_auto, option);
+  if (id) check_transport_available(*id, option);
+  return id;
 }
 
 std::unique_ptr<Transport> open_transport(TransportId id, const TransportTargets& targets,
                                           const Settings& settings) {
-  const TransportEntry& entry = transport_entry(id);
-  check_available(entry, "transport");
+  check_transport_available(id, "transport");
   switch (id) {
     case TransportId::shm:
       return std::make_unique<CopyTransport>("shm", targets.mapped);

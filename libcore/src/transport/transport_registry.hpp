@@ -38,10 +38,19 @@ struct TransportEntry {
 std::span<const TransportEntry> transports() noexcept;
 const TransportEntry& transport_entry(TransportId id) noexcept;
 
-/// The transport an option names: nullopt for "auto" (when `allowed_auto`), else the entry's
-/// id. UsageError naming `option` ("transport", "StoreOptions::transport", "serve --transport")
-/// for an unknown name (listing the ones allowed), a name outside `allowed`, or one whose probe
-/// says it is unavailable (with the probe's reason).
+/// The transport an option names, without asking whether it is available (no probe: libfabric
+/// reads its environment once, and an MPI job's MPI_Init may set FI_* variables first): nullopt
+/// for "auto" (when `allowed_auto`), else the entry's id. UsageError naming `option`
+/// ("transport", "StoreOptions::transport", "serve --transport") for an unknown name (listing
+/// the ones allowed) or a name outside `allowed`.
+std::optional<TransportId> parse_transport_name(std::string_view value,
+                                                std::span<const TransportId> allowed,
+                                                bool allowed_auto, std::string_view option);
+
+/// UsageError "OPTION NAME: why not" when the transport's probe says it is unavailable.
+void check_transport_available(TransportId id, std::string_view option);
+
+/// parse_transport_name, then check_transport_available for a named transport.
 std::optional<TransportId> parse_transport(std::string_view value,
                                            std::span<const TransportId> allowed, bool allowed_auto,
                                            std::string_view option);

@@ -1,4 +1,4 @@
-// A file that appears whole or not at all.
+// A file that readers see whole or not at all.
 #pragma once
 
 #include <sys/types.h>
@@ -16,6 +16,11 @@ namespace ddstage {
 /// file system) and renames it over the target in commit(), after an fsync: readers see the
 /// old content or the new, never a truncated file. Destroyed without commit() (an exception on
 /// the way), it removes the temporary file and leaves the target untouched.
+///
+/// Atomic for readers, not durable: the directory is not fsynced after the rename, so after a
+/// crash of the machine the old file may come back. Deliberate: store.yaml is rewritten on
+/// every load, and an fsync of /dev/shm or the store directory each time buys nothing a
+/// restarted store needs.
 class AtomicFile {
  public:
   /// Creates the temporary file `TARGET.partial-XXXXXXXX` (O_EXCL under a random name: a
@@ -34,7 +39,8 @@ class AtomicFile {
     write(std::as_bytes(std::span(text.data(), text.size())));
   }
   /// fsyncs and renames the file over the target; returns its descriptor, still open (a lock
-  /// taken on it is kept). IoError on failure, and the temporary file is removed.
+  /// taken on it is kept). IoError on failure, and the temporary file is removed. Once only:
+  /// a second call is a std::logic_error (a bug in the caller, not in its input).
   FileDescriptor commit();
 
   const std::filesystem::path& target() const noexcept { return m_target; }
