@@ -372,6 +372,8 @@ def test_bench_store_embedded_bad_tmpdir(ddstage, tmp_path):
     (["--synthetic", "3Q"], ["3Q"]),
     (["--synthetic", "3K", "--plot", "out.gif"], [".png or .svg"]),
     (["--synthetic", "3K", "--store", "somewhere", "--dataset", "d"], ["not both"]),
+    (["--store", "somewhere", "--dataset", "d", "--transport", "pigeon"], ["'pigeon'", "auto|shm|fabric"]),
+    (["--store", "somewhere", "--dataset", "d", "--transport", "shm:tcp"], ["shm:tcp", "only fabric"]),
     ([], ["--synthetic"]),
 ])
 def test_bench_store_bad_input(ddstage, tmp_path, args, words):
