@@ -370,4 +370,10 @@ void Store::get_batch_collective(const std::string& name, const std::string& fie
   timer.finish(ids.size(), dest.size());
 }
 
+void Store::fail_batch_collective(std::exception_ptr failure) {
+  if (!failure)
+    failure = std::make_exception_ptr(UsageError("fail_batch_collective without a failure"));
+  detail::agree(failure, m->comm.get());
+}
+
 }  // namespace ddstage

@@ -130,4 +130,23 @@ py::array_t<uint64_t> row_sizes(PyReader& r, const std::string& field, const py:
   return sizes;
 }
 
+PreparedBatch prepare_batch(PyReader& r, const std::string& field, const py::handle& ids_obj,
+                            const py::object& out) {
+  PreparedBatch batch;
+  batch.ids = as_ids(ids_obj);
+  const auto span = id_span(batch.ids);
+  const FieldInfo& info = field_info(*r.index, field);
+  batch.bytes = r.reader.batch_bytes(field, span);
+  uint64_t rows = span.size();
+  if (info.variable) {
+    std::vector<uint64_t> sizes(span.size());
+    r.reader.row_sizes(field, span, sizes);
+    auto starts = offsets_of(sizes, unit_bytes(info), field);
+    rows = static_cast<uint64_t>(starts.at(span.size()));
+    batch.offsets = std::move(starts);
+  }
+  batch.dest = destination(out, batch.bytes, info, rows);
+  return batch;
+}
+
 }  // namespace ddstage::python

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <span>
@@ -13,6 +14,7 @@
 #include <pybind11/pybind11.h>
 
 #include "ddstage/client.hpp"
+#include "ddstage/error.hpp"
 #include "ddstage/index.hpp"
 
 namespace ddstage::python {
@@ -70,33 +72,49 @@ uint64_t batch_bytes(PyReader& r, const std::string& field, const py::handle& id
 /// Per-id byte sizes of field, as a uint64 array.
 py::array_t<uint64_t> row_sizes(PyReader& r, const std::string& field, const py::handle& ids);
 
-/// Fixed rows: an array (len(ids), *shape). Variable rows: (data, offsets), data of shape
-/// (total, *shape) and int64 offsets (len(ids) + 1) counted along data's first axis.
-/// read(ids, dest) does the reading, without the GIL; r sizes the batch.
-template <class Read>
-py::object get_batch(PyReader& r, const std::string& field, const py::handle& ids_obj,
-                     const py::object& out, Read&& read) {
-  auto lock = r.claim();  // first: a closed store's index is gone
-  auto ids = as_ids(ids_obj);
-  const auto span = id_span(ids);
-  const FieldInfo& info = field_info(*r.index, field);
-  const uint64_t bytes = r.reader.batch_bytes(field, span);
-  uint64_t rows = span.size();
+/// A batch as get_batch prepares it before reading: ids converted, destination sized.
+struct PreparedBatch {
+  py::array_t<int64_t> ids;
+  py::array dest;
   py::object offsets = py::none();
-  if (info.variable) {
-    std::vector<uint64_t> sizes(span.size());
-    r.reader.row_sizes(field, span, sizes);
-    auto starts = offsets_of(sizes, unit_bytes(info), field);
-    rows = static_cast<uint64_t>(starts.at(span.size()));
-    offsets = std::move(starts);
+  uint64_t bytes = 0;
+};
+
+/// Converts ids and sizes the destination (fixed rows: an array (len(ids), *shape); variable
+/// rows: data of shape (total, *shape) with int64 offsets (len(ids) + 1) along its first axis).
+PreparedBatch prepare_batch(PyReader& r, const std::string& field, const py::handle& ids_obj,
+                            const py::object& out);
+
+/// Fixed rows: an array (len(ids), *shape). Variable rows: (data, offsets). read(ids, dest)
+/// does the reading, without the GIL; r sizes the batch. When the ids or the destination are
+/// bad, fail(exception) runs before the error reaches Python: a collective read passes it to
+/// the other ranks there, so none of them waits for this one.
+template <class Read, class Fail>
+py::object get_batch(PyReader& r, const std::string& field, const py::handle& ids_obj,
+                     const py::object& out, Read&& read, Fail&& fail) {
+  std::unique_lock<std::mutex> lock;
+  PreparedBatch batch;
+  try {
+    lock = r.claim();  // first: a closed store's index is gone
+    batch = prepare_batch(r, field, ids_obj, out);
+  } catch (const py::error_already_set& e) {
+    // The other ranks learn it as a usage error; this rank keeps Python's own exception.
+    try {
+      fail(std::make_exception_ptr(UsageError(e.what())));
+    } catch (const std::exception&) {
+    }
+    throw;
+  } catch (...) {
+    fail(std::current_exception());
+    throw;
   }
-  py::array dest = destination(out, bytes, info, rows);
   {
     py::gil_scoped_release released;
-    read(span, std::span<std::byte>(static_cast<std::byte*>(dest.mutable_data()), bytes));
+    read(id_span(batch.ids),
+         std::span<std::byte>(static_cast<std::byte*>(batch.dest.mutable_data()), batch.bytes));
   }
-  if (!info.variable) return dest;
-  return py::make_tuple(dest, offsets);
+  if (batch.offsets.is_none()) return batch.dest;
+  return py::make_tuple(batch.dest, batch.offsets);
 }
 
 }  // namespace ddstage::python

@@ -83,9 +83,10 @@ void bind_reader(py::module_& m) {
           "get_batch",
           [](PyReader& r, const std::string& field, const py::handle& ids, const py::object& out,
              bool verify) {
-            return get_batch(r, field, ids, out, [&](auto span, auto dest) {
-              r.reader.get_batch(field, span, dest, verify);
-            });
+            return get_batch(
+                r, field, ids, out,
+                [&](auto span, auto dest) { r.reader.get_batch(field, span, dest, verify); },
+                [](const std::exception_ptr&) {});
           },
           py::arg("field"), py::arg("ids"), py::arg("out") = py::none(), py::arg("verify") = false);
 }

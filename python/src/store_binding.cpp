@@ -90,9 +90,13 @@ void bind_store(py::module_& m) {
           [](StoreHandle& h, const std::string& name, PyReader& sizes, const std::string& field,
              const py::handle& ids, const py::object& out) {
             Store& store = h.get();
-            return get_batch(sizes, field, ids, out, [&](auto span, auto dest) {
-              store.get_batch_collective(name, field, span, dest);
-            });
+            return get_batch(
+                sizes, field, ids, out,
+                [&](auto span, auto dest) { store.get_batch_collective(name, field, span, dest); },
+                [&](const std::exception_ptr& failure) {
+                  py::gil_scoped_release released;
+                  store.fail_batch_collective(failure);
+                });
           },
           py::arg("name"), py::arg("reader"), py::arg("field"), py::arg("ids"),
           py::arg("out") = py::none(),

@@ -33,6 +33,13 @@ def main(rows_h5, rows_ddx, seq_ddx, graphs_h5, graphs_ddx):
         # Collective: each rank its own ids, possibly none.
         mine = ids if comm.rank % 2 == 0 else ids[:0]
         np.testing.assert_array_equal(rows.get_batch_collective("x", mine), x[mine])
+    # Bad ids on rank 1 alone: every rank gets the error, none waits for ever in the exchange.
+    for bad in ([len(x)], [-1]):
+        try:
+            rows.get_batch_collective("x", bad if comm.rank == 1 else [0, 1])
+            raise AssertionError(f"a collective read with {bad} on rank 1 returned")
+        except (ddstage.UsageError, ValueError) as e:
+            assert comm.rank == 1 or "rank 1 failed" in str(e), e
 
     graphs = store.dataset("graphs")
     ids = rng.integers(0, graphs.samples, 30)

@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <filesystem>
 #include <memory>
 #include <span>
@@ -103,6 +104,11 @@ class Store {
   /// rank before any row moves. One thread per rank at a time.
   void get_batch_collective(const std::string& name, const std::string& field,
                             std::span<const uint64_t> ids, std::span<std::byte> dest);
+  /// Takes get_batch_collective's place on a rank whose request failed before it could make
+  /// one (a binding that converts ids and sizes the destination first): the same collective
+  /// step, so every rank throws as get_batch_collective does for bad input, this rank
+  /// `failure` itself, and no rank waits for the others in the exchange.
+  void fail_batch_collective(std::exception_ptr failure);
 
  private:
   struct State;
