@@ -70,8 +70,8 @@ void EmbeddedDataset::build_routes(const Settings& settings) {
   table.routes.resize(n);
   table.targets.mapped.resize(n);
   table.targets.direct.assign(n, nullptr);  // directly addressed ranks are copied through shm
-  table.targets.remotes.resize(
-      n);  // filled by EmbeddedFabric::expose for ranks read over libfabric
+  // Filled by EmbeddedFabric::expose for ranks read over libfabric.
+  table.targets.remotes.resize(n);
   if (window.get() != MPI_WIN_NULL) table.targets.window = &window;
   for (std::size_t r = 0; r < n; ++r) {
     Route& route = table.routes[r];
@@ -87,8 +87,7 @@ void EmbeddedDataset::build_routes(const Settings& settings) {
         table.targets.remotes[r].peer.address_hex.empty() ? TransportId::mpi : TransportId::fabric;
     route.why_not_direct = fmt::format(
         "rank {}'s rows come with MPI_Get or libfabric into host memory (direct needs every rank "
-        "on one node "
-        "with direct_on_node)",
+        "on one node with direct_on_node)",
         r);
   }
 }
