@@ -1,5 +1,6 @@
 #include "process.hpp"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
@@ -10,9 +11,10 @@
 #include <climits>
 #include <ctime>
 #include <fstream>
-#include <iterator>
 
 #include <fmt/format.h>
+
+#include "ddstage/tool/file_descriptor.hpp"
 
 namespace ddstage {
 
@@ -35,15 +37,36 @@ std::string utc_now() {
   return buf;
 }
 
+namespace {
+
+bool signal_reaches(int64_t pid) {
+  return ::kill(static_cast<pid_t>(pid), 0) == 0 || errno == EPERM;
+}
+
+/// /proc/PID/stat, or empty when it cannot be read. A plain read(2): the process may exit
+/// between open and read (ESRCH), which libstdc++'s filebuf would throw as an exception.
+std::string proc_stat(int64_t pid) {
+  const auto path = "/proc/" + std::to_string(pid) + "/stat";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  const FileDescriptor owner(fd, path);
+  std::array<char, 4096> buf{};
+  ssize_t n = 0;
+  do {
+    n = ::read(fd, buf.data(), buf.size());
+  } while (n < 0 && errno == EINTR);
+  return n > 0 ? std::string(buf.data(), static_cast<std::size_t>(n)) : std::string();
+}
+
+}  // namespace
+
 bool process_alive(int64_t pid) {
-  if (pid <= 0) return false;
-  if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno != EPERM) return false;
+  if (pid <= 0 || !signal_reaches(pid)) return false;
   // /proc/PID/stat is "PID (COMM) STATE ...": COMM may contain ')', so take the last one.
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)), {});
+  const std::string stat = proc_stat(pid);
   const auto paren = stat.rfind(')');
-  if (paren == std::string::npos || paren + 2 >= stat.size())
-    return true;  // no procfs: trust kill()
+  // Unreadable: the process exited just now (kill says so), or there is no procfs (trust kill).
+  if (paren == std::string::npos || paren + 2 >= stat.size()) return signal_reaches(pid);
   const char state = stat[paren + 2];
   return state != 'Z' && state != 'X';
 }

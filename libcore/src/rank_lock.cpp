@@ -130,10 +130,12 @@ int64_t rank_lock_holder(const std::string& store_id, int rank) {
   if (::stat(path.c_str(), &lock) != 0) return 0;
   const auto pid = recorded_pid(path);
   if (pid <= 0) return 0;
+  // increment(ec), not a range-for: the process may exit mid-listing, and operator++ throws.
   std::error_code ec;
-  for (const auto& fd : fs::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec)) {
+  for (fs::directory_iterator it("/proc/" + std::to_string(pid) + "/fd", ec), end; !ec && it != end;
+       it.increment(ec)) {
     struct stat st {};
-    if (::stat(fd.path().c_str(), &st) == 0 && same_file(st, lock)) return pid;
+    if (::stat(it->path().c_str(), &st) == 0 && same_file(st, lock)) return pid;
   }
   return 0;
 }
