@@ -1,5 +1,9 @@
 #include "control_messages.hpp"
 
+#include <optional>
+
+#include <fmt/format.h>
+
 #include "ddstage/error.hpp"
 #include "ddstage/tool/shard_loader.hpp"
 
@@ -65,15 +69,38 @@ std::vector<T> list_of(const Message& node, std::optional<T> placeholder = std::
   return out;
 }
 
+/// map[key] as T; nullopt when it is absent or not a T (a peer's bytes: never YAML's exception).
+template <class T>
+std::optional<T> converted(const Message& map, const char* key) {
+  const auto node = map[key];
+  T v{};
+  if (!node || !node.IsScalar() || !YAML::convert<T>::decode(node, v)) return std::nullopt;
+  return v;
+}
+
+/// A request's field: a UsageError for the client when it is missing or not a T.
+template <class T>
+T request_field(const Message& request, const char* key, const char* what) {
+  if (auto v = converted<T>(request, key)) return *v;
+  throw UsageError(fmt::format("{} without a valid '{}'", what, key));
+}
+
+/// A reply's field: the store's reply is unusable when it is missing or not a T.
+template <class T>
+T reply_field(const Message& reply, const char* key) {
+  if (auto v = converted<T>(reply, key)) return *v;
+  throw Error(ErrorKind::runtime, fmt::format("the store's reply has no valid '{}'", key));
+}
+
 /// request[key] as T, or fallback when the request leaves it out.
 template <class T>
 T optional_field(const Message& request, const char* key, T fallback) {
-  return request[key] ? request[key].as<T>() : fallback;
+  return request[key] ? request_field<T>(request, key, "load request") : fallback;
 }
 
 LoadCommand load_command_of(const Message& request) {
   if (!request[key_index]) throw UsageError("load request without an index");
-  LoadCommand load{.index = request[key_index].as<std::string>(),
+  LoadCommand load{.index = request_field<std::string>(request, key_index, "load request"),
                    .name = optional_field<std::string>(request, key_name, ""),
                    .verify = optional_field(request, key_verify, false),
                    .replace = optional_field(request, key_replace, false),
@@ -122,12 +149,12 @@ Message heartbeat_request(int rank) {
 
 ControlCommand command_of(const Message& request) {
   if (!request.IsMap() || !request[key_op]) throw UsageError("control request without an op");
-  ControlCommand command{.op = request[key_op].as<std::string>()};
+  ControlCommand command{.op = request_field<std::string>(request, key_op, "control request")};
   if (command.op == "load") {
     command.load = load_command_of(request);
   } else if (command.op == "unload") {
     if (!request[key_name]) throw UsageError("unload request without a name");
-    command.dataset = request[key_name].as<std::string>();
+    command.dataset = request_field<std::string>(request, key_name, "unload request");
   } else if (command.op != "status" && command.op != "stop") {
     throw UsageError("unknown control operation '" + command.op + "'");
   }
@@ -190,9 +217,9 @@ Message load_reply(const LoadResult& result) {
 }
 
 LoadResult load_result_of(const Message& reply) {
-  return {reply[key_name].as<std::string>(), reply[key_samples].as<uint64_t>(),
-          reply[key_bytes].as<uint64_t>(), reply[key_seconds].as<double>(),
-          reply[key_verified].as<bool>()};
+  return {reply_field<std::string>(reply, key_name), reply_field<uint64_t>(reply, key_samples),
+          reply_field<uint64_t>(reply, key_bytes), reply_field<double>(reply, key_seconds),
+          reply_field<bool>(reply, key_verified)};
 }
 
 Message progress_message(const LoadProgress& progress) {
@@ -208,8 +235,8 @@ bool is_interim(const Message& message) {
 }
 
 LoadProgress progress_of(const Message& interim) {
-  return {interim[key_progress].as<uint64_t>(), interim[key_total].as<uint64_t>(),
-          interim[key_samples].as<uint64_t>()};
+  return {reply_field<uint64_t>(interim, key_progress), reply_field<uint64_t>(interim, key_total),
+          reply_field<uint64_t>(interim, key_samples)};
 }
 
 Message status_reply(const StatusReply& status) {
