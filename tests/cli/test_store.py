@@ -297,12 +297,19 @@ def test_stale_descriptor_is_detected_and_replaced(ddstage, serve, datasets):
     serve on the directory replaces it."""
     store = serve(2)
     ddstage.ok("load", "--store", store.dir, datasets["files"], "--name", "f")
+    old_pids = store.pids()
     store.kill()
     assert (store.dir / "store.yaml").exists()
     assert_usage_error(ddstage.run("read", "--store", store.dir, "--dataset", "f", "--ids", "0"), "not running")
     again = Store(ddstage, store.dir, 2)
     try:
         assert "stale" in again.wait_output("stale")
+        # The old store.yaml is removed with its store, and the new one written once the new
+        # ranks have started: wait for it (bounded) before asking the new store.
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not (store.dir / "store.yaml").exists() or again.pids() == old_pids:
+            assert time.monotonic() < deadline and again.proc.poll() is None, again.output()
+            time.sleep(0.05)
         assert store.segments() == []  # the dead store's segments were removed
         assert status(ddstage, store.dir)["datasets"] == []
         again.stop()
