@@ -197,15 +197,22 @@ def test_scancel_during_training(jobs, names):
     jobs.assert_clean(job_id, names)
 
 
-def start_requeued(jobs, job_id):
+def start_requeued(jobs, job_id, names):
     """`scontrol requeue`, and the requeued job started at once: slurmctld holds a requeued job
     back for two minutes, which a test need not wait. A job that already ended is requeued only
-    once its nodes are idle again: started while slurmd still ends the killed run's steps, the
-    second run failed at launch, in no time and with no output (seen once in three runs)."""
+    once its nodes are idle again and no slurmstepd of the killed run is left on them: started
+    while slurmd still ends the killed run's steps, the second run failed at launch, in no time
+    and with no output (seen once in three runs with the idle check alone, and once after)."""
     if jobs.slurm.job(job_id)["JobState"] in ENDED:
         nodes = jobs.slurm.job(job_id)["NodeList"]
         deadline = time.monotonic() + JOB_TIMEOUT_S
-        while set(jobs.slurm.run(["sinfo", "-h", "-n", nodes, "-o", "%t"]).stdout.split()) != {"idle"}:
+
+        def settled():
+            idle = set(jobs.slurm.run(["sinfo", "-h", "-n", nodes, "-o", "%t"]).stdout.split()) == {"idle"}
+            steps = [cmd for node in jobs.nodes(names) for _, cmd in node.processes() if f"[{job_id}." in cmd]
+            return idle and not steps
+
+        while not settled():
             assert time.monotonic() < deadline, jobs.slurm.run(["sinfo", "-n", nodes]).stdout
             time.sleep(0.25)
     jobs.slurm.run(["scontrol", "requeue", str(job_id)])
@@ -219,7 +226,7 @@ def test_requeue_during_training(jobs, names):
     from the start: the second run gets a store of its own and completes."""
     job_id = jobs.submit(names, "sleep-first-run")
     jobs.wait_training(job_id, TASKS_PER_NODE * len(names))
-    start_requeued(jobs, job_id)
+    start_requeued(jobs, job_id, names)
     job = assert_ended(jobs, job_id, "COMPLETED", 0)
     assert job["Restarts"] == "1", job
     assert len(jobs.markers_of(job_id, run=1)) == TASKS_PER_NODE * len(names), jobs.output(job_id)
@@ -243,7 +250,7 @@ def test_requeue_after_a_hard_kill(jobs, names):
     assert (first_store / "store.yaml").exists()
     assert all(store_files(node) for node in jobs.nodes(names)), "the killed ranks left no segment to find"
 
-    start_requeued(jobs, job_id)
+    start_requeued(jobs, job_id, names)
     job = assert_ended(jobs, job_id, "COMPLETED", 0)
     assert job["Restarts"] == "1", job
     assert len(jobs.markers_of(job_id, run=1)) == TASKS_PER_NODE * len(names), jobs.output(job_id)
