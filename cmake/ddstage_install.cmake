@@ -14,17 +14,15 @@ mark_as_advanced(DDSTAGE_INSTALL_CMAKEDIR)
 # ddstageConfig.cmake.in knows how to find the ones below; anything else is flagged here, at
 # configure time (and tests/install fails), rather than at some app's link.
 get_target_property(_ddstage_core_links ddstage_core LINK_LIBRARIES)
+# ${CMAKE_DL_LIBS} (dlopen of libfabric) is a plain system library name: nothing to find.
 set(_ddstage_known_links yaml-cpp PkgConfig::XXHASH spdlog::spdlog Threads::Threads
-    MPI::MPI_CXX PkgConfig::FABRIC CUDA::cudart_static hip::host)
+    MPI::MPI_CXX CUDA::cudart_static hip::host ${CMAKE_DL_LIBS})
 set(DDSTAGE_CORE_NEEDS_MPI 0)
-set(DDSTAGE_CORE_NEEDS_FABRIC 0)
 set(DDSTAGE_CORE_NEEDS_CUDA 0)
 set(DDSTAGE_CORE_NEEDS_HIP 0)
 foreach(_lib IN LISTS _ddstage_core_links)
   if(_lib STREQUAL "MPI::MPI_CXX")
     set(DDSTAGE_CORE_NEEDS_MPI 1)
-  elseif(_lib STREQUAL "PkgConfig::FABRIC")
-    set(DDSTAGE_CORE_NEEDS_FABRIC 1)
   elseif(_lib STREQUAL "CUDA::cudart_static")
     set(DDSTAGE_CORE_NEEDS_CUDA 1)
   elseif(_lib STREQUAL "hip::host")

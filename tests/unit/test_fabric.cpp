@@ -426,7 +426,7 @@ TEST_CASE("fabric: a killed server fails the batch in bounded time; other ranks 
 TEST_CASE("fabric: only tcp and net before 1.18, with manual data progress, leave an endpoint open",
           "[fabric]") {
   const auto leaves_open = [](const char* provider, fi_progress progress, uint32_t version) {
-    InfoPtr info(fi_allocinfo());
+    InfoPtr info(fabric_api().allocinfo());
     REQUIRE(info);
     info->fabric_attr->prov_name = ::strdup(provider);
     info->domain_attr->data_progress = progress;
@@ -447,7 +447,8 @@ TEST_CASE("fabric: endpoints left open after time-outs are capped per process", 
     SECTION(p.name) {
       if (!present(p)) continue;
       LiveAndHung targets(p, 14);
-      const bool leaves_open = abandons_with_reads_in_flight(targets.hung.info(), fi_version());
+      const bool leaves_open =
+          abandons_with_reads_in_flight(targets.hung.info(), fabric_api().version());
       const std::size_t before = FabricTransport::abandoned_endpoints();
       FabricOptions o = options_for(p);
       o.read_timeout = std::chrono::milliseconds(300);

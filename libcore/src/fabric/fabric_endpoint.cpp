@@ -5,10 +5,10 @@
 namespace ddstage::detail {
 
 FabricEndpoint::FabricEndpoint(const fi_info& info, Wait wait)
-    : m_info(fi_dupinfo(&info)), m_provider(provider_name(info)) {
+    : m_info(fabric_api().dupinfo(&info)), m_provider(provider_name(info)) {
   if (!m_info) throw std::bad_alloc();
   fid_fabric* fabric = nullptr;
-  fabric_check(fi_fabric(m_info->fabric_attr, &fabric, nullptr), "fi_fabric", m_provider);
+  fabric_check(fabric_api().fabric(m_info->fabric_attr, &fabric, nullptr), "fi_fabric", m_provider);
   m_fabric.reset(fabric);
   fid_domain* domain = nullptr;
   fabric_check(fi_domain(fabric, m_info.get(), &domain, nullptr), "fi_domain", m_provider);

@@ -34,13 +34,13 @@ bool region_withdrawal_can_cause(int code, int provider_code) noexcept {
 FabricError::FabricError(const std::string& call, const std::string& provider, int rc,
                          ErrorContext context, const std::string& detail, int provider_code)
     : TransportError(call + " failed" + (provider.empty() ? "" : " (provider " + provider + ")") +
-                         ": " + fi_strerror(-rc) + (detail.empty() ? "" : ": " + detail),
+                         ": " + fabric_strerror(-rc) + (detail.empty() ? "" : ": " + detail),
                      std::move(context), region_withdrawal_can_cause(-rc, std::abs(provider_code))),
       m_code(-rc) {}
 
 void FidCloser::close(fid_t fid, const char* what) const noexcept {
   if (const int rc = fi_close(fid); rc != 0)
-    spdlog::warn("closing the libfabric {}: {}", what, fi_strerror(-rc));
+    spdlog::warn("closing the libfabric {}: {}", what, fabric_strerror(-rc));
 }
 
 }  // namespace ddstage::detail

@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "ddstage/error.hpp"
+#include "fabric/fabric_library.hpp"
 #include "transport/transport.hpp"
 
 namespace ddstage::detail {
@@ -73,7 +74,7 @@ using EndpointPtr = FidPtr<fid_ep>;
 using MrPtr = FidPtr<fid_mr>;
 
 struct InfoDeleter {
-  void operator()(fi_info* info) const noexcept { fi_freeinfo(info); }
+  void operator()(fi_info* info) const noexcept { fabric_freeinfo(info); }
 };
 /// An fi_info list or a single fi_dupinfo copy.
 using InfoPtr = std::unique_ptr<fi_info, InfoDeleter>;

@@ -18,7 +18,7 @@ constexpr std::array<std::string_view, 7> auto_order{"cxi",         "verbs;ofi_r
 constexpr std::array<std::string_view, 2> never_auto{"sockets", "udp;ofi_rxd"};
 
 InfoPtr query_providers() {
-  InfoPtr hints(fi_allocinfo());
+  InfoPtr hints(fabric_api().allocinfo());
   if (!hints) throw std::bad_alloc();
   hints->caps = FI_RMA | FI_READ | FI_REMOTE_READ;
   // Every operation carries a slot that starts with an fi_context2 and holds its iovecs until it
@@ -29,7 +29,7 @@ InfoPtr query_providers() {
   // Each reader owns its domain; the server serialises its progress thread and registrations.
   hints->domain_attr->threading = FI_THREAD_DOMAIN;
   fi_info* list = nullptr;
-  const int rc = fi_getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints.get(), &list);
+  const int rc = fabric_api().getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints.get(), &list);
   if (rc == -FI_ENODATA) return {};
   fabric_check(rc, "fi_getinfo", "");
   return InfoPtr(list);
@@ -167,7 +167,7 @@ InfoPtr pick(const std::string& provider, const std::string& domain, std::size_t
   Evaluation e = evaluate(list.get(), provider, domain, address_bytes);
   if (!e.chosen) throw_absent(e, provider, domain);
   // fi_dupinfo copies one entry, without its successors.
-  InfoPtr one(fi_dupinfo(e.infos[*e.chosen]));
+  InfoPtr one(fabric_api().dupinfo(e.infos[*e.chosen]));
   if (!one) throw std::bad_alloc();
   return one;
 }

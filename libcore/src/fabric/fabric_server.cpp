@@ -92,14 +92,14 @@ void FabricServer::progress(std::stop_token stop) {
                      : fi_cq_read(m_endpoint.cq(), entries.data(), entries.size());
       if (m_blocking && n < 0 && n != -FI_EAGAIN && n != -FI_EAVAIL && n != -FI_ETIMEDOUT) {
         spdlog::warn("fabric server ({}): fi_cq_sread failed ({}); polling from now on",
-                     m_endpoint.provider(), fi_strerror(static_cast<int>(-n)));
+                     m_endpoint.provider(), fabric_strerror(static_cast<int>(-n)));
         m_blocking = false;
       }
       if (n == -FI_EAVAIL) {
         fi_cq_err_entry err{};
         if (fi_cq_readerr(m_endpoint.cq(), &err, 0) > 0) {
           spdlog::warn("fabric server ({}): completion error: {}", m_endpoint.provider(),
-                       fi_strerror(err.err));
+                       fabric_strerror(err.err));
         }
       }
     }

@@ -103,7 +103,7 @@ void FabricTransport::close_endpoint() noexcept {
   // Registrations belong to the endpoint's domain: closed before it.
   if (m_local) m_local->clear();
   if (m_endpoint && in_flight() > 0 &&
-      abandons_with_reads_in_flight(m_endpoint->info(), fi_version())) {
+      abandons_with_reads_in_flight(m_endpoint->info(), fabric_api().version())) {
     // Nothing progresses an endpoint after this (data progress is manual), so its reads never
     // land in the caller's buffer; its sockets and memory are held until the process ends.
     std::lock_guard lock(abandoned().mutex);
@@ -111,8 +111,8 @@ void FabricTransport::close_endpoint() noexcept {
     spdlog::debug(
         "fabric ({}): an endpoint with {} abandoned reads left open ({} in this process, libfabric "
         "{}.{})",
-        m_provider, in_flight(), abandoned().endpoints.size(), FI_MAJOR(fi_version()),
-        FI_MINOR(fi_version()));
+        m_provider, in_flight(), abandoned().endpoints.size(), FI_MAJOR(fabric_api().version()),
+        FI_MINOR(fabric_api().version()));
   }
   m_endpoint.reset();
   // Whatever was in flight went with the endpoint.
@@ -271,7 +271,7 @@ ssize_t FabricTransport::reap(bool keep_error) noexcept {
   // to that peer stay outstanding and the deadline names them.
   if (!slot) {
     spdlog::debug("fabric ({}): completion error without a read: {}", m_provider,
-                  fi_strerror(std::abs(err.err)));
+                  fabric_strerror(std::abs(err.err)));
     return 0;
   }
   if (keep_error && !m_error) note_error(err, *slot);

@@ -1,0 +1,33 @@
+# libcore loads libfabric at run time (libcore/src/fabric/fabric_library.cpp) and calls the few
+# functions it exports at the symbol versions linking it would have bound: the default version
+# of each in the libfabric whose headers the build compiles with, read here from that library's
+# dynamic symbol table. A newer libfabric at run time keeps those versions for compatibility.
+# Where they cannot be read (no readelf, an unversioned libfabric), the run-time library's
+# default versions are used.
+function(ddstage_fabric_abi source)
+  set(library "")
+  foreach(lib IN LISTS FABRIC_LINK_LIBRARIES)
+    if(lib MATCHES "libfabric")
+      set(library ${lib})
+    endif()
+  endforeach()
+  set(symbols "")
+  if(library AND CMAKE_READELF)
+    execute_process(COMMAND ${CMAKE_READELF} -W --dyn-syms ${library}
+                    OUTPUT_VARIABLE symbols ERROR_QUIET)
+  endif()
+  set(definitions "")
+  set(found "")
+  foreach(function fi_getinfo fi_fabric fi_freeinfo fi_dupinfo fi_strerror fi_version)
+    set(version "")
+    if(symbols MATCHES " ${function}@@([A-Za-z0-9_.]+)")
+      set(version ${CMAKE_MATCH_1})
+    endif()
+    string(TOUPPER ${function} name)
+    list(APPEND definitions "DDSTAGE_${name}_ABI=\"${version}\"")
+    list(APPEND found "${function}@${version}")
+  endforeach()
+  list(JOIN found " " found)
+  message(STATUS "ddstage: libfabric is loaded at run time, called at ${found}")
+  set_source_files_properties(${source} PROPERTIES COMPILE_DEFINITIONS "${definitions}")
+endfunction()
