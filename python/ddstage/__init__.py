@@ -32,8 +32,6 @@ import os
 import threading
 import weakref
 
-import numpy as np
-
 from . import _ddstage
 from ._ddstage import ChecksumError, Error, FieldInfo, UsageError, __version__
 from ._ddstage import profile_enable, profile_report, profile_reset, profile_snapshot

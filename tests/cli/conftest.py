@@ -87,6 +87,15 @@ def skip_if_sanitized(tool, why="address-space limits do not work under sanitize
         pytest.skip(why)
 
 
+def python_package_dir():
+    """The build tree's importable ddstage package dir (next to the CLI's), or a visible skip
+    (the module is not built with sanitizers)."""
+    build = Path(os.environ.get("DDSTAGE_BIN", "")).resolve().parents[1]
+    if not list((build / "python" / "ddstage").glob("_ddstage*.so")):
+        pytest.skip(f"the Python module is not built in {build}/python (target ddstage_python)")
+    return build / "python"
+
+
 def require_setpriv():
     if shutil.which("setpriv") is None:
         pytest.skip("setpriv is not installed: cannot drop root privileges to test unreadable files")

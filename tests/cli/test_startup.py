@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TIMEOUT_S, assert_usage_error, flatten, read_bytes
+from conftest import TIMEOUT_S, assert_usage_error, flatten, python_package_dir, read_bytes
+
+from test_store import serve  # noqa: F401 (fixture)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: shared helpers
 from local_mpi import MPI_ENV  # noqa: E402
@@ -39,14 +41,6 @@ def small_index(ddstage, gen, tmp_path_factory):
     return flatten(ddstage, d / "files.ddx", d / "tree")
 
 
-def build_python_dir():
-    """The build tree's importable package dir (next to the CLI's), or a visible skip."""
-    build = Path(os.environ.get("DDSTAGE_BIN", "")).resolve().parents[1]
-    if not list((build / "python" / "ddstage").glob("_ddstage*.so")):
-        pytest.skip(f"the Python module is not built in {build}/python (target ddstage_python)")
-    return build / "python"
-
-
 def test_help_flatten_and_local_read_do_not_load_libfabric(ddstage, gen, small_index, tmp_path):
     assert LIBFABRIC not in loaded_libraries(ddstage.ok("--help", env=traced()))
     gen.ok("files", tmp_path / "tree", "--samples", "5")
@@ -57,15 +51,31 @@ def test_help_flatten_and_local_read_do_not_load_libfabric(ddstage, gen, small_i
     assert (tmp_path / "out").read_bytes() == read_bytes(ddstage, small_index, "0-9")
 
 
-def test_import_ddstage_does_not_load_libfabric():
-    pythonpath = build_python_dir()
-    proc = subprocess.run([sys.executable, "-c", "import ddstage; print(ddstage.__file__)"],
+def test_import_ddstage_does_not_load_libfabric_or_numpy():
+    """numpy's import alone takes ~0.1 s here: pybind11 imports it at the first batch instead."""
+    pythonpath = python_package_dir()
+    proc = subprocess.run([sys.executable, "-c", "import sys, ddstage; print('numpy' in sys.modules)"],
                           capture_output=True, text=True, timeout=TIMEOUT_S,
                           env={**os.environ, "PYTHONPATH": str(pythonpath), "LD_DEBUG": "files"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     libraries = loaded_libraries(proc)
     assert "_ddstage" in libraries  # the compiled module itself was loaded
     assert LIBFABRIC not in libraries
+    assert proc.stdout.strip() == "False", proc.stdout
+
+
+def test_served_store_on_one_node_does_not_load_libfabric(ddstage, serve, small_index, tmp_path):
+    """serve with the default transports on one node opens no endpoint, and its readers use
+    shared memory: neither process loads libfabric (MPI's own components may load theirs)."""
+    store = serve(None, env={"LD_DEBUG": "files", "LD_DEBUG_OUTPUT": str(tmp_path / "ld")})
+    ddstage.ok("load", "--store", store.dir, small_index, "--name", "f")
+    proc = ddstage.ok("read", "--store", store.dir, "--dataset", "f", "--ids", "0-19", binary=True, env=traced())
+    assert LIBFABRIC not in loaded_libraries(proc)
+    assert proc.stdout == read_bytes(ddstage, small_index, "0-19")
+    store.stop()
+    traces = [p.read_text() for p in tmp_path.glob("ld.*")]
+    assert any("libc.so" in t for t in traces), "the server's loader wrote no trace"
+    assert not any(LIBFABRIC in t for t in traces)
 
 
 def test_info_fabric_loads_libfabric_and_lists_providers(ddstage):

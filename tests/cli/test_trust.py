@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import (NOBODY, assert_runtime_error, assert_usage_error, flatten, read_bytes, require_setpriv)
+from conftest import (NOBODY, assert_runtime_error, assert_usage_error, flatten, python_package_dir, read_bytes,
+                      require_setpriv)
 from test_store import READ_FABRIC, FABRIC_ENV, datasets, serve, status, wait_dead  # noqa: F401 (fixtures)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: shared helpers
@@ -323,10 +324,7 @@ def test_reads_during_repeated_replace_fail_only_with_a_clear_runtime_error(ddst
 
 def python_module():
     """The ddstage package of this build (next to the CLI's build tree), or a visible skip."""
-    build = Path(os.environ.get("DDSTAGE_BIN", "")).resolve().parents[1]
-    if not list((build / "python" / "ddstage").glob("_ddstage*.so")):
-        pytest.skip(f"the Python module is not built in {build}/python (target ddstage_python)")
-    sys.path.insert(0, str(build / "python"))
+    sys.path.insert(0, str(python_package_dir()))
     import ddstage as module
     return module
 
