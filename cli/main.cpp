@@ -1,6 +1,5 @@
 // ddstage: wires the subcommands together and turns every error into one line and an exit code.
 #include <csignal>
-#include <cstdio>
 
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
@@ -19,15 +18,7 @@
 #include "ddstage/config.hpp"
 #include "ddstage/error.hpp"
 #include "support/cli_context.hpp"
-
-namespace {
-
-int fail(const std::string& message, int code) {
-  std::fprintf(stderr, "ddstage: error: %s\n", message.c_str());
-  return code;
-}
-
-}  // namespace
+#include "support/error_line.hpp"
 
 int main(int argc, char** argv) {
   // Writes past RLIMIT_FSIZE must fail with EFBIG (and be cleaned up), not kill the process.
@@ -68,16 +59,14 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);
     if (app.get_subcommands().empty() && !app.remaining().empty()) {
-      return fail(
+      return ddstage::cli::report_error(
           "unknown command '" + app.remaining().front() +
               "' (commands: flatten, info, read, serve, wait, load, status, stop, clean, bench)",
           2);
     }
-    return fail(std::string(e.what()) + " (see ddstage --help)", 2);
-  } catch (const ddstage::Error& e) {
-    return fail(e.what(), ddstage::exit_code(e.kind()));
-  } catch (const std::exception& e) {
-    return fail(std::string("internal error: ") + e.what(), 1);
+    return ddstage::cli::report_error(std::string(e.what()) + " (see ddstage --help)", 2);
+  } catch (const std::exception&) {
+    return ddstage::cli::report_exception(std::current_exception());
   }
   return 0;
 }

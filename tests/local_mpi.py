@@ -19,6 +19,9 @@ MPI_ENV = {
     # Everything stays on this machine: shared memory between ranks, loopback for the runtime.
     "OMPI_MCA_btl": "self,vader",
     "OMPI_MCA_oob_tcp_if_include": "lo",
+    # pml ob1 over those BTLs: the default pml cm loads libpsm2/libinfinipath in every rank, whose
+    # constructors sleep 0.2-3 s calibrating a clock, for hardware these tests never use.
+    "OMPI_MCA_pml": "ob1",
     "OMPI_MCA_btl_vader_backing_directory": str(VADER_DIR),
 }
 

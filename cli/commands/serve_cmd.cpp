@@ -6,6 +6,7 @@
 #include "ddstage/config.hpp"
 #include "ddstage/error.hpp"
 #include "ddstage/settings.hpp"
+#include "support/error_line.hpp"
 #include "support/store_access.hpp"
 #if DDSTAGE_HAVE_MPI
 #include "ddstage/tool/store_server.hpp"
@@ -25,9 +26,9 @@ void run_serve(const ServeOptions& opts, const CliContext& ctx) {
   const auto dir = store_dir(opts.store, settings);
 #if DDSTAGE_HAVE_MPI
   const auto transport = settings.get_string("transport");
-  run_store_server(
-      {dir, opts.listen, transport, parse_mem_limit(opts.mem_limit), std::move(settings)}, ctx.argc,
-      ctx.argv);
+  run_store_server({dir, opts.listen, transport, parse_mem_limit(opts.mem_limit),
+                    std::move(settings), report_exception},
+                   ctx.argc, ctx.argv);
 #else
   throw UsageError(
       "this ddstage was built without MPI (DDSTAGE_WITH_MPI=OFF): it cannot serve a store");

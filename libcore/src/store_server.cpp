@@ -27,7 +27,12 @@ void run_store_server(const ServeOptions& options, int* argc, char*** argv) {
   });
   // Only the main thread calls MPI; the control, heartbeat and watch threads never do.
   const detail::MpiSession mpi(argc, argv, MPI_THREAD_FUNNELED);
-  detail::ServerRank(options, transport, mpi, exit).run();
+  try {
+    detail::ServerRank(options, transport, mpi, exit).run();
+  } catch (...) {
+    if (options.report_failure) options.report_failure(std::current_exception());
+    throw;
+  }
 }
 
 }  // namespace ddstage

@@ -23,7 +23,7 @@ cleanup() {
 trap cleanup EXIT
 export XDG_CONFIG_HOME=$work/xdg  # the user's own config stays out of it
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1
-export OMPI_MCA_btl=self,vader OMPI_MCA_oob_tcp_if_include=lo
+export OMPI_MCA_btl=self,vader OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_pml=ob1
 
 # Generated seeds are rewritten; inputs the fuzzers found (found-*, crash-*) stay.
 for t in index_bin manifest npy_header store_yaml control_frame id_spec config settings; do

@@ -22,7 +22,7 @@ store_id=
 
 # A plain `ddstage serve` is one MPI singleton rank; as root OpenMPI wants these.
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_btl=self,vader OMPI_MCA_oob_tcp_if_include=lo
+export OMPI_MCA_btl=self,vader OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_pml=ob1
 # The user's own settings and config file stay out of it.
 for v in $(env | sed -n 's/^\(DDSTAGE_[A-Z0-9_]*\)=.*/\1/p'); do unset "$v"; done
 export XDG_CONFIG_HOME=$work/xdg HOME=$work/home

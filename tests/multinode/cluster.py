@@ -415,6 +415,7 @@ class Cluster:
                 exports += ["-x", f"{key}={value}"]
         return ["mpiexec", "--hostfile", self.hostfile(per_node, used), "-n", str(n), "--npernode", str(per_node),
                 "--mca", "plm_rsh_agent", str(HERE / "rsh_agent.py"), "--mca", "plm_rsh_no_tree_spawn", "1",
+                "--mca", "pml", "ob1",  # not cm: see ddstage_mpi_env in tests/CMakeLists.txt
                 "--mca", "btl", "self,vader,tcp", "--mca", "btl_tcp_if_include", f"{self.subnet}.0/24",
                 "--mca", "oob_tcp_if_include", f"{self.subnet}.0/24", *exports, *map(str, argv)]
 

@@ -93,7 +93,9 @@ class SlurmCluster:
         self.dir = Path(directory)
         self.conf = self.dir / "slurm.conf"
         self.munge_socket = self.dir / "munge" / "munge.socket"
-        self.env = {"SLURM_CONF": str(self.conf)}
+        # Jobs inherit OMPI_MCA_pml=ob1 from sbatch's environment: see ddstage_mpi_env in
+        # tests/CMakeLists.txt.
+        self.env = {"SLURM_CONF": str(self.conf), "OMPI_MCA_pml": "ob1"}
         self._daemons = []  # (name, Popen) in start order
 
     def __enter__(self):

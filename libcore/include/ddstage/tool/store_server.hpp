@@ -2,7 +2,9 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <filesystem>
+#include <functional>
 #include <string>
 
 #include "ddstage/settings.hpp"
@@ -20,6 +22,9 @@ struct ServeOptions {
   uint64_t mem_limit =
       0;              ///< bytes per rank; 0 = 80% of available memory shared by this node's ranks
   Settings settings;  ///< fabric.* (provider, domain), log level
+  /// Called with the error that ends this rank, before MPI is finalised: under mpiexec the
+  /// first rank to exit gets the others killed, maybe before they could say why they failed.
+  std::function<void(const std::exception_ptr&)> report_failure;
 };
 
 /// Runs this process's rank of a store until a stop request (or SIGTERM/SIGINT), collective
