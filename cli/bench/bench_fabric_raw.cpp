@@ -33,19 +33,6 @@ uint64_t target_bytes(const std::vector<uint64_t>& row_sizes) {
                             16 * *std::max_element(row_sizes.begin(), row_sizes.end()));
 }
 
-std::vector<FloorPoint> read_all(FabricFloorReader& reader, const std::vector<uint64_t>& row_sizes,
-                                 const std::vector<uint64_t>& batches,
-                                 const std::function<uint64_t(uint64_t)>& rows_of, uint64_t seed) {
-  std::vector<FloorPoint> points;
-  for (uint64_t row_bytes : row_sizes) {
-    // Connections (rxm connects lazily) and first touches land before the first timed call.
-    reader.run(row_bytes, std::min<uint64_t>(rows_of(row_bytes), 256), 32, seed);
-    for (uint64_t batch : batches)
-      points.push_back({row_bytes, batch, reader.run(row_bytes, rows_of(row_bytes), batch, seed)});
-  }
-  return points;
-}
-
 void run_bench_fabric_raw(const BenchFabricRawOptions& opts, const CliContext& ctx) {
   std::vector<uint64_t> sizes;
   for (const auto& s : opts.sizes) {
@@ -102,6 +89,23 @@ void run_bench_fabric_raw(const BenchFabricRawOptions& opts, const CliContext& c
 
 }  // namespace
 
+std::vector<FloorPoint> read_fabric_floor(FabricFloorReader& reader,
+                                          const std::vector<uint64_t>& row_sizes,
+                                          const std::vector<uint64_t>& batches,
+                                          const std::function<uint64_t(uint64_t)>& rows_of,
+                                          uint64_t seed, const FloorCompanion& companion) {
+  std::vector<FloorPoint> points;
+  for (uint64_t row_bytes : row_sizes) {
+    // Connections (rxm connects lazily) and first touches land before the first timed call.
+    reader.run(row_bytes, std::min<uint64_t>(rows_of(row_bytes), 256), 32, seed);
+    for (uint64_t batch : batches) {
+      points.push_back({row_bytes, batch, reader.run(row_bytes, rows_of(row_bytes), batch, seed)});
+      if (companion) companion(points.back());
+    }
+  }
+  return points;
+}
+
 BenchCell floor_cell(const FloorPoint& p, std::vector<std::pair<std::string, BenchDim>> dims) {
   BenchCell c{.dims = std::move(dims)};
   c.dims.emplace_back("row_bytes", p.row_bytes);
@@ -117,7 +121,7 @@ std::vector<FloorPoint> measure_fabric_floor(
     const Settings& settings, const detail::MpiSession* job, const std::vector<uint64_t>& row_sizes,
     const std::vector<uint64_t>& batches,
     const std::function<uint64_t(uint64_t row_bytes)>& rows_of, uint64_t seed,
-    std::string& provider) {
+    std::string& provider, const FloorCompanion& companion) {
 #if DDSTAGE_HAVE_MPI
   if (job && job->size() > 1) {
     // Rank 1's address, or the error that kept it from serving one (the 64 MiB target's
@@ -135,7 +139,7 @@ std::vector<FloorPoint> measure_fabric_floor(
       try {
         FabricFloorReader reader(settings, address);
         provider = reader.provider();
-        points = read_all(reader, row_sizes, batches, rows_of, seed);
+        points = read_fabric_floor(reader, row_sizes, batches, rows_of, seed, companion);
       } catch (...) {
         failure = std::current_exception();
       }
@@ -152,7 +156,7 @@ std::vector<FloorPoint> measure_fabric_floor(
   const FabricFloorTarget target(settings, target_bytes(row_sizes));
   FabricFloorReader reader(settings, target.address());
   provider = reader.provider();
-  return read_all(reader, row_sizes, batches, rows_of, seed);
+  return read_fabric_floor(reader, row_sizes, batches, rows_of, seed, companion);
 }
 
 void setup_bench_fabric_raw(CLI::App& bench, CliContext& ctx) {
