@@ -252,7 +252,8 @@ void BenchReport::print() const {
 
 std::string BenchReport::json() const {
   JsonWriter j;
-  j.begin_object().field("bench", m_bench).field("unit", m_unit).key("run").begin_object();
+  j.begin_object().field("schema", bench_json_schema).field("bench", m_bench);
+  j.field("unit", m_unit).key("run").begin_object();
   for (const auto& [k, v] : m_description) j.field(k, v);
   j.end_object().key("cells").begin_array();
   for (const auto& c : m_cells) {
