@@ -125,6 +125,13 @@ std::vector<std::string> names_over(const std::vector<BenchCell>& cells, Members
 
 }  // namespace
 
+void BenchCell::merge(const BenchCell& other) {
+  rows += other.rows;
+  bytes += other.bytes;
+  seconds += other.seconds;
+  ns_per_row.merge(other.ns_per_row);
+}
+
 std::optional<double> BenchCell::extra(std::string_view name) const noexcept {
   for (const auto& [k, v] : extras) {
     if (k == name) return v;

@@ -46,6 +46,9 @@ struct BenchCell {
   double gb_per_s() const noexcept {
     return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0;
   }
+  /// Adds other's rows, bytes, seconds and per-call figures (a cell measured in parts; other's
+  /// dims, extras and profile are not looked at).
+  void merge(const BenchCell& other);
   /// The extra figure `name`, if the cell has it.
   std::optional<double> extra(std::string_view name) const noexcept;
   /// The coordinate on `name`, or nullptr.

@@ -160,10 +160,7 @@ void pair_with_served_floor(BenchReport& report, const BenchStoreOptions& opts,
       way_settings(ctx, way.transport, ""),
       fabric_floor_address(rank.fabric_provider, rank.fabric_address, d.fabric_keys[peer],
                            d.fabric_bases[peer], d.region_bytes[peer]));
-  const uint64_t count = rows.ids.size();
-  read_fabric_floor(
-      reader, {rows.row_bytes}, opts.batches, [count](uint64_t) { return count; }, opts.seed,
-      pair_with_floor(report, way, pairing, reader.provider()));
+  pair_with_floor(report, way, pairing, reader, rows.row_bytes, opts.batches, opts.seed);
 }
 
 void run_served(const BenchStoreOptions& opts, const CliContext& ctx) {
@@ -263,10 +260,7 @@ void measure_profile_overhead(BenchReport& report, const MatrixRun& run, const S
       BenchCell c;
       run.before_cell();
       run_cell(c, run.ids, {batch, 1, false}, way.reader);
-      cells[on].rows += c.rows;
-      cells[on].bytes += c.bytes;
-      cells[on].seconds += c.seconds;
-      cells[on].ns_per_row.merge(c.ns_per_row);
+      cells[on].merge(c);
     }
   }
   profile::enable(true);
@@ -388,30 +382,55 @@ std::vector<uint64_t> ids_in(ShardRange range, uint64_t count, uint64_t seed) {
   return ids;
 }
 
-FloorCompanion pair_with_floor(BenchReport& report, const StoreWay& way,
-                               const FloorPairing& pairing, const std::string& provider) {
-  return [&report, &way, &pairing, &provider](const FloorPoint& p) {
+void pair_with_floor(BenchReport& report, const StoreWay& way, const FloorPairing& pairing,
+                     FabricFloorReader& reader, uint64_t row_bytes,
+                     const std::vector<uint64_t>& batches, uint64_t seed) {
+  constexpr std::size_t rounds = 4;
+  const std::span<const uint64_t> ids = pairing.ids;
+  const std::size_t share = (ids.size() + rounds - 1) / rounds;
+  warm_fabric_floor(reader, row_bytes, ids.size(), seed);
+  for (uint64_t batch : batches) {
     // "fabric:tcp" reads over what "fabric-raw:tcp" measures.
-    auto floor = floor_cell(p, {{"transport", "fabric-raw" + way.transport.substr(6)},
-                                {"mode", "floor"},
-                                {"threads", uint64_t{1}},
-                                {"sharing", std::string("own")},
-                                {"peer", pairing.peer},
-                                {"provider", provider}});
-    const double floor_ns = floor.ns_per_row.mean();
+    BenchCell floor{.dims = {{"transport", "fabric-raw" + way.transport.substr(6)},
+                             {"mode", "floor"},
+                             {"row_bytes", row_bytes},
+                             {"batch", batch},
+                             {"threads", uint64_t{1}},
+                             {"sharing", std::string("own")},
+                             {"peer", pairing.peer},
+                             {"provider", reader.provider()}}};
+    BenchCell read{.dims = {{"transport", way.transport},
+                            {"mode", way.mode},
+                            {"row_bytes", row_bytes},
+                            {"batch", batch},
+                            {"threads", uint64_t{1}},
+                            {"sharing", std::string("own")},
+                            {"peer", pairing.peer}}};
+    if (!way.dest.empty()) read.dims.emplace_back("dest", way.dest);
+    for (std::size_t r = 0; r * share < ids.size(); ++r) {
+      const auto part = ids.subspan(r * share, std::min(share, ids.size() - r * share));
+      const auto floor_part = [&] {
+        floor.merge(floor_cell(
+            {row_bytes, batch, reader.run(row_bytes, part.size(), batch, seed + r)}, {}));
+      };
+      const auto read_part = [&] {
+        BenchCell c;
+        run_cell(c, part, {batch, 1, false}, way.reader);
+        read.merge(c);
+      };
+      if (r % 2 == 0) {
+        floor_part();
+        read_part();
+      } else {
+        read_part();
+        floor_part();
+      }
+    }
+    if (floor.ns_per_row.mean() > 0)
+      read.extras.emplace_back("x_raw", read.ns_per_row.mean() / floor.ns_per_row.mean());
     report.add(std::move(floor));
-    BenchCell c{.dims = {{"transport", way.transport},
-                         {"mode", way.mode},
-                         {"row_bytes", p.row_bytes},
-                         {"batch", p.batch},
-                         {"threads", uint64_t{1}},
-                         {"sharing", std::string("own")},
-                         {"peer", pairing.peer}}};
-    if (!way.dest.empty()) c.dims.emplace_back("dest", way.dest);
-    run_cell(c, pairing.ids, {p.batch, 1, false}, way.reader);
-    if (floor_ns > 0) c.extras.emplace_back("x_raw", c.ns_per_row.mean() / floor_ns);
-    report.add(std::move(c));
-  };
+    report.add(std::move(read));
+  }
 }
 
 void add_matrix_notes(BenchReport& report) {

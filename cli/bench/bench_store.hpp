@@ -101,11 +101,14 @@ struct FloorPairing {
 /// count random ids of range drawn with seed (none when the range is empty).
 std::vector<uint64_t> ids_in(ShardRange range, uint64_t count, uint64_t seed);
 
-/// The floor's companion: per floor point, the floor's cell (transport fabric-raw[:P], the
-/// provider it read over, read when the point comes) and the way's get_batch cell of the
-/// pairing's rows at the same batch with its x_raw, both with dimension peer, into report.
-FloorCompanion pair_with_floor(BenchReport& report, const StoreWay& way,
-                               const FloorPairing& pairing, const std::string& provider);
+/// x_raw's cells at row_bytes, reader reaching the peer's memory: per batch, rounds that
+/// alternate the floor and get_batch of a share of the pairing's rows (which goes first flips
+/// every round, so that a drift of the machine falls on both alike), merged into the floor's
+/// cell (transport fabric-raw[:P], with the provider) and get_batch's (with x_raw), both with
+/// dimension peer, into report.
+void pair_with_floor(BenchReport& report, const StoreWay& way, const FloorPairing& pairing,
+                     FabricFloorReader& reader, uint64_t row_bytes,
+                     const std::vector<uint64_t>& batches, uint64_t seed);
 
 /// Measures every (way, batch, threads, sharing) cell and the floor for each batch, into report;
 /// with --profile, each cell's read profile, and the profile's overhead when run asks for it.

@@ -191,20 +191,20 @@ struct EmbeddedRun {
     }
   }
 
-  /// Collective: x_raw of a fabric way. Rank 0 reads rank 1's rows only, each batch right after
-  /// the raw fi_read floor against rank 1 (measure_fabric_floor's target), while rank 1 and the
-  /// others wait in one gentle barrier for both. One rank has no remote rows: no x_raw.
+  /// Collective: x_raw of a fabric way. Rank 0 reads rank 1's rows only, alternating with the
+  /// raw fi_read floor against rank 1 (with_fabric_floor's target), while rank 1 and the others
+  /// wait in one gentle barrier for both. One rank has no remote rows: no x_raw.
   void pair_with_raw_floor(const StoreWay& way, const Index& index, uint64_t row_bytes,
                            uint64_t rows) {
     if (job.size() < 2) return;
     const FloorPairing pairing{
         "rank 1", ids_in(ShardPlan::balance(index, job.size()).range(1), rows, opts.seed)};
     if (pairing.ids.empty()) return;  // rank 1 holds no rows: every rank skips alike
-    std::string provider;
-    measure_fabric_floor(
-        store_options(way.transport, ctx).settings, &job, {row_bytes}, opts.batches,
-        [rows](uint64_t) { return rows; }, opts.seed, provider,
-        pair_with_floor(report, way, pairing, provider));
+    with_fabric_floor(store_options(way.transport, ctx).settings, &job, {row_bytes},
+                      [&](FabricFloorReader& reader) {
+                        pair_with_floor(report, way, pairing, reader, row_bytes, opts.batches,
+                                        opts.seed);
+                      });
   }
 };
 
