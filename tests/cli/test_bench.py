@@ -342,9 +342,9 @@ def check_store_cells(report, ways, sizes, batches, threads, sharing, rows, peer
         assert c["gb_per_s"] > 0 and c["seconds"] > 0
         floor = c["dims"]["mode"] == "floor"
         assert ("x_floor" in c) == (not floor and c in matrix), c
-        assert ("x_raw" in c) == (not floor and c in peered), c
+        assert ("x_raw" in c) == ("x_raw_p50" in c) == (not floor and c in peered), c
     for c in peered:
-        assert c["dims"]["peer"] == peer and c["x_raw" if "x_raw" in c else "min_us"] > 0, c
+        assert c["dims"]["peer"] == peer and c.get("x_raw", 1) > 0 and c.get("x_raw_p50", 1) > 0, c
         assert ("provider" in c["dims"]) == (c["dims"]["mode"] == "floor"), c
     assert any(n.startswith("x_raw: ") for n in report["notes"]) == bool(peered)
 
