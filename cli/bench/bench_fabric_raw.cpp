@@ -33,16 +33,22 @@ uint64_t target_bytes(const std::vector<uint64_t>& row_sizes) {
                             16 * *std::max_element(row_sizes.begin(), row_sizes.end()));
 }
 
-std::vector<FloorPoint> read_all(FabricFloorReader& reader, const std::vector<uint64_t>& row_sizes,
-                                 const std::vector<uint64_t>& batches,
-                                 const std::function<uint64_t(uint64_t)>& rows_of, uint64_t seed) {
+/// The floor for every row size and batch, on rank 0 (no points elsewhere); provider: what the
+/// reads went over.
+std::vector<FloorPoint> measure_floor(const BenchFabricRawOptions& opts, const Settings& settings,
+                                      const detail::MpiSession* job,
+                                      const std::vector<uint64_t>& sizes, uint64_t cap,
+                                      std::string& provider) {
   std::vector<FloorPoint> points;
-  for (uint64_t row_bytes : row_sizes) {
-    // Connections (rxm connects lazily) and first touches land before the first timed call.
-    reader.run(row_bytes, std::min<uint64_t>(rows_of(row_bytes), 256), 32, seed);
-    for (uint64_t batch : batches)
-      points.push_back({row_bytes, batch, reader.run(row_bytes, rows_of(row_bytes), batch, seed)});
-  }
+  with_fabric_floor(settings, job, sizes, [&](FabricFloorReader& reader) {
+    provider = reader.provider();
+    for (uint64_t row_bytes : sizes) {
+      const uint64_t rows = std::max<uint64_t>(1, std::min(opts.samples, cap / row_bytes));
+      warm_fabric_floor(reader, row_bytes, rows, opts.seed);
+      for (uint64_t batch : opts.batches)
+        points.push_back({row_bytes, batch, reader.run(row_bytes, rows, batch, opts.seed)});
+    }
+  });
   return points;
 }
 
@@ -61,19 +67,14 @@ void run_bench_fabric_raw(const BenchFabricRawOptions& opts, const CliContext& c
     throw UsageError("bad --cell-bytes '" + opts.cell_bytes + "' (a size like 1G)");
   opts.out.check();
   const auto settings = ctx.resolve_settings();
-  auto rows_of = [&](uint64_t row_bytes) {
-    return std::max<uint64_t>(1, std::min(opts.samples, *cap / row_bytes));
-  };
   std::string provider;
 #if DDSTAGE_HAVE_MPI
   const detail::MpiSession job(ctx.argc, ctx.argv, MPI_THREAD_FUNNELED);
-  const auto points =
-      measure_fabric_floor(settings, &job, sizes, opts.batches, rows_of, opts.seed, provider);
+  const auto points = measure_floor(opts, settings, &job, sizes, *cap, provider);
   if (job.rank() != 0) return;
   const int ranks = job.size();
 #else
-  const auto points =
-      measure_fabric_floor(settings, nullptr, sizes, opts.batches, rows_of, opts.seed, provider);
+  const auto points = measure_floor(opts, settings, nullptr, sizes, *cap, provider);
   const int ranks = 1;
 #endif
   BenchReport report("fabric-raw");
@@ -102,6 +103,11 @@ void run_bench_fabric_raw(const BenchFabricRawOptions& opts, const CliContext& c
 
 }  // namespace
 
+void warm_fabric_floor(FabricFloorReader& reader, uint64_t row_bytes, uint64_t rows,
+                       uint64_t seed) {
+  reader.run(row_bytes, std::min<uint64_t>(rows, 256), 32, seed);
+}
+
 BenchCell floor_cell(const FloorPoint& p, std::vector<std::pair<std::string, BenchDim>> dims) {
   BenchCell c{.dims = std::move(dims)};
   c.dims.emplace_back("row_bytes", p.row_bytes);
@@ -113,11 +119,9 @@ BenchCell floor_cell(const FloorPoint& p, std::vector<std::pair<std::string, Ben
   return c;
 }
 
-std::vector<FloorPoint> measure_fabric_floor(
-    const Settings& settings, const detail::MpiSession* job, const std::vector<uint64_t>& row_sizes,
-    const std::vector<uint64_t>& batches,
-    const std::function<uint64_t(uint64_t row_bytes)>& rows_of, uint64_t seed,
-    std::string& provider) {
+void with_fabric_floor(const Settings& settings, const detail::MpiSession* job,
+                       const std::vector<uint64_t>& row_sizes,
+                       const std::function<void(FabricFloorReader&)>& read) {
 #if DDSTAGE_HAVE_MPI
   if (job && job->size() > 1) {
     // Rank 1's address, or the error that kept it from serving one (the 64 MiB target's
@@ -129,13 +133,11 @@ std::vector<FloorPoint> measure_fabric_floor(
           return target->address();
         },
         1, job->comm());
-    std::vector<FloorPoint> points;
     std::exception_ptr failure;
     if (job->rank() == 0) {
       try {
         FabricFloorReader reader(settings, address);
-        provider = reader.provider();
-        points = read_all(reader, row_sizes, batches, rows_of, seed);
+        read(reader);
       } catch (...) {
         failure = std::current_exception();
       }
@@ -144,15 +146,14 @@ std::vector<FloorPoint> measure_fabric_floor(
     // every rank waits the same way), also when it failed.
     detail::barrier_gently(job->comm());
     if (failure) std::rethrow_exception(failure);
-    return points;
+    return;
   }
 #else
   (void)job;
 #endif
   const FabricFloorTarget target(settings, target_bytes(row_sizes));
   FabricFloorReader reader(settings, target.address());
-  provider = reader.provider();
-  return read_all(reader, row_sizes, batches, rows_of, seed);
+  read(reader);
 }
 
 void setup_bench_fabric_raw(CLI::App& bench, CliContext& ctx) {

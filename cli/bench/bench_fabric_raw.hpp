@@ -29,15 +29,19 @@ struct FloorPoint {
   FabricFloorRun run;
 };
 
-/// The floor for every row size and batch (rows_of(row_bytes) reads each): rank 0 reads a
-/// region on rank 1 (job of two or more ranks) or on an endpoint in this process (no job, or one
-/// rank). Collective over the job: every rank calls it; ranks other than 0 wait without
-/// spinning and get no points. provider: what the reads went over, on rank 0.
-std::vector<FloorPoint> measure_fabric_floor(
-    const Settings& settings, const detail::MpiSession* job, const std::vector<uint64_t>& row_sizes,
-    const std::vector<uint64_t>& batches,
-    const std::function<uint64_t(uint64_t row_bytes)>& rows_of, uint64_t seed,
-    std::string& provider);
+/// Collective over the job: runs read, on rank 0, with a reader of a floor target on rank 1
+/// (job of two or more ranks: every other rank waits without spinning until rank 0 is done)
+/// or in this process (no job, or one rank). The target holds room for rows of row_sizes.
+/// Whatever read measures next to the floor sees the target's rank and the others in the same
+/// state as the floor does. Rank 0's error, or rank 1's failing to serve, is thrown on every
+/// rank.
+void with_fabric_floor(const Settings& settings, const detail::MpiSession* job,
+                       const std::vector<uint64_t>& row_sizes,
+                       const std::function<void(FabricFloorReader&)>& read);
+
+/// Reads rows at row_bytes untimed, so that connections (rxm connects lazily) and first touches
+/// land before the first timed call.
+void warm_fabric_floor(FabricFloorReader& reader, uint64_t row_bytes, uint64_t rows, uint64_t seed);
 
 /// A report cell of a floor point: its figures under these dims.
 BenchCell floor_cell(const FloorPoint& p, std::vector<std::pair<std::string, BenchDim>> dims);

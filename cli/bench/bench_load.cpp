@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "bench/bench_report.hpp"
 #include "bench/page_cache.hpp"
 #include "ddstage/index.hpp"
 #include "ddstage/store_descriptor.hpp"
@@ -78,6 +79,7 @@ void run_bench_load(BenchLoadOptions opts, const CliContext& ctx) {
   if (!opts.json.empty()) {
     JsonWriter j;
     j.begin_object()
+        .field("schema", bench_json_schema)
         .field("bench", "load")
         .field("warm", opts.warm)
         .field("ranks", static_cast<uint64_t>(ranks));

@@ -125,6 +125,13 @@ std::vector<std::string> names_over(const std::vector<BenchCell>& cells, Members
 
 }  // namespace
 
+void BenchCell::merge(const BenchCell& other) {
+  rows += other.rows;
+  bytes += other.bytes;
+  seconds += other.seconds;
+  ns_per_row.merge(other.ns_per_row);
+}
+
 std::optional<double> BenchCell::extra(std::string_view name) const noexcept {
   for (const auto& [k, v] : extras) {
     if (k == name) return v;
@@ -252,7 +259,8 @@ void BenchReport::print() const {
 
 std::string BenchReport::json() const {
   JsonWriter j;
-  j.begin_object().field("bench", m_bench).field("unit", m_unit).key("run").begin_object();
+  j.begin_object().field("schema", bench_json_schema).field("bench", m_bench);
+  j.field("unit", m_unit).key("run").begin_object();
   for (const auto& [k, v] : m_description) j.field(k, v);
   j.end_object().key("cells").begin_array();
   for (const auto& c : m_cells) {

@@ -16,6 +16,12 @@
 
 namespace ddstage::cli {
 
+/// The "schema" of every bench JSON (store, origin, fabric-raw, loader, flatten, load): its
+/// layout's name and version, raised when a field is renamed, removed or changes meaning
+/// (ddstage-bench(1) lists what each version changed) so that a script can refuse a layout it
+/// does not know.
+inline constexpr std::string_view bench_json_schema = "ddstage-bench/2";
+
 /// A cell's coordinate on one dimension: a count (row_bytes, batch, threads) or a name
 /// (transport, mode, sharing, dest).
 using BenchDim = std::variant<uint64_t, std::string>;
@@ -40,6 +46,9 @@ struct BenchCell {
   double gb_per_s() const noexcept {
     return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e9 : 0;
   }
+  /// Adds other's rows, bytes, seconds and per-call figures (a cell measured in parts; other's
+  /// dims, extras and profile are not looked at).
+  void merge(const BenchCell& other);
   /// The extra figure `name`, if the cell has it.
   std::optional<double> extra(std::string_view name) const noexcept;
   /// The coordinate on `name`, or nullptr.

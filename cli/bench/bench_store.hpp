@@ -5,7 +5,6 @@
 
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -14,8 +13,10 @@
 #include <CLI/CLI.hpp>
 
 #include "bench/bench_engine.hpp"
+#include "bench/bench_fabric_raw.hpp"
 #include "bench/bench_report.hpp"
 #include "ddstage/index.hpp"
+#include "ddstage/tool/shard_plan.hpp"
 #include "support/cli_context.hpp"
 
 namespace ddstage::cli {
@@ -69,8 +70,6 @@ struct MatrixRun {
   std::function<void()> before_cell = [] {};
   /// memcpy of the same rows (the floor for shared memory): a reader for thread t.
   std::function<ReadFn(unsigned thread)> floor;
-  /// Per way (fabric ones) and batch: the raw fi_read floor's mean ns per row, for x_raw.
-  std::map<std::string, std::map<uint64_t, double>> raw_floor_ns;
   /// With --profile: measure the profile's own cost on these rows (the dataset nearest 3 KB).
   bool profile_overhead = false;
 };
@@ -89,6 +88,28 @@ FieldRows pick_rows(const Index& index, uint32_t field, const BenchStoreOptions&
 std::function<ReadFn(unsigned)> warmed_readers(unsigned count, const std::function<ReadFn()>& make,
                                                std::span<const uint64_t> ids);
 
+/// A fabric way against the raw fi_read floor with the same peer, for x_raw: get_batch of rows
+/// of one remote rank only, each batch measured right after the floor's reads of that rank's
+/// memory, in the same phase (the peer and every other rank waiting as they waited for the
+/// floor), so that neither the reader's own rows (a memcpy) nor a busy or spinning peer enter
+/// the ratio.
+struct FloorPairing {
+  std::string peer;           ///< "rank 1": whose memory the floor and the way's reads reach
+  std::vector<uint64_t> ids;  ///< random rows of the peer's shard, as many as the floor reads
+};
+
+/// count random ids of range drawn with seed (none when the range is empty).
+std::vector<uint64_t> ids_in(ShardRange range, uint64_t count, uint64_t seed);
+
+/// x_raw's cells at row_bytes, reader reaching the peer's memory: per batch, rounds that
+/// alternate the floor and get_batch of a share of the pairing's rows (which goes first flips
+/// every round, so that a drift of the machine falls on both alike), merged into the floor's
+/// cell (transport fabric-raw[:P], with the provider) and get_batch's (with x_raw), both with
+/// dimension peer, into report.
+void pair_with_floor(BenchReport& report, const StoreWay& way, const FloorPairing& pairing,
+                     FabricFloorReader& reader, uint64_t row_bytes,
+                     const std::vector<uint64_t>& batches, uint64_t seed);
+
 /// Measures every (way, batch, threads, sharing) cell and the floor for each batch, into report;
 /// with --profile, each cell's read profile, and the profile's overhead when run asks for it.
 void measure_matrix(BenchReport& report, const BenchStoreOptions& opts, const MatrixRun& run,
@@ -98,7 +119,8 @@ void measure_matrix(BenchReport& report, const BenchStoreOptions& opts, const Ma
 uint64_t cell_rows(const BenchStoreOptions& opts, uint64_t row_bytes);
 /// Checks the matrix flags (batch sizes, threads, sharing) and outputs before anything runs.
 void check_matrix_options(const BenchStoreOptions& opts);
-/// Notes comparing each way with the floor and its largest batch with its smallest.
+/// Notes saying what x_floor and x_raw compare, and each way's largest batch against its
+/// smallest.
 void add_matrix_notes(BenchReport& report);
 
 }  // namespace ddstage::cli

@@ -179,34 +179,32 @@ struct EmbeddedRun {
       store_ways.push_back({way, collective ? "get_batch_collective" : "get_batch",
                             warmed_readers(single ? 1 : max_threads, make, rows.ids), single});
     }
-    MatrixRun run{rows.row_bytes, rows.ids,
-                  [&job = job] { detail::mpi_check(MPI_Barrier(job.comm()), "MPI_Barrier"); },
+    // A rank done with a cell sleeps until the others are: spinning in MPI_Barrier would take
+    // a core from a rank still reading (or serving) on a node with fewer cores than ranks.
+    MatrixRun run{rows.row_bytes, rows.ids, [&job = job] { detail::barrier_gently(job.comm()); },
                   [&rows](unsigned) { return rows.floor->reader(); }};
     run.profile_overhead = profile_overhead;
-    for (const auto& way : ways) {
-      if (way.rfind("fabric", 0) == 0)
-        run.raw_floor_ns[way] = raw_floor(way, rows.row_bytes, rows.ids.size());
-    }
     measure_matrix(report, opts, run, store_ways);
+    for (const auto& way : store_ways) {
+      if (way.transport.starts_with("fabric"))
+        pair_with_raw_floor(way, index, rows.row_bytes, rows.ids.size());
+    }
   }
 
-  /// Collective: the raw fi_read floor on the way's provider at this row size, per batch, as
-  /// cells (rank 0) and mean ns per row by batch.
-  std::map<uint64_t, double> raw_floor(const std::string& way, uint64_t row_bytes, uint64_t rows) {
-    std::string provider;
-    const auto points = measure_fabric_floor(
-        store_options(way, ctx).settings, &job, {row_bytes}, opts.batches,
-        [rows](uint64_t) { return rows; }, opts.seed, provider);
-    std::map<uint64_t, double> mean_ns;
-    for (const auto& p : points) {
-      auto c = floor_cell(p, {{"transport", "fabric-raw" + way.substr(6)}, {"mode", "floor"}});
-      c.dims.emplace_back("threads", uint64_t{1});
-      c.dims.emplace_back("sharing", "own");
-      c.dims.emplace_back("provider", provider);
-      mean_ns[p.batch] = c.ns_per_row.mean();
-      report.add(std::move(c));
-    }
-    return mean_ns;
+  /// Collective: x_raw of a fabric way. Rank 0 reads rank 1's rows only, alternating with the
+  /// raw fi_read floor against rank 1 (with_fabric_floor's target), while rank 1 and the others
+  /// wait in one gentle barrier for both. One rank has no remote rows: no x_raw.
+  void pair_with_raw_floor(const StoreWay& way, const Index& index, uint64_t row_bytes,
+                           uint64_t rows) {
+    if (job.size() < 2) return;
+    const FloorPairing pairing{
+        "rank 1", ids_in(ShardPlan::balance(index, job.size()).range(1), rows, opts.seed)};
+    if (pairing.ids.empty()) return;  // rank 1 holds no rows: every rank skips alike
+    with_fabric_floor(store_options(way.transport, ctx).settings, &job, {row_bytes},
+                      [&](FabricFloorReader& reader) {
+                        pair_with_floor(report, way, pairing, reader, row_bytes, opts.batches,
+                                        opts.seed);
+                      });
   }
 };
 
@@ -224,7 +222,9 @@ void describe_run(BenchReport& report, const BenchStoreOptions& opts, const deta
                                                               fmt::join(opts.synthetic, ","))
                                                 : opts.index);
   report.describe("seed", fmt::format("{} (rank r reads rows drawn with seed + r)", opts.seed));
-  report.describe("figures", "rank 0's; every rank reads at the same time, cell by cell");
+  report.describe("figures",
+                  "rank 0's; every rank reads at the same time, cell by cell, except the cells "
+                  "with a peer (rank 0 alone reads)");
 }
 
 /// Collective: the ways to measure. Availability is asked only now, after MPI_Init (which may

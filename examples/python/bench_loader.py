@@ -24,14 +24,30 @@ import ddstage
 import ddstage.torch
 
 
+# The layout of `ddstage bench --json` this script reads (man ddstage-bench, JSON schema).
+SCHEMA = "ddstage-bench/2"
+
+
+def bench_cells(path):
+    """The cells of a bench JSON, after checking that it is the layout this script knows."""
+    with open(path) as f:
+        report = json.load(f)
+    schema = report.get("schema", "none (before ddstage-bench/2)")
+    if schema != SCHEMA:
+        raise SystemExit(f"bench_loader.py: {path} has bench JSON schema {schema}; this script reads {SCHEMA}")
+    return report["cells"]
+
+
 def cpp_us_per_batch(args):
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         subprocess.run([args.ddstage, "bench", "store", "--store", args.store, "--dataset", args.dataset,
                         "--field", args.field, "--batch", str(args.batch), "--samples", str(args.samples),
                         "--json", out.name], check=True, capture_output=True, timeout=600)
-        results = json.load(open(out.name))["results"]
-    row = next(r for r in results if r["mode"] == "get_batch")
-    return row["mean_us_per_row"] * args.batch
+        cells = bench_cells(out.name)
+    # The matrix cell of this batch (cells with a peer read one rank's rows only, for x_raw).
+    cell = next(c for c in cells if c["dims"]["mode"] == "get_batch" and c["dims"]["batch"] == args.batch
+                and "peer" not in c["dims"])
+    return cell["mean_us"] * args.batch
 
 
 def reader_us_per_batch(dataset, args, reuse):

@@ -8,11 +8,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from conftest import (assert_runtime_error, assert_usage_error, flatten, info_json, skip_if_sanitized)
 from test_store import serve  # noqa: F401  (fixture: real served stores)
 
 SAMPLES = 200
+SCHEMA = "ddstage-bench/2"  # every bench JSON's, as man ddstage-bench documents it
 
 
 def bench_origin(ddstage, ddx, out_json, *extra):
@@ -23,7 +25,7 @@ def bench_origin(ddstage, ddx, out_json, *extra):
 def check_modes(result, modes):
     """The report lists exactly these modes, each with SAMPLES samples, no mismatches, ordered
     percentiles; all modes read the same bytes."""
-    assert result["bench"] == "origin" and result["unit"] == "sample"
+    assert result["schema"] == SCHEMA and result["bench"] == "origin" and result["unit"] == "sample"
     assert [c["dims"]["mode"] for c in result["cells"]] == modes
     for c in result["cells"]:
         assert c["rows"] == SAMPLES and c["calls"] == SAMPLES, c
@@ -126,13 +128,14 @@ def test_bench_flatten_files(ddstage, tmp_path, pack):
                       "--json", out)
     result = json.loads(out.read_text())
     assert "cat" in proc.stdout and "flatten" in proc.stdout
-    assert result["bench"] == "flatten" and result["format"] == "files"
+    assert result["schema"] == SCHEMA and result["bench"] == "flatten" and result["format"] == "files"
     assert result["samples"] == count
     assert result["cat_bytes"] > 0 and result["flatten_bytes"] > 0
     assert result["cat_bytes"] == total
     assert result["flatten_bytes"] == total
     assert result["packed_bytes"] == (total if pack else 0)
-    assert result["ratio_vs_cat"] is not None and result["ratio_vs_cat"] > 0
+    assert result["ratio_vs_cat"] == pytest.approx(result["cat_seconds"] / result["flatten_seconds"], rel=1e-3)
+    assert "file bytes" in proc.stdout and "sample bytes" in proc.stdout
     assert list(work.iterdir()) == []
 
 
@@ -147,6 +150,26 @@ def test_bench_flatten_hdf5(ddstage, gen, tmp_path):
     assert result["format"] == "hdf5" and result["samples"] == 100
     assert result["cat_bytes"] == src.stat().st_size
     assert result["flatten_bytes"] == 100 * (8 * 4 + 8)
+
+
+def test_bench_flatten_compressed_counts_file_and_sample_bytes_apart(ddstage, gen, tmp_path):
+    """A deflated HDF5 source: cat reads the file as stored, flatten decodes sample bytes of
+    another count from it; the ratio is of the two steps' times over the same file (its bytes
+    per second), never decoded bytes against stored ones."""
+    src = tmp_path / "z.h5"
+    gen.ok("hdf5-rows", src, "--samples", 2000, "--shape", 64, "--dtype", "int32", "--deflate")
+    out = tmp_path / "bf.json"
+    proc = ddstage.ok("bench", "flatten", src, "--field", "/features", "--work-dir", tmp_path, "--json", out)
+    result = json.loads(out.read_text())
+    assert result["cat_bytes"] == src.stat().st_size
+    assert result["flatten_bytes"] == result["packed_bytes"] == 2000 * 64 * 4 != result["cat_bytes"]
+    assert result["ratio_vs_cat"] == pytest.approx(result["cat_seconds"] / result["flatten_seconds"], rel=1e-3)
+    assert result["flatten_file_mb_per_s"] == pytest.approx(
+        result["cat_bytes"] / result["flatten_seconds"] / 1e6, rel=1e-3)
+    assert result["flatten_sample_mb_per_s"] == pytest.approx(
+        result["flatten_bytes"] / result["flatten_seconds"] / 1e6, rel=1e-3)
+    row = next(line for line in proc.stdout.splitlines() if line.startswith("flatten --pack"))
+    assert str(result["cat_bytes"]) in row.split() and str(result["flatten_bytes"]) in row.split()
 
 
 def test_bench_flatten_bad_input(ddstage, tmp_path):
@@ -173,7 +196,7 @@ def check_loader(result, modes, unavailable=(), batch=8, steps=20):
     description. Each cell ran the requested steps of `batch` samples with no mismatched row,
     ordered wait percentiles and stall fractions in [0, 1]; every mode read the same bytes (the
     same ids)."""
-    assert result["bench"] == "loader" and result["unit"] == "step"
+    assert result["schema"] == SCHEMA and result["bench"] == "loader" and result["unit"] == "step"
     cells = {c["dims"]["mode"]: c for c in result["cells"]}
     assert list(cells) == modes
     for mode in unavailable:
@@ -291,26 +314,39 @@ FABRIC_LO = {"DDSTAGE_FABRIC_PROVIDER": "tcp", "DDSTAGE_FABRIC_DOMAIN": "lo", "F
 STORE_DIMS = ("transport", "mode", "row_bytes", "batch", "threads", "sharing")
 
 
-def check_store_cells(report, ways, sizes, batches, threads, sharing, rows):
+def cell_key(c):
+    return tuple(c["dims"][k] for k in STORE_DIMS)
+
+
+def check_store_cells(report, ways, sizes, batches, threads, sharing, rows, peer=None):
     """Exactly the requested matrix (collectives with one thread only) plus one memcpy floor per
-    row size and batch; per cell bytes == rows x row_bytes and ordered percentiles."""
+    row size and batch; with a peer (a remote rank), per fabric way, row size and batch the raw
+    floor against it and get_batch of its rows only, the latter with x_raw (and only it). Per
+    cell bytes == rows x row_bytes and ordered percentiles."""
+    assert report["schema"] == SCHEMA
     modes = {"mpi-alltoall": "get_batch_collective"}
     expected = {("memcpy", "floor", s, b, 1, "own") for s in sizes for b in batches}
-    expected |= {("fabric-raw" + w[len("fabric"):], "floor", s, b, 1, "own") for w in ways if w.startswith("fabric")
-                 for s in sizes for b in batches}
     expected |= {(w, modes.get(w, "get_batch"), s, b, t, sh) for w in ways for s in sizes for b in batches
                  for t in threads for sh in sharing if t == 1 or w != "mpi-alltoall"}
-    matrix = [c for c in report["cells"] if "profile" not in c["dims"]]
-    cells = [tuple(c["dims"][k] for k in STORE_DIMS) for c in matrix]
-    assert sorted(cells) == sorted(expected)
-    for c in matrix:
+    fabric = [w for w in ways if w.startswith("fabric")] if peer else []
+    paired = {(name, mode, s, b, 1, "own") for w in fabric for s in sizes for b in batches
+              for name, mode in (("fabric-raw" + w[len("fabric"):], "floor"), (w, "get_batch"))}
+    matrix = [c for c in report["cells"] if "profile" not in c["dims"] and "peer" not in c["dims"]]
+    peered = [c for c in report["cells"] if "peer" in c["dims"]]
+    assert sorted(map(cell_key, matrix)) == sorted(expected)
+    assert sorted(map(cell_key, peered)) == sorted(paired)
+    for c in matrix + peered:
         assert c["rows"] == rows and c["bytes"] == rows * c["dims"]["row_bytes"], c
         assert c["calls"] >= rows // c["dims"]["batch"]
         assert 0 <= c["p50_us"] <= c["p99_us"] <= c["p999_us"] <= c["max_us"], c
         assert c["gb_per_s"] > 0 and c["seconds"] > 0
         floor = c["dims"]["mode"] == "floor"
-        assert ("x_floor" in c) != floor
-        assert ("x_raw" in c) == c["dims"]["transport"].startswith("fabric:"), c
+        assert ("x_floor" in c) == (not floor and c in matrix), c
+        assert ("x_raw" in c) == ("x_raw_p50" in c) == (not floor and c in peered), c
+    for c in peered:
+        assert c["dims"]["peer"] == peer and c.get("x_raw", 1) > 0 and c.get("x_raw_p50", 1) > 0, c
+        assert ("provider" in c["dims"]) == (c["dims"]["mode"] == "floor"), c
+    assert any(n.startswith("x_raw: ") for n in report["notes"]) == bool(peered)
 
 
 def test_bench_store_synthetic_one_process(ddstage, tmp_path):
@@ -345,9 +381,27 @@ def test_bench_store_embedded_mpiexec(ddstage, tmp_path):
                        prefix=["timeout", "120", "mpiexec", "-n", "2"], env={**MPI_ENV, **FABRIC_LO, "TMPDIR": str(tmp)})
     report = json.loads(out.read_text())
     assert report["run"]["ranks"] == "2" and "rank 0" in report["run"]["figures"]
-    check_store_cells(report, ["shm", "mpi", "mpi-alltoall", "fabric:tcp"], [3072], [1, 16], [1, 2], ["own"], 48)
+    check_store_cells(report, ["shm", "mpi", "mpi-alltoall", "fabric:tcp"], [3072], [1, 16], [1, 2], ["own"], 48,
+                      peer="rank 1")
     assert proc.stdout.count("latencies in") == 1
     assert list(tmp.iterdir()) == []
+
+
+def test_bench_store_served_fabric_pairs_with_the_stores_region(ddstage, serve, loader_data, tmp_path):
+    """Served over libfabric (tcp on lo): the raw floor reads the store's own registration of
+    the dataset on its largest rank (store.yaml's key and base), and get_batch of that rank's
+    rows only carries x_raw against it, per batch; the matrix cells have none. A shm way gets
+    no pair."""
+    store = serve(ranks=2, args=["--transport", "fabric"], env=FABRIC_LO)
+    ddstage.ok("load", "--store", store.dir, loader_data["rows"], "--name", "rows", env=FABRIC_LO)
+    out = tmp_path / "f.json"
+    ddstage.ok("bench", "store", "--store", store.dir, "--dataset", "rows", "--field", "x", "--transport",
+               "shm,fabric:tcp", "--batch", "1,8", "--samples", 40, "--json", out, env=FABRIC_LO)
+    loaded = yaml.safe_load((store.dir / "store.yaml").read_text())["datasets"][0]
+    largest = max(range(len(loaded["region_bytes"])), key=lambda r: (loaded["region_bytes"][r], -r))
+    check_store_cells(json.loads(out.read_text()), ["shm", "fabric:tcp"], [256], [1, 8], [1], ["own"], 40,
+                      peer=f"rank {largest}")
+    store.stop()
 
 
 def test_bench_store_embedded_bad_tmpdir(ddstage, tmp_path):
@@ -409,6 +463,7 @@ def test_bench_store_index(ddstage, tmp_path):
 
 
 def check_raw_cells(report, sizes, batches, rows):
+    assert report["schema"] == SCHEMA
     cells = {(c["dims"]["row_bytes"], c["dims"]["batch"]) for c in report["cells"]}
     assert cells == {(s, b) for s in sizes for b in batches} and len(report["cells"]) == len(cells)
     for c in report["cells"]:

@@ -343,7 +343,8 @@ def test_bench_store_structure(ddstage, serve, datasets, tmp_path):
                       "--plot", tmp_path / "bench.png").stdout
     assert "memcpy" in text and "x_floor" in text
     report = json.loads(out.read_text())
-    assert report["bench"] == "store" and report["run"]["cores"] and report["run"]["transports"] == "shm"
+    assert report["schema"] == "ddstage-bench/2" and report["bench"] == "store" and report["run"]["cores"]
+    assert report["run"]["transports"] == "shm"
     cells = {tuple(c["dims"][k] for k in ("transport", "mode", "batch", "threads", "sharing"))
              for c in report["cells"]}
     expected = {("shm", "get_batch", b, t, s) for b in (1, 16) for t in (1, 2) for s in ("own", "shared")}
@@ -405,7 +406,7 @@ def test_bench_load_structure(ddstage, serve, datasets, tmp_path):
         assert "sequential read (cat)" in text and "ratio: load at" in text
         report = json.loads(out.read_text())
         info = json.loads(ddstage.ok("info", datasets[ds], "--json").stdout)
-        assert report["bench"] == "load" and report["ranks"] == 2
+        assert report["schema"] == "ddstage-bench/2" and report["bench"] == "load" and report["ranks"] == 2
         assert report["bytes"] == info["total_bytes"] and report["samples"] == info["samples"]
         assert report["cat_bytes"] >= report["bytes"] and report["warm"] == ("--warm" in extra)
         assert report["streams"] == (2 if ds == "rows" else 4)

@@ -372,9 +372,8 @@ TEST_CASE("fabric: the floor reader gives up on a target that never answers with
   const auto settings = Settings::resolve(
       {{"fabric.provider", p.name}, {"fabric.domain", p.domain}, {"read_timeout", "1s"}}, {},
       std::nullopt, false);
-  FabricFloorReader reader(settings, hung.provider() + ' ' + hex + ' ' + std::to_string(info.key) +
-                                         ' ' + std::to_string(info.base) + ' ' +
-                                         std::to_string(info.bytes));
+  FabricFloorReader reader(
+      settings, fabric_floor_address(hung.provider(), hex, info.key, info.base, info.bytes));
   CHECK_THROWS_WITH(reader.run(4096, 16, 8, 1),
                     Catch::Contains(hex) && Catch::Contains("read_timeout (1000 ms)"));
 }

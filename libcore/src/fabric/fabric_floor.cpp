@@ -40,8 +40,8 @@ FabricFloorTarget::~FabricFloorTarget() = default;
 std::string FabricFloorTarget::address() const {
   const auto peer = m->server.peer();
   const auto region = m->registration.info();
-  return peer.provider + ' ' + peer.address_hex + ' ' + std::to_string(region.key) + ' ' +
-         std::to_string(region.base) + ' ' + std::to_string(region.bytes);
+  return fabric_floor_address(peer.provider, peer.address_hex, region.key, region.base,
+                              region.bytes);
 }
 
 struct FabricFloorReader::State {

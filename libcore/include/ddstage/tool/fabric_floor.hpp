@@ -32,6 +32,14 @@ class FabricFloorTarget {
   std::unique_ptr<State> m;
 };
 
+/// A target's address as FabricFloorReader takes it: provider, endpoint address (hex), key,
+/// base and length of a registered region, e.g. one a served store publishes in store.yaml.
+inline std::string fabric_floor_address(const std::string& provider, const std::string& address_hex,
+                                        uint64_t key, uint64_t base, uint64_t bytes) {
+  return provider + ' ' + address_hex + ' ' + std::to_string(key) + ' ' + std::to_string(base) +
+         ' ' + std::to_string(bytes);
+}
+
 /// What one timed run measured.
 struct FabricFloorRun {
   uint64_t rows = 0;
