@@ -44,6 +44,13 @@ void FileDescriptor::close() {
     throw IoError("close " + m_path.string(), errno, {.file = m_path.string()});
 }
 
+Error unexpected_end(const std::filesystem::path& path, uint64_t at) {
+  return Error(ErrorKind::runtime,
+               "unexpected end of " + path.string() + " at byte " + std::to_string(at) +
+                   " (file shorter than the index says)",
+               {.file = path.string()});
+}
+
 FileDescriptor FileDescriptor::open(const std::filesystem::path& path, int flags, int mode) {
   int fd = ::open(path.c_str(), flags | O_CLOEXEC, mode);
   if (fd < 0) throw IoError("cannot open " + path.string(), errno, {.file = path.string()});
@@ -59,12 +66,7 @@ void FileDescriptor::pread_exact(std::span<std::byte> dest, uint64_t offset) con
       if (errno == EINTR) continue;
       throw IoError("pread " + m_path.string(), errno, {.file = m_path.string()});
     }
-    if (n == 0) {
-      throw Error(ErrorKind::runtime,
-                  "unexpected end of " + m_path.string() + " at byte " +
-                      std::to_string(offset + done) + " (file shorter than the index says)",
-                  {.file = m_path.string()});
-    }
+    if (n == 0) throw unexpected_end(m_path, offset + done);
     done += static_cast<std::size_t>(n);
   }
 }

@@ -13,6 +13,9 @@ namespace {
 
 /// Largest coalesced pread that goes through the scratch buffer; bounds its memory.
 constexpr uint64_t max_run_bytes = 8ull << 20;
+/// Shorter runs are pread into the destination file's mapping: below a page, the two splice
+/// calls cost more than the page fault they would spare.
+constexpr uint64_t min_splice_bytes = 4096;
 
 }  // namespace
 
@@ -133,19 +136,19 @@ void OriginReader::execute() {
   }
 }
 
-/// Requests [begin, end) are adjacent in one file: one pread, straight into the destination
-/// when the destinations are adjacent too, else through the scratch buffer.
+/// Requests [begin, end) are adjacent in one file: read at once, straight into the destination
+/// when the destinations are adjacent too, else with one pread into the scratch buffer.
 void OriginReader::read_run(std::size_t begin, std::size_t end) {
   const Entry& first = *m_requests[begin].entry;
   const auto& fd = fd_for(first.file);
-  if (end - begin == 1) return fd.pread_exact({m_requests[begin].dest, first.length}, first.offset);
+  if (end - begin == 1) return read_into(fd, first.offset, {m_requests[begin].dest, first.length});
   const Entry& last = *m_requests[end - 1].entry;
   const uint64_t bytes = last.offset + last.length - first.offset;
   bool dest_adjacent = true;
   for (std::size_t i = begin + 1; i < end && dest_adjacent; ++i) {
     dest_adjacent = m_requests[i].dest == m_requests[i - 1].dest + m_requests[i - 1].entry->length;
   }
-  if (dest_adjacent) return fd.pread_exact({m_requests[begin].dest, bytes}, first.offset);
+  if (dest_adjacent) return read_into(fd, first.offset, {m_requests[begin].dest, bytes});
   m_scratch.resize(bytes);
   fd.pread_exact(m_scratch, first.offset);
   for (std::size_t i = begin; i < end; ++i) {
@@ -154,6 +157,16 @@ void OriginReader::read_run(std::size_t begin, std::size_t end) {
     if (e.length)
       std::memcpy(m_requests[i].dest, m_scratch.data() + (e.offset - first.offset), e.length);
   }
+}
+
+void OriginReader::read_into(const FileDescriptor& fd, uint64_t offset, std::span<std::byte> dest) {
+  const auto& to = m_options.destination;
+  if (to.file && dest.size() >= min_splice_bytes &&
+      m_splice.copy(fd, offset, *to.file, static_cast<uint64_t>(dest.data() - to.base),
+                    dest.size())) {
+    return;
+  }
+  fd.pread_exact(dest, offset);
 }
 
 bool OriginReader::read_and_check(uint64_t sample, uint32_t field, std::span<std::byte> dest) {

@@ -88,15 +88,16 @@ class StreamQueue {
 
 /// One stream: its own OriginReader (open files, scratch buffer), so streams share no lock
 /// while reading.
-void run_stream(const Index& index, const ShardLayout& layout, std::byte* region,
-                const ShardLoadOptions& options, StreamQueue& queue) noexcept {
+void run_stream(const Index& index, const ShardLayout& layout, DestinationFile destination,
+                std::byte* region, const ShardLoadOptions& options, StreamQueue& queue) noexcept {
   try {
     // Streams share the process's open-file limit: each caches its share of a single reader's.
     const std::size_t max_open =
         std::clamp<std::size_t>(open_file_limit() / 4 / options.streams, 1, 1024);
-    OriginReader reader(
-        index,
-        {.verify = options.verify, .allow_stale = options.allow_stale, .max_open_files = max_open});
+    OriginReader reader(index, {.verify = options.verify,
+                                .allow_stale = options.allow_stale,
+                                .max_open_files = max_open,
+                                .destination = destination});
     const auto fields = static_cast<uint32_t>(index.fields().size());
     std::vector<EntryRead> reads;
     while (const Chunk* c = queue.take()) {
@@ -114,6 +115,30 @@ void run_stream(const Index& index, const ShardLayout& layout, std::byte* region
   }
 }
 
+/// fill_shard, where region may be a mapping of destination.file (its rows are then written
+/// through the file).
+void fill_region(const Index& index, const ShardLayout& layout, std::span<std::byte> region,
+                 DestinationFile destination, const ShardLoadOptions& options) {
+  check_load_streams(options.streams);
+  layout.write_tables(region);
+  StreamQueue queue(plan_chunks(index, layout.range(), std::max<uint64_t>(options.chunk_bytes, 1)),
+                    options);
+  const auto streams = std::min<std::size_t>(options.streams, queue.chunks());
+  {
+    std::vector<std::jthread> others;
+    try {
+      for (std::size_t i = 1; i < streams; ++i) {
+        others.emplace_back(run_stream, std::cref(index), std::cref(layout), destination,
+                            region.data(), std::cref(options), std::ref(queue));
+      }
+    } catch (...) {
+      queue.fail(std::current_exception());  // no thread: the started ones stop at their next chunk
+    }
+    run_stream(index, layout, destination, region.data(), options, queue);
+  }  // joins every stream: none may still write into region once we return or throw
+  queue.rethrow_failure();
+}
+
 }  // namespace
 
 void check_load_streams(unsigned streams) {
@@ -125,31 +150,16 @@ void check_load_streams(unsigned streams) {
 
 void fill_shard(const Index& index, const ShardLayout& layout, std::span<std::byte> region,
                 const ShardLoadOptions& options) {
-  check_load_streams(options.streams);
-  layout.write_tables(region);
-  StreamQueue queue(plan_chunks(index, layout.range(), std::max<uint64_t>(options.chunk_bytes, 1)),
-                    options);
-  const auto streams = std::min<std::size_t>(options.streams, queue.chunks());
-  {
-    std::vector<std::jthread> others;
-    try {
-      for (std::size_t i = 1; i < streams; ++i) {
-        others.emplace_back(run_stream, std::cref(index), std::cref(layout), region.data(),
-                            std::cref(options), std::ref(queue));
-      }
-    } catch (...) {
-      queue.fail(std::current_exception());  // no thread: the started ones stop at their next chunk
-    }
-    run_stream(index, layout, region.data(), options, queue);
-  }  // joins every stream: none may still write into region once we return or throw
-  queue.rethrow_failure();
+  fill_region(index, layout, region, {}, options);
 }
 
 ShmSegment load_shard(const Index& index, ShardRange range, const std::string& segment,
                       const ShardLoadOptions& options) {
   ShardLayout layout(index, range);
   auto shm = ShmSegment::create(segment, layout.total_bytes());
-  fill_shard(index, layout, shm.writable(), options);
+  // Through the segment's file, not its mapping: a copy into the mapping would fault in, and
+  // zero-fill, every 4 KiB page first, which costs more than the copy itself.
+  fill_region(index, layout, shm.writable(), {&shm.file(), shm.bytes().data()}, options);
   return shm;
 }
 

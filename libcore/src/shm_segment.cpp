@@ -41,6 +41,7 @@ ShmSegment ShmSegment::create(const std::string& name, std::size_t bytes) {
   }
   seg.m_data = map(fd.get(), bytes, PROT_READ | PROT_WRITE, name);
   seg.m_size = bytes;
+  seg.m_fd = std::move(fd);
   return seg;
 }
 

@@ -396,14 +396,15 @@ def test_load_streams_and_progress(ddstage, serve, datasets):
 
 
 def test_bench_load_structure(ddstage, serve, datasets, tmp_path):
-    """bench load: both steps reported, bytes are the index's, the ratio is the bandwidths'
+    """bench load: every step reported, bytes are the index's, the ratios are the bandwidths'
     (never a speed), and the temporary dataset is gone afterwards."""
     store = serve(2)
     ddstage.ok("load", "--store", store.dir, datasets["files"], "--name", "kept")
     for ds, extra in (("rows", ["--streams", "2"]), ("files", ["--warm"])):
         out = tmp_path / f"bench-{ds}.json"
         text = ddstage.ok("bench", "load", "--store", store.dir, datasets[ds], "--json", out, *extra).stdout
-        assert "sequential read (cat)" in text and "ratio: load at" in text
+        assert "sequential read (cat)" in text and "sequential copy (cat > /dev/shm)" in text
+        assert "ratio: load at" in text
         report = json.loads(out.read_text())
         info = json.loads(ddstage.ok("info", datasets[ds], "--json").stdout)
         assert report["schema"] == "ddstage-bench/2" and report["bench"] == "load" and report["ranks"] == 2
@@ -411,6 +412,10 @@ def test_bench_load_structure(ddstage, serve, datasets, tmp_path):
         assert report["cat_bytes"] >= report["bytes"] and report["warm"] == ("--warm" in extra)
         assert report["streams"] == (2 if ds == "rows" else 4)
         assert report["ratio_vs_cat"] == pytest.approx(report["load_mb_per_s"] / report["cat_mb_per_s"], rel=1e-3)
+        assert report["shm_copy_mb_per_s"] == pytest.approx(report["cat_bytes"] / report["shm_copy_seconds"] / 1e6,
+                                                            rel=1e-3)
+        assert report["ratio_vs_shm_copy"] == pytest.approx(report["load_mb_per_s"] / report["shm_copy_mb_per_s"],
+                                                            rel=1e-3)
     assert [d["name"] for d in status(ddstage, store.dir)["datasets"]] == ["kept"]
     assert_usage_error(ddstage.run("bench", "load", "--store", store.dir, datasets["rows"], "--name", "kept"),
                        "already loaded")

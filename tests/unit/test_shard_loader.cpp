@@ -25,6 +25,9 @@ constexpr uint64_t x_files = 3;
 constexpr uint64_t p_bytes = 16;
 /// Chunks this small give every stream many turns, so their reads interleave.
 constexpr uint64_t small_chunks = 1000;
+/// Chunks of ~50 samples: a chunk's run of "g" rows is several pages long (long enough to be
+/// written through a segment's file), and chunk boundaries still fall inside pages.
+constexpr uint64_t page_run_chunks = 20000;
 
 uint64_t g_bytes(uint64_t i) {
   return i % 5 == 2 ? 0 : (i * 53) % 700 + 1;
@@ -123,6 +126,27 @@ TEST_CASE("several streams fill a shard byte for byte like one", "[shard][load]"
       CHECK(seen.back() == total);
     }
   }
+}
+
+TEST_CASE("a shard loaded into shared memory holds the bytes of one filled in memory",
+          "[shard][load]") {
+  // load_shard writes long runs adjacent in file and shard ("g") through the segment's file and
+  // the rest ("x" from the scratch buffer, short runs) through its mapping; several streams
+  // share pages between the two ways.
+  test::TempDir dir;
+  const auto index = write_dataset(dir);
+  const auto plan = ShardPlan::balance(index, 2);
+  const auto name = segment_name("shm");
+  for (int rank = 0; rank < 2; ++rank) {
+    const auto range = plan.range(rank);
+    const auto expect = fill(index, range, {.verify = true, .streams = 1});
+    for (unsigned streams : {1u, 3u}) {
+      const auto shm = load_shard(
+          index, range, name, {.verify = true, .streams = streams, .chunk_bytes = page_run_chunks});
+      CHECK(std::equal(shm.bytes().begin(), shm.bytes().end(), expect.begin(), expect.end()));
+    }
+  }
+  CHECK_FALSE(fs::exists("/dev/shm" + name));
 }
 
 TEST_CASE("a failing stream stops the load, names the file, and leaves no segment",

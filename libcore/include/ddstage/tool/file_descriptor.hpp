@@ -8,6 +8,8 @@
 
 namespace ddstage {
 
+class Error;
+
 /// Move-only owner of an fd; closes it on destruction. I/O helpers throw IoError naming the path.
 class FileDescriptor {
  public:
@@ -43,6 +45,10 @@ class FileDescriptor {
   int m_fd = -1;
   std::filesystem::path m_path;
 };
+
+/// The error of a read that found path ending at byte `at`, before the bytes the index says
+/// are there.
+Error unexpected_end(const std::filesystem::path& path, uint64_t at);
 
 /// The process's soft limit on open files (RLIMIT_NOFILE), for sizing fd caches.
 std::size_t open_file_limit() noexcept;

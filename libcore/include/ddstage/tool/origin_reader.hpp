@@ -8,8 +8,15 @@
 
 #include "ddstage/index.hpp"
 #include "ddstage/tool/file_descriptor.hpp"
+#include "ddstage/tool/splice_copier.hpp"
 
 namespace ddstage {
+
+/// A file whose shared mapping from offset 0 starts at `base`.
+struct DestinationFile {
+  const FileDescriptor* file = nullptr;
+  const std::byte* base = nullptr;
+};
 
 struct OriginReaderOptions {
   bool verify = false;       ///< compare each entry's xxh3-64 with the index
@@ -17,6 +24,10 @@ struct OriginReaderOptions {
   /// Open files kept cached; 0 picks a quarter of the open-file limit (at most 1024). When the
   /// cache is full it is emptied: a batch visits files in order, so little is reopened.
   std::size_t max_open_files = 0;
+  /// Set when every destination lies in this file's mapping (a shared-memory segment being
+  /// loaded): rows read straight into their destination are then copied file to file
+  /// (SpliceCopier), falling back to pread where the source cannot splice.
+  DestinationFile destination;
 };
 
 /// One (sample, field) to read and where its bytes go (entry.length bytes).
@@ -63,6 +74,9 @@ class OriginReader {
   /// Sorts m_requests by (file, offset), preads each run of adjacent entries at once, verifies.
   void execute();
   void read_run(std::size_t begin, std::size_t end);
+  /// Bytes of fd at offset straight into dest: file to file into options.destination when the
+  /// run is long enough and the source splices, else one pread.
+  void read_into(const FileDescriptor& fd, uint64_t offset, std::span<std::byte> dest);
 
   const Index* m_index;
   OriginReaderOptions m_options;
@@ -71,6 +85,7 @@ class OriginReader {
   // Reused across batches: no allocation per call once warm.
   std::vector<Request> m_requests;
   std::vector<std::byte> m_scratch;
+  SpliceCopier m_splice;  // used only with options.destination
 };
 
 }  // namespace ddstage

@@ -45,8 +45,9 @@ void fill_shard(const Index& index, const ShardLayout& layout, std::span<std::by
                 const ShardLoadOptions& options = {});
 
 /// Creates shared-memory segment `segment` holding samples `range` of index in the ShardLayout
-/// and fills it as fill_shard does. On any failure the segment is removed and the error
-/// propagates (naming file or sample).
+/// and fills it as fill_shard does, but writes long runs of rows through the segment's file
+/// (splice: no page fault or zero-fill per page of the mapping). On any failure the segment is
+/// removed and the error propagates (naming file or sample).
 ShmSegment load_shard(const Index& index, ShardRange range, const std::string& segment,
                       const ShardLoadOptions& options = {});
 

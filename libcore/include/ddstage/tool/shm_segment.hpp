@@ -33,6 +33,9 @@ class ShmSegment {
   const std::string& name() const noexcept { return m_name; }
   std::span<const std::byte> bytes() const noexcept { return {m_data, m_size}; }
   std::span<std::byte> writable() noexcept { return {m_data, m_size}; }
+  /// The segment's file (opened read-write by create, read-only by the openers): writing
+  /// through it fills pages without faulting them into the mapping.
+  const FileDescriptor& file() const noexcept { return m_fd; }
   /// Removes the name now (readers that mapped it keep their mapping).
   void unlink() noexcept;
   /// For a segment opened read-only: true once its name has been unlinked (the mapping stays
@@ -42,7 +45,7 @@ class ShmSegment {
  private:
   void reset() noexcept;
   std::string m_name;
-  FileDescriptor m_fd;  ///< kept by openers, for unlinked()
+  FileDescriptor m_fd;  ///< for unlinked() (openers) and writes through the file (creator)
   std::byte* m_data = nullptr;
   std::size_t m_size = 0;
   bool m_owner = false;

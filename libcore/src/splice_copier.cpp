@@ -1,0 +1,74 @@
+#include "ddstage/tool/splice_copier.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "ddstage/error.hpp"
+
+namespace ddstage {
+namespace {
+
+/// Pipe size asked for: each splice pair then moves up to 1 MiB (the default limit on what an
+/// unprivileged process may ask, /proc/sys/fs/pipe-max-size) instead of the default 64 KiB.
+constexpr int wanted_pipe_bytes = 1 << 20;
+
+}  // namespace
+
+void SpliceCopier::open_pipe() {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw IoError("pipe2", errno);
+  m_read_end = FileDescriptor(fds[0], "pipe");
+  m_write_end = FileDescriptor(fds[1], "pipe");
+  // A smaller pipe only means more splice calls: keep whatever size the system allows.
+  int size = ::fcntl(fds[1], F_SETPIPE_SZ, wanted_pipe_bytes);
+  if (size < 0) size = ::fcntl(fds[1], F_GETPIPE_SZ);
+  if (size <= 0) throw IoError("fcntl(F_GETPIPE_SZ) of a pipe", errno);
+  m_capacity = static_cast<std::size_t>(size);
+}
+
+bool SpliceCopier::copy(const FileDescriptor& from, uint64_t from_offset, const FileDescriptor& to,
+                        uint64_t to_offset, uint64_t bytes) {
+  if (!m_read_end) open_pipe();
+  try {
+    uint64_t done = 0;
+    while (done < bytes) {
+      auto in = static_cast<loff_t>(from_offset + done);
+      const ssize_t n = ::splice(from.get(), &in, m_write_end.get(), nullptr,
+                                 std::min<uint64_t>(m_capacity, bytes - done), SPLICE_F_MOVE);
+      if (n < 0 && errno == EINTR) continue;
+      // The pipe is empty whenever splice is asked to fill it: nothing is left half-copied.
+      if (n < 0 && (errno == EINVAL || errno == EOPNOTSUPP || errno == ENOSYS)) return false;
+      if (n < 0)
+        throw IoError("splice from " + from.path().string(), errno, {.file = from.path().string()});
+      if (n == 0) throw unexpected_end(from.path(), from_offset + done);
+      drain(to, to_offset + done, static_cast<std::size_t>(n));
+      done += static_cast<uint64_t>(n);
+    }
+    return true;
+  } catch (...) {
+    // Bytes may be left in the pipe: the next copy must not write them out.
+    m_read_end = FileDescriptor();
+    m_write_end = FileDescriptor();
+    throw;
+  }
+}
+
+void SpliceCopier::drain(const FileDescriptor& to, uint64_t to_offset, std::size_t bytes) {
+  std::size_t done = 0;
+  while (done < bytes) {
+    auto out = static_cast<loff_t>(to_offset + done);
+    const ssize_t n =
+        ::splice(m_read_end.get(), nullptr, to.get(), &out, bytes - done, SPLICE_F_MOVE);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      throw IoError("splice into " + to.path().string(), n < 0 ? errno : EIO,
+                    {.file = to.path().string()});
+    }
+    done += static_cast<std::size_t>(n);
+  }
+}
+
+}  // namespace ddstage
