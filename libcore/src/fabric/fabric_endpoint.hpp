@@ -35,6 +35,12 @@ class FabricEndpoint {
   bool manual_progress() const noexcept;
   /// Whether the queue has a wait object (fi_cq_sread blocks).
   bool blocking() const noexcept { return m_blocking; }
+  /// The queue's wait object as a file descriptor to poll(2) for work (owned by the queue), or
+  /// -1 when the provider offers none.
+  int wait_fd() const noexcept { return m_wait_fd; }
+  /// fi_trywait on the queue: true when the caller may block on wait_fd(), false when work is
+  /// already pending (drive the queue first).
+  bool try_wait() noexcept;
 
   /// This endpoint's address (fi_getname), raw bytes, for peers' insert_peer.
   std::string address() const;
@@ -49,6 +55,8 @@ class FabricEndpoint {
   fid_cq* cq() const noexcept { return m_cq.get(); }
 
  private:
+  void open_cq(Wait wait);
+
   // Declared in opening order: closed in reverse, endpoint first.
   InfoPtr m_info;
   std::string m_provider;
@@ -58,6 +66,7 @@ class FabricEndpoint {
   CqPtr m_cq;
   EndpointPtr m_ep;
   bool m_blocking = false;
+  int m_wait_fd = -1;
 };
 
 }  // namespace ddstage::detail
