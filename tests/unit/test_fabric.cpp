@@ -201,7 +201,15 @@ class ChildServer {
   ~ChildServer() { finish(); }
 
   const FabricRemote& remote() const { return m_remote; }
-  void kill(int signal = SIGKILL) { ::kill(m_pid, signal); }
+  void kill() { ::kill(m_pid, SIGKILL); }
+  /// SIGSTOP, returning once the child is stopped (the signal alone lands later).
+  void stop() {
+    ::kill(m_pid, SIGSTOP);
+    int status = 0;
+    REQUIRE(::waitpid(m_pid, &status, WUNTRACED) == m_pid);
+    REQUIRE(WIFSTOPPED(status));
+  }
+  void resume() { ::kill(m_pid, SIGCONT); }
   /// Lets the child stop on its own (bounded), then reaps it; its exit status.
   int finish() {
     if (m_pid <= 0) return m_status;
@@ -428,7 +436,7 @@ TEST_CASE("fabric: a stopped server fails the batch within read_timeout in every
         std::vector<std::byte> dest(64 << 10);
         const auto ops = reads_into(dest, 16, 0);
         post_and_wait(t, ops);
-        child.kill(SIGSTOP);
+        child.stop();
         std::fill(dest.begin(), dest.end(), canary);
         const auto start = Clock::now();
         if (std::string_view(p.name) == "shm") {
@@ -441,7 +449,7 @@ TEST_CASE("fabric: a stopped server fails the batch within read_timeout in every
                             Catch::Contains("rank 0 on child") && Catch::Contains("read_timeout"));
         }
         CHECK(Clock::now() - start < std::chrono::seconds(4));
-        child.kill(SIGCONT);
+        child.resume();
       }
     }
   }

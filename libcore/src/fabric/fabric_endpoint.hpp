@@ -18,8 +18,9 @@ namespace ddstage::detail {
 /// at a time uses it, or the owner serialises. Move-only.
 class FabricEndpoint {
  public:
-  /// How the completion queue is waited on: polled by its user, or with a wait object so that a
-  /// server's progress thread can sleep in fi_cq_sread until the network has work for it.
+  /// How the completion queue is waited on: polled by its user, or with a wait object (a file
+  /// descriptor where the provider offers one) so that a server's progress thread can sleep
+  /// until the network has work for it.
   enum class Wait { poll, block };
 
   /// Opens everything from `info` (an entry choose_provider or find_provider returned). With

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cstring>
 
 #include <poll.h>
@@ -28,6 +29,7 @@ FabricServer::FabricServer(const FabricOptions& options)
   // shm 1.17's fi_cq_sread returned at once here, so the thread spun holding the lock and
   // starved registrations (a load hung): shm is polled.
   m_blocking = m_endpoint.blocking() && m_endpoint.provider() != "shm";
+  m_poll_fd = m_blocking && m_endpoint.wait_fd() >= 0;
   if (m_endpoint.manual_progress() && !m_blocking) {
     spdlog::warn(
         "fabric server ({}): no usable wait object on the completion queue; its progress thread "
@@ -89,7 +91,7 @@ void FabricServer::progress(std::stop_token stop) {
   while (!stop.stop_requested()) {
     bool polling = m_mode == FabricProgress::spin || !m_blocking ||
                    std::chrono::steady_clock::now() < spin_until;
-    if (!polling && m_endpoint.wait_fd() >= 0) {
+    if (!polling && m_poll_fd) {
       if (wait_for_work() && m_mode == FabricProgress::adaptive)
         spin_until = std::chrono::steady_clock::now() + m_spin;
       polling = true;
@@ -110,7 +112,16 @@ bool FabricServer::wait_for_work() {
   }
   // Outside the lock: registrations need not wait for the network.
   pollfd fd{m_endpoint.wait_fd(), POLLIN, 0};
-  return ::poll(&fd, 1, sread_timeout_ms) > 0;
+  const int n = ::poll(&fd, 1, sread_timeout_ms);
+  if (n < 0 && errno != EINTR) {
+    // A descriptor poll refuses would return at once forever: a busy core, unnoticed.
+    spdlog::warn(
+        "fabric server ({}): poll on the queue's wait descriptor failed ({}); sleeping "
+        "in fi_cq_sread from now on",
+        m_endpoint.provider(), std::strerror(errno));
+    m_poll_fd = false;
+  }
+  return n > 0;
 }
 
 void FabricServer::drive_queue(bool block) {

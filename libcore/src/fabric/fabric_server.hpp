@@ -62,6 +62,7 @@ class FabricServer {
   std::string m_address;
   mutable std::atomic<int> m_waiting{0};  // callers waiting for m_mutex
   bool m_blocking = false;                // the queue has a wait object progress can sleep on
+  bool m_poll_fd = false;                 // ... and it is a descriptor progress polls
   FabricProgress m_mode;
   std::chrono::milliseconds m_spin;
   mutable std::mutex m_mutex;  // the endpoint's domain is FI_THREAD_DOMAIN: one caller at a time
