@@ -14,7 +14,7 @@ extern char** environ;
 namespace ddstage {
 namespace {
 
-constexpr std::array<SettingDef, 17> table{{
+constexpr std::array<SettingDef, 19> table{{
     {"log.level", SettingType::string, "info", "log level: trace, debug, info, warn, error, off",
      "trace|debug|info|warn|error|off"},
     {"progress", SettingType::string, "auto",
@@ -33,6 +33,13 @@ constexpr std::array<SettingDef, 17> table{{
     {"fabric.window", SettingType::integer, "128", "fabric reads a reader keeps in flight"},
     {"fabric.inflight_bytes", SettingType::size, "4M",
      "bytes of fabric reads a reader keeps in flight"},
+    {"fabric.progress", SettingType::string, "adaptive",
+     "how a server rank's fabric progress thread waits: adaptive (polls for fabric.spin after "
+     "reads arrive, sleeps when idle), sleep (always sleeps: no idle cost, ~20 us more per "
+     "read over tcp), spin (always polls: a core per rank)",
+     "adaptive|sleep|spin"},
+    {"fabric.spin", SettingType::duration, "1ms",
+     "with fabric.progress=adaptive: how long the progress thread polls after reads arrive"},
     {"transport", SettingType::string, "auto",
      "how store reads travel: auto (shm on this node, fabric to other nodes), shm, or fabric "
      "(every "

@@ -431,10 +431,12 @@ FABRIC_ENV = {"DDSTAGE_FABRIC_PROVIDER": "tcp", "DDSTAGE_FABRIC_DOMAIN": "lo", "
 READ_FABRIC = {**FABRIC_ENV, "DDSTAGE_TRANSPORT": "fabric"}
 
 
-def test_fabric_store_reads_equal_origin(ddstage, serve, datasets):
+@pytest.mark.parametrize("progress", ["adaptive", "sleep", "spin"])
+def test_fabric_store_reads_equal_origin(ddstage, serve, datasets, progress):
     """serve --transport fabric: every rank publishes an endpoint and each shard's key, and
-    reads over libfabric (fixed and variable rows, unsorted, repeats) equal origin."""
-    store = serve(3, args=["--transport", "fabric"], env=FABRIC_ENV)
+    reads over libfabric (fixed and variable rows, unsorted, repeats) equal origin, however the
+    ranks' progress threads wait (fabric.progress)."""
+    store = serve(3, args=["--transport", "fabric"], env={**FABRIC_ENV, "DDSTAGE_FABRIC_PROGRESS": progress})
     ddstage.ok("load", "--store", store.dir, datasets["rows"], "--name", "rows")
     ddstage.ok("load", "--store", store.dir, datasets["files"], "--name", "f")
     d = yaml.safe_load((store.dir / "store.yaml").read_text())
@@ -456,10 +458,12 @@ def test_fabric_store_reads_equal_origin(ddstage, serve, datasets):
     store.stop()
 
 
-def test_fabric_hung_rank_times_out(ddstage, serve, datasets):
+@pytest.mark.parametrize("progress", ["adaptive", "sleep", "spin"])
+def test_fabric_hung_rank_times_out(ddstage, serve, datasets, progress):
     """A server rank that stops answering (SIGSTOP) fails a fabric read within read_timeout,
-    naming the rank, instead of hanging; once it runs again the store stops cleanly."""
-    store = serve(2, args=["--transport", "fabric"], env=FABRIC_ENV)
+    naming the rank, instead of hanging, in every fabric.progress mode; once it runs again the
+    store stops cleanly."""
+    store = serve(2, args=["--transport", "fabric"], env={**FABRIC_ENV, "DDSTAGE_FABRIC_PROGRESS": progress})
     ddstage.ok("load", "--store", store.dir, datasets["files"], "--name", "f")
     owned = status(ddstage, store.dir)["datasets"][0]["samples_per_rank"]
     pids = store.pids()

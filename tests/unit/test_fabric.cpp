@@ -54,10 +54,16 @@ bool present(const Provider& p) {
   }
 }
 
-FabricOptions options_for(const Provider& p) {
+constexpr std::pair<FabricProgress, const char*> progress_modes[] = {
+    {FabricProgress::adaptive, "adaptive"},
+    {FabricProgress::sleep, "sleep"},
+    {FabricProgress::spin, "spin"}};
+
+FabricOptions options_for(const Provider& p, FabricProgress progress = FabricProgress::adaptive) {
   FabricOptions o;
   o.provider = p.name;
   o.domain = p.domain;
+  o.progress = progress;
   o.read_timeout = std::chrono::seconds(5);
   return o;
 }
@@ -165,7 +171,8 @@ bool stays_untouched(FabricTransport& t, std::span<std::byte> dest, std::span<co
 /// processes, and can be killed like a crashed server rank. Killed and reaped on destruction.
 class ChildServer {
  public:
-  ChildServer(const Provider& p, std::size_t bytes, unsigned seed) {
+  ChildServer(const Provider& p, std::size_t bytes, unsigned seed,
+              FabricProgress progress = FabricProgress::adaptive) {
     int to_parent[2];
     REQUIRE(::pipe(to_parent) == 0);
     REQUIRE(::pipe(m_to_child) == 0);
@@ -174,7 +181,7 @@ class ChildServer {
     if (m_pid == 0) {
       ::close(to_parent[0]);
       ::close(m_to_child[1]);
-      serve(p, bytes, seed, to_parent[1], m_to_child[0]);
+      serve(p, progress, bytes, seed, to_parent[1], m_to_child[0]);
     }
     ::close(to_parent[1]);
     ::close(m_to_child[0]);
@@ -195,6 +202,14 @@ class ChildServer {
 
   const FabricRemote& remote() const { return m_remote; }
   void kill() { ::kill(m_pid, SIGKILL); }
+  /// SIGSTOP, returning once the child is stopped (the signal alone lands later).
+  void stop() {
+    ::kill(m_pid, SIGSTOP);
+    int status = 0;
+    REQUIRE(::waitpid(m_pid, &status, WUNTRACED) == m_pid);
+    REQUIRE(WIFSTOPPED(status));
+  }
+  void resume() { ::kill(m_pid, SIGCONT); }
   /// Lets the child stop on its own (bounded), then reaps it; its exit status.
   int finish() {
     if (m_pid <= 0) return m_status;
@@ -217,12 +232,12 @@ class ChildServer {
 
  private:
   /// The server process: publish what a reader needs, serve until the parent closes the pipe.
-  [[noreturn]] static void serve(const Provider& p, std::size_t bytes, unsigned seed, int out,
-                                 int in) {
+  [[noreturn]] static void serve(const Provider& p, FabricProgress progress, std::size_t bytes,
+                                 unsigned seed, int out, int in) {
     int code = 0;
     try {
       auto memory = pattern(bytes, seed);
-      FabricServer server(options_for(p));
+      FabricServer server(options_for(p, progress));
       const FabricRegionInfo r = server.region(server.add_region(memory));
       const std::string line = server.peer().provider + " " + server.peer().address_hex + " " +
                                std::to_string(r.key) + " " + std::to_string(r.base) + " " +
@@ -276,17 +291,20 @@ TEST_CASE("fabric: random batches read byte for byte from an in-process server",
       if (!present(p)) continue;
       auto a = pattern(6 << 20, 1);
       auto b = pattern(3 << 20, 2);
-      FabricServer server(options_for(p));
-      const uint64_t ra = server.add_region(a);
-      const uint64_t rb = server.add_region(b);
-      FabricOptions o = options_for(p);
-      o.window = 16;                 // fills, so posting must reap mid-batch
-      o.max_read_bytes = 256 << 10;  // 1 MB rows are split in four
-      FabricTransport t(o, {remote(server, ra), remote(server, rb)});
-      CHECK(t.provider() == server.peer().provider);
-      std::mt19937 rng(42);
-      for (int batch = 0; batch < 6; ++batch)
-        read_and_compare(t, {&a, &b}, rng, 40, batch % 2 == 1);
+      for (const auto& [progress, mode] : progress_modes) {
+        INFO("fabric.progress=" << mode);
+        FabricServer server(options_for(p, progress));
+        const uint64_t ra = server.add_region(a);
+        const uint64_t rb = server.add_region(b);
+        FabricOptions o = options_for(p);
+        o.window = 16;                 // fills, so posting must reap mid-batch
+        o.max_read_bytes = 256 << 10;  // 1 MB rows are split in four
+        FabricTransport t(o, {remote(server, ra), remote(server, rb)});
+        CHECK(t.provider() == server.peer().provider);
+        std::mt19937 rng(42);
+        for (int batch = 0; batch < 6; ++batch)
+          read_and_compare(t, {&a, &b}, rng, 40, batch % 2 == 1);
+      }
     }
   }
 }
@@ -382,16 +400,56 @@ TEST_CASE("fabric: a reader in another process reads a server's region", "[fabri
   for (const Provider& p : providers) {
     SECTION(p.name) {
       if (!present(p)) continue;
-      ChildServer child(p, 4 << 20, 11);
       auto a = pattern(4 << 20, 11);
-      {
-        FabricTransport t(options_for(p), {child.remote()});
-        std::mt19937 rng(11);
-        read_and_compare(t, {&a}, rng, 32, false);
+      for (const auto& [progress, mode] : progress_modes) {
+        INFO("fabric.progress=" << mode);
+        ChildServer child(p, 4 << 20, 11, progress);
+        {
+          FabricTransport t(options_for(p), {child.remote()});
+          std::mt19937 rng(11);
+          read_and_compare(t, {&a}, rng, 32, false);
+          // After a pause longer than the adaptive spin, the server sleeps again: the next
+          // reads must wake it.
+          std::this_thread::sleep_for(std::chrono::milliseconds(30));
+          read_and_compare(t, {&a}, rng, 8, false);
+        }
+        const int status = child.finish();
+        CHECK(WIFEXITED(status));
+        CHECK(WEXITSTATUS(status) == 0);
       }
-      const int status = child.finish();
-      CHECK(WIFEXITED(status));
-      CHECK(WEXITSTATUS(status) == 0);
+    }
+  }
+}
+
+TEST_CASE("fabric: a stopped server fails the batch within read_timeout in every progress mode",
+          "[fabric]") {
+  for (const Provider& p : providers) {
+    SECTION(p.name) {
+      if (!present(p)) continue;
+      for (const auto& [progress, mode] : progress_modes) {
+        INFO("fabric.progress=" << mode);
+        ChildServer child(p, 1 << 20, 14, progress);
+        FabricOptions o = options_for(p);
+        o.read_timeout = std::chrono::seconds(1);
+        FabricTransport t(o, {child.remote()});
+        std::vector<std::byte> dest(64 << 10);
+        const auto ops = reads_into(dest, 16, 0);
+        post_and_wait(t, ops);
+        child.stop();
+        std::fill(dest.begin(), dest.end(), canary);
+        const auto start = Clock::now();
+        if (std::string_view(p.name) == "shm") {
+          // shm reads a single-segment region itself (process_vm_readv) without the target's
+          // progress: a stopped target is still read, and correctly.
+          post_and_wait(t, ops);
+          CHECK(std::memcmp(dest.data(), pattern(1 << 20, 14).data(), dest.size()) == 0);
+        } else {
+          CHECK_THROWS_WITH(post_and_wait(t, ops),
+                            Catch::Contains("rank 0 on child") && Catch::Contains("read_timeout"));
+        }
+        CHECK(Clock::now() - start < std::chrono::seconds(4));
+        child.resume();
+      }
     }
   }
 }
@@ -612,6 +670,17 @@ TEST_CASE("fabric: an InFlight guard left without complete() quiesces its reads"
       }
       CHECK(dest == a);
     }
+  }
+}
+
+TEST_CASE("fabric: options take the progress mode and spin from settings", "[fabric]") {
+  CHECK(FabricOptions::from(Settings()).progress == FabricProgress::adaptive);
+  CHECK(FabricOptions::from(Settings()).spin == std::chrono::milliseconds(1));
+  for (const auto& [progress, mode] : progress_modes) {
+    const auto s = Settings::resolve({{"fabric.progress", mode}, {"fabric.spin", "20ms"}}, {},
+                                     std::nullopt, false);
+    CHECK(FabricOptions::from(s).progress == progress);
+    CHECK(FabricOptions::from(s).spin == std::chrono::milliseconds(20));
   }
 }
 

@@ -81,6 +81,35 @@ TEST_CASE("fabric settings have their defaults and env names", "[settings]") {
   CHECK(e.get_string("fabric.domain") == "lo");
 }
 
+TEST_CASE("fabric.progress takes adaptive, sleep or spin; fabric.spin a duration", "[settings]") {
+  Settings s;
+  CHECK(s.get_string("fabric.progress") == "adaptive");
+  CHECK(s.get_duration("fabric.spin") == std::chrono::milliseconds(1));
+  for (const char* mode : {"adaptive", "sleep", "spin"}) {
+    auto e = Settings::resolve({}, {{"DDSTAGE_FABRIC_PROGRESS", mode}}, std::nullopt, false);
+    CHECK(e.get_string("fabric.progress") == mode);
+  }
+  auto f = Settings::resolve({{"fabric.spin", "250ms"}}, {}, std::nullopt, false);
+  CHECK(f.get_duration("fabric.spin") == std::chrono::milliseconds(250));
+  for (const auto& [key, bad] : {std::pair{"fabric.progress", "busy"},
+                                 {"fabric.progress", ""},
+                                 {"fabric.spin", "soon"},
+                                 {"fabric.spin", "-1ms"}}) {
+    INFO(key << "=" << bad);
+    try {
+      Settings::resolve({{key, bad}}, {}, std::nullopt, false);
+      FAIL("accepted");
+    } catch (const UsageError& e) {
+      const std::string what = e.what();
+      CHECK(what.find(key) != std::string::npos);
+      CHECK(what.find('\n') == std::string::npos);
+    }
+  }
+  CHECK_THROWS_WITH(
+      Settings::resolve({}, {{"DDSTAGE_FABRIC_PROGRESS", "poll"}}, std::nullopt, false),
+      Catch::Contains("fabric.progress") && Catch::Contains("adaptive|sleep|spin"));
+}
+
 namespace {
 
 /// The one-line UsageError Settings::resolve gives for config text: it must name the file.

@@ -1,6 +1,7 @@
 #include "fabric/fabric_endpoint.hpp"
 
 #include <rdma/fi_domain.h>
+#include <rdma/fi_eq.h>
 
 namespace ddstage::detail {
 
@@ -20,28 +21,44 @@ FabricEndpoint::FabricEndpoint(const fi_info& info, Wait wait)
   fabric_check(fi_av_open(domain, &av_attr, &av, nullptr), "fi_av_open", m_provider);
   m_av.reset(av);
 
-  fi_cq_attr cq_attr{};
-  cq_attr.format = FI_CQ_FORMAT_CONTEXT;
-  // Readers poll while they wait for a batch; a server's progress thread would burn a core
-  // polling, so it asks for a wait object and sleeps in fi_cq_sread.
-  cq_attr.wait_obj = wait == Wait::block ? FI_WAIT_UNSPEC : FI_WAIT_NONE;
-  cq_attr.size = m_info->tx_attr->size;
-  fid_cq* cq = nullptr;
-  int rc = fi_cq_open(domain, &cq_attr, &cq, nullptr);
-  m_blocking = rc == 0 && wait == Wait::block;
-  if (rc != 0 && wait == Wait::block) {
-    cq_attr.wait_obj = FI_WAIT_NONE;
-    rc = fi_cq_open(domain, &cq_attr, &cq, nullptr);
-  }
-  fabric_check(rc, "fi_cq_open", m_provider);
-  m_cq.reset(cq);
+  open_cq(wait);
 
   fid_ep* ep = nullptr;
   fabric_check(fi_endpoint(domain, m_info.get(), &ep, nullptr), "fi_endpoint", m_provider);
   m_ep.reset(ep);
   fabric_check(fi_ep_bind(ep, &av->fid, 0), "fi_ep_bind(av)", m_provider);
-  fabric_check(fi_ep_bind(ep, &cq->fid, FI_TRANSMIT | FI_RECV), "fi_ep_bind(cq)", m_provider);
+  fabric_check(fi_ep_bind(ep, &m_cq->fid, FI_TRANSMIT | FI_RECV), "fi_ep_bind(cq)", m_provider);
   fabric_check(fi_enable(ep), "fi_enable", m_provider);
+}
+
+void FabricEndpoint::open_cq(Wait wait) {
+  fi_cq_attr cq_attr{};
+  cq_attr.format = FI_CQ_FORMAT_CONTEXT;
+  cq_attr.size = m_info->tx_attr->size;
+  fid_cq* cq = nullptr;
+  // Readers poll while they wait for a batch. A server's progress thread asks for a wait object
+  // so that it can sleep while the network is quiet: a file descriptor first, since poll(2)
+  // telling it that work arrived is its only sign of activity (reads aimed at it post nothing to
+  // its queue, and fi_cq_sread swallows wake-ups that bring no completion); then any wait
+  // object, slept on in fi_cq_sread.
+  for (const fi_wait_obj obj : {FI_WAIT_FD, FI_WAIT_UNSPEC}) {
+    if (wait == Wait::poll) break;
+    cq_attr.wait_obj = obj;
+    if (fi_cq_open(m_domain.get(), &cq_attr, &cq, nullptr) != 0) continue;
+    m_cq.reset(cq);
+    m_blocking = true;
+    int fd = -1;
+    if (obj == FI_WAIT_FD && fi_control(&cq->fid, FI_GETWAIT, &fd) == 0) m_wait_fd = fd;
+    return;
+  }
+  cq_attr.wait_obj = FI_WAIT_NONE;
+  fabric_check(fi_cq_open(m_domain.get(), &cq_attr, &cq, nullptr), "fi_cq_open", m_provider);
+  m_cq.reset(cq);
+}
+
+bool FabricEndpoint::try_wait() noexcept {
+  fid* fids[] = {&m_cq->fid};
+  return fi_trywait(m_fabric.get(), fids, 1) == FI_SUCCESS;
 }
 
 bool FabricEndpoint::manual_progress() const noexcept {

@@ -18,8 +18,9 @@ namespace ddstage::detail {
 /// at a time uses it, or the owner serialises. Move-only.
 class FabricEndpoint {
  public:
-  /// How the completion queue is waited on: polled by its user, or with a wait object so that a
-  /// server's progress thread can sleep in fi_cq_sread until the network has work for it.
+  /// How the completion queue is waited on: polled by its user, or with a wait object (a file
+  /// descriptor where the provider offers one) so that a server's progress thread can sleep
+  /// until the network has work for it.
   enum class Wait { poll, block };
 
   /// Opens everything from `info` (an entry choose_provider or find_provider returned). With
@@ -35,6 +36,12 @@ class FabricEndpoint {
   bool manual_progress() const noexcept;
   /// Whether the queue has a wait object (fi_cq_sread blocks).
   bool blocking() const noexcept { return m_blocking; }
+  /// The queue's wait object as a file descriptor to poll(2) for work (owned by the queue), or
+  /// -1 when the provider offers none.
+  int wait_fd() const noexcept { return m_wait_fd; }
+  /// fi_trywait on the queue: true when the caller may block on wait_fd(), false when work is
+  /// already pending (drive the queue first).
+  bool try_wait() noexcept;
 
   /// This endpoint's address (fi_getname), raw bytes, for peers' insert_peer.
   std::string address() const;
@@ -49,6 +56,8 @@ class FabricEndpoint {
   fid_cq* cq() const noexcept { return m_cq.get(); }
 
  private:
+  void open_cq(Wait wait);
+
   // Declared in opening order: closed in reverse, endpoint first.
   InfoPtr m_info;
   std::string m_provider;
@@ -58,6 +67,7 @@ class FabricEndpoint {
   CqPtr m_cq;
   EndpointPtr m_ep;
   bool m_blocking = false;
+  int m_wait_fd = -1;
 };
 
 }  // namespace ddstage::detail

@@ -72,7 +72,7 @@ struct FabricFloorReader::State {
   detail::FabricRegionInfo region;
   // Declared before the endpoint: reads a failed call left in flight end with it, before these go.
   std::vector<fi_context2> contexts;  // one per read in flight; a completion names its slot
-  std::vector<std::byte> dest;        // one row per slot
+  std::vector<std::byte> dest;        // one row per read of a call
   std::optional<detail::FabricEndpoint> endpoint;
   fi_addr_t peer = FI_ADDR_UNSPEC;
   detail::MrPtr dest_mr;  // only when the provider needs FI_MR_LOCAL; closed before the domain
@@ -127,7 +127,7 @@ void FabricFloorReader::State::call(uint64_t row_bytes, uint64_t batch, std::mt1
     const uint32_t slot = free.back();
     const uint64_t offset =
         std::uniform_int_distribution<uint64_t>(0, slots_rows - 1)(rng) * row_bytes;
-    const ssize_t rc = fi_read(endpoint->ep(), dest.data() + slot * row_bytes, row_bytes, desc,
+    const ssize_t rc = fi_read(endpoint->ep(), dest.data() + posted * row_bytes, row_bytes, desc,
                                peer, region.base + offset, region.key, &contexts[slot]);
     if (rc == 0) {
       free.pop_back();
@@ -166,7 +166,10 @@ FabricFloorRun FabricFloorReader::run(uint64_t row_bytes, uint64_t rows, uint64_
                      " bytes in batches of " + std::to_string(batch) + " do not fit a target of " +
                      std::to_string(m->region.bytes) + " bytes");
   }
-  const uint64_t slot_bytes = m->contexts.size() * row_bytes;
+  // Each read of a call lands at its own place in a batch-sized destination, as get_batch's rows
+  // do: reusing the few slots in flight would keep the floor's destination in cache while
+  // get_batch writes batch x row bytes of the caller's buffer.
+  const uint64_t slot_bytes = std::min(batch, rows) * row_bytes;
   if (m->dest.size() < slot_bytes) {
     m->dest_mr.reset();
     m->desc = nullptr;

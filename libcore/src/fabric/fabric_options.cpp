@@ -14,6 +14,12 @@ FabricOptions FabricOptions::from(const Settings& settings) {
   o.window = static_cast<std::size_t>(window);
   o.max_bytes_in_flight = settings.get_size("fabric.inflight_bytes");
   o.read_timeout = settings.get_duration("read_timeout");
+  // The settings table admits only these three.
+  const std::string& progress = settings.get_string("fabric.progress");
+  o.progress = progress == "spin"    ? FabricProgress::spin
+               : progress == "sleep" ? FabricProgress::sleep
+                                     : FabricProgress::adaptive;
+  o.spin = settings.get_duration("fabric.spin");
   return o;
 }
 

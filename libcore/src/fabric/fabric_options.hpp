@@ -10,6 +10,13 @@
 
 namespace ddstage::detail {
 
+/// How a server's progress thread waits for remote reads (fabric.progress).
+enum class FabricProgress {
+  adaptive,  ///< spins for `spin` after the network woke it, sleeps on the wait object otherwise
+  sleep,     ///< always sleeps on the wait object: no idle cost, a wake-up on every read
+  spin,      ///< always polls: the lowest latency, a core per server rank
+};
+
 struct FabricOptions {
   std::string provider = "auto";  ///< "auto" or a provider name (fabric.provider)
   std::string domain;             ///< domain / interface name, empty: the provider's first
@@ -22,12 +29,18 @@ struct FabricOptions {
   /// Caps one read below the provider's max_msg_size (0: the provider's limit alone). Larger
   /// rows are split either way.
   uint64_t max_read_bytes = 0;
+  FabricProgress progress = FabricProgress::adaptive;
+  /// How long an adaptive progress thread keeps polling after the network woke it: back-to-back
+  /// reads (a reader's next batch follows within microseconds) then skip the wake-up, while a
+  /// store nobody reads sleeps. 1 ms covers a reader's loop and keeps a rank read once per
+  /// training step (tens of ms) under a few percent of a core.
+  std::chrono::milliseconds spin{1};
   /// Endpoints this process may leave open after time-outs (see FabricTransport) before a
   /// transport refuses to open another.
   std::size_t max_abandoned_endpoints = 16;
 
-  /// From fabric.provider, fabric.domain, fabric.window, fabric.inflight_bytes and read_timeout;
-  /// a window below 1 is a UsageError.
+  /// From fabric.provider, fabric.domain, fabric.window, fabric.inflight_bytes, fabric.progress,
+  /// fabric.spin and read_timeout; a window below 1 is a UsageError.
   static FabricOptions from(const Settings& settings);
 };
 

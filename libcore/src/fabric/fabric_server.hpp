@@ -2,6 +2,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <map>
@@ -19,11 +20,14 @@ namespace ddstage::detail {
 
 /// One endpoint, the regions registered on it (added and removed while serving, as datasets
 /// load and unload), and — for providers with manual progress (shm, tcp;ofi_rxm) — a thread that
-/// keeps driving the completion queue, without which remote reads never complete. The thread
-/// sleeps in fi_cq_sread on the queue's wait object, which the provider wakes when the network
-/// has work (a timed sleep would add its length to every read, and polling would keep a core
-/// busy beside the training job); providers without wait objects are polled. Methods may be
-/// called from any one thread at a time.
+/// keeps driving the completion queue, without which remote reads never complete. How it waits
+/// is options.progress: `sleep` blocks on the queue's wait object, which the provider wakes when
+/// the network has work (no cost while idle, a wake-up's latency on every read); `spin` polls
+/// (the lowest latency, a busy core beside the training job); `adaptive` sleeps until woken and
+/// then polls for options.spin, so a reader's back-to-back reads skip the wake-up. Adaptive needs
+/// a wait object it can poll(2) (tcp;ofi_rxm has one); with only fi_cq_sread it sleeps. Providers
+/// without wait objects (shm) are polled in every mode. Methods may be called from any one
+/// thread at a time.
 class FabricServer {
  public:
   /// Opens an endpoint on the provider and domain `options` choose (choose_provider).
@@ -47,13 +51,20 @@ class FabricServer {
 
  private:
   void progress(std::stop_token stop);
+  /// Blocks on the wait descriptor (bounded); true when the network woke it or work was pending.
+  bool wait_for_work();
+  /// One fi_cq_read, or with `block` one bounded fi_cq_sread.
+  void drive_queue(bool block);
   /// The endpoint's lock, taken ahead of the progress thread.
   std::unique_lock<std::mutex> lock_out_progress() const;
 
   FabricEndpoint m_endpoint;
   std::string m_address;
   mutable std::atomic<int> m_waiting{0};  // callers waiting for m_mutex
-  bool m_blocking = false;                // progress sleeps in fi_cq_sread
+  bool m_blocking = false;                // the queue has a wait object progress can sleep on
+  bool m_poll_fd = false;                 // ... and it is a descriptor progress polls
+  FabricProgress m_mode;
+  std::chrono::milliseconds m_spin;
   mutable std::mutex m_mutex;  // the endpoint's domain is FI_THREAD_DOMAIN: one caller at a time
   std::map<uint64_t, FabricRegion> m_regions;
   uint64_t m_next_id = 1;

@@ -293,10 +293,16 @@ void FabricTransport::pause_while_idle() const {
   // are young (on a live link they complete within microseconds, and a sleep would add its own
   // latency), then sleep a sixteenth of the time already waited (at most 1 ms), which costs a
   // late completion at most ~6% and keeps a reader waiting on a hung server off the CPU.
+  // Spinning, it yields: a server thread that must run for the read to complete may share this
+  // core (a store on the reader's node, more threads than cores), and without a yield it would
+  // wait out the reader's time slice (milliseconds).
   constexpr auto spin = std::chrono::milliseconds(1);
   constexpr auto longest = std::chrono::milliseconds(1);
   const auto idle = std::chrono::steady_clock::now() - m_last_progress;
-  if (idle < spin) return;
+  if (idle < spin) {
+    std::this_thread::yield();
+    return;
+  }
   std::this_thread::sleep_for(std::min<std::chrono::nanoseconds>(idle / 16, longest));
 }
 
