@@ -32,9 +32,8 @@ FabricServer::FabricServer(const FabricOptions& options)
   m_poll_fd = m_blocking && m_endpoint.wait_fd() >= 0;
   if (m_endpoint.manual_progress() && !m_blocking) {
     spdlog::warn(
-        "fabric server ({}): no usable wait object on the completion queue; its progress thread "
-        "polls "
-        "and keeps a core busy",
+        "fabric server ({}): no usable wait object on the completion queue; its progress "
+        "thread polls and keeps a core busy",
         m_endpoint.provider());
   }
   // Also when the provider claims automatic progress but the thread costs nothing (it sleeps):
