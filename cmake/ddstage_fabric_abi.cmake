@@ -51,3 +51,27 @@ function(ddstage_fabric_abi source)
   message(STATUS "ddstage: libfabric is loaded at run time, called at ${found}")
   set_source_files_properties(${source} PROPERTIES COMPILE_DEFINITIONS "${definitions}")
 endfunction()
+
+# dlopen finds libfabric.so.1 through LD_LIBRARY_PATH first, then the calling object's
+# RUNPATH, then the loader cache. A libfabric outside the compiler's (and so the loader's)
+# own directories, say /opt/libfabric-1.22/lib, goes into target's RUNPATH, as linking it did:
+# else a node with a distro libfabric as well would load that one, perhaps without the site's
+# providers, or fail on a symbol version read from the one built against.
+function(ddstage_fabric_runpath target)
+  ddstage_fabric_library(library)
+  if(NOT library)
+    return()
+  endif()
+  get_filename_component(directory ${library} DIRECTORY)
+  get_filename_component(real ${directory} REALPATH)
+  foreach(implicit IN LISTS CMAKE_C_IMPLICIT_LINK_DIRECTORIES CMAKE_CXX_IMPLICIT_LINK_DIRECTORIES)
+    get_filename_component(implicit ${implicit} REALPATH)
+    if(real STREQUAL implicit)
+      return()
+    endif()
+  endforeach()
+  set_property(TARGET ${target} APPEND PROPERTY BUILD_RPATH ${directory})
+  set_property(TARGET ${target} APPEND PROPERTY INSTALL_RPATH ${directory})
+  # RUNPATH, not RPATH: LD_LIBRARY_PATH still comes first, as it did for the linked library.
+  target_link_options(${target} PRIVATE LINKER:--enable-new-dtags)
+endfunction()

@@ -13,7 +13,10 @@
 namespace ddstage::detail {
 namespace {
 
-// The ABI major the headers describe (libfabric has kept it since 1.0).
+// The ABI major the headers describe (libfabric has kept it since 1.0). By soname, so found as
+// dlopen finds it: LD_LIBRARY_PATH, the RUNPATH of the object holding libcore (ddstage's and the
+// Python module's name a libfabric built against outside the system directories:
+// cmake/ddstage_fabric_abi.cmake), the loader cache.
 constexpr const char* library_name = "libfabric.so.1";
 
 /// libfabric's handle and the functions resolved from it.
