@@ -382,14 +382,38 @@ std::vector<uint64_t> ids_in(ShardRange range, uint64_t count, uint64_t seed) {
   return ids;
 }
 
+namespace {
+
+/// The rounds of a pair at batch: up to four shares of ids, each whole batches, so that every
+/// timed call of a batch-B cell reads B rows (a short call would spread its fixed cost over
+/// fewer rows, on the floor's side and get_batch's alike). The rows after the last whole batch
+/// are left out; none when ids are fewer than one batch.
+std::vector<std::span<const uint64_t>> rounds_of(std::span<const uint64_t> ids, uint64_t batch) {
+  constexpr uint64_t rounds = 4;
+  const uint64_t whole = ids.size() / batch;
+  const uint64_t share = (whole + rounds - 1) / rounds * batch;
+  std::vector<std::span<const uint64_t>> parts;
+  for (uint64_t first = 0; first < whole * batch; first += share)
+    parts.push_back(ids.subspan(first, std::min(share, whole * batch - first)));
+  return parts;
+}
+
+}  // namespace
+
 void pair_with_floor(BenchReport& report, const StoreWay& way, const FloorPairing& pairing,
                      FabricFloorReader& reader, uint64_t row_bytes,
                      const std::vector<uint64_t>& batches, uint64_t seed) {
-  constexpr std::size_t rounds = 4;
   const std::span<const uint64_t> ids = pairing.ids;
-  const std::size_t share = (ids.size() + rounds - 1) / rounds;
   warm_fabric_floor(reader, row_bytes, ids.size(), seed);
   for (uint64_t batch : batches) {
+    const auto parts = rounds_of(ids, batch);
+    if (parts.empty()) {
+      report.note(
+          fmt::format("no x_raw at {} B batch {}: {} rows of {} are fewer than one batch "
+                      "(raise --samples or --cell-bytes)",
+                      row_bytes, batch, ids.size(), pairing.peer));
+      continue;
+    }
     // "fabric:tcp" reads over what "fabric-raw:tcp" measures.
     BenchCell floor{.dims = {{"transport", "fabric-raw" + way.transport.substr(6)},
                              {"mode", "floor"},
@@ -407,15 +431,14 @@ void pair_with_floor(BenchReport& report, const StoreWay& way, const FloorPairin
                             {"sharing", std::string("own")},
                             {"peer", pairing.peer}}};
     if (!way.dest.empty()) read.dims.emplace_back("dest", way.dest);
-    for (std::size_t r = 0; r * share < ids.size(); ++r) {
-      const auto part = ids.subspan(r * share, std::min(share, ids.size() - r * share));
+    for (std::size_t r = 0; r < parts.size(); ++r) {
       const auto floor_part = [&] {
         floor.merge(floor_cell(
-            {row_bytes, batch, reader.run(row_bytes, part.size(), batch, seed + r)}, {}));
+            {row_bytes, batch, reader.run(row_bytes, parts[r].size(), batch, seed + r)}, {}));
       };
       const auto read_part = [&] {
         BenchCell c;
-        run_cell(c, part, {batch, 1, false}, way.reader);
+        run_cell(c, parts[r], {batch, 1, false}, way.reader);
         read.merge(c);
       };
       if (r % 2 == 0) {

@@ -102,10 +102,11 @@ struct FloorPairing {
 std::vector<uint64_t> ids_in(ShardRange range, uint64_t count, uint64_t seed);
 
 /// x_raw's cells at row_bytes, reader reaching the peer's memory: per batch, rounds that
-/// alternate the floor and get_batch of a share of the pairing's rows (which goes first flips
-/// every round, so that a drift of the machine falls on both alike), merged into the floor's
-/// cell (transport fabric-raw[:P], with the provider) and get_batch's (with x_raw), both with
-/// dimension peer, into report.
+/// alternate the floor and get_batch of a share of the pairing's rows in whole batches (which
+/// goes first flips every round, so that a drift of the machine falls on both alike), merged
+/// into the floor's cell (transport fabric-raw[:P], with the provider) and get_batch's (with
+/// x_raw), both with dimension peer, into report; a note instead where the rows are fewer
+/// than one batch.
 void pair_with_floor(BenchReport& report, const StoreWay& way, const FloorPairing& pairing,
                      FabricFloorReader& reader, uint64_t row_bytes,
                      const std::vector<uint64_t>& batches, uint64_t seed);

@@ -321,7 +321,8 @@ def cell_key(c):
 def check_store_cells(report, ways, sizes, batches, threads, sharing, rows, peer=None):
     """Exactly the requested matrix (collectives with one thread only) plus one memcpy floor per
     row size and batch; with a peer (a remote rank), per fabric way, row size and batch the raw
-    floor against it and get_batch of its rows only, the latter with x_raw (and only it). Per
+    floor against it and get_batch of its rows only, the latter with x_raw (and only it), in
+    whole batches (every call reads a batch; a note where the rows are fewer than one). Per
     cell bytes == rows x row_bytes and ordered percentiles."""
     assert report["schema"] == SCHEMA
     modes = {"mpi-alltoall": "get_batch_collective"}
@@ -329,14 +330,15 @@ def check_store_cells(report, ways, sizes, batches, threads, sharing, rows, peer
     expected |= {(w, modes.get(w, "get_batch"), s, b, t, sh) for w in ways for s in sizes for b in batches
                  for t in threads for sh in sharing if t == 1 or w != "mpi-alltoall"}
     fabric = [w for w in ways if w.startswith("fabric")] if peer else []
-    paired = {(name, mode, s, b, 1, "own") for w in fabric for s in sizes for b in batches
+    paired = {(name, mode, s, b, 1, "own") for w in fabric for s in sizes for b in batches if b <= rows
               for name, mode in (("fabric-raw" + w[len("fabric"):], "floor"), (w, "get_batch"))}
     matrix = [c for c in report["cells"] if "profile" not in c["dims"] and "peer" not in c["dims"]]
     peered = [c for c in report["cells"] if "peer" in c["dims"]]
     assert sorted(map(cell_key, matrix)) == sorted(expected)
     assert sorted(map(cell_key, peered)) == sorted(paired)
     for c in matrix + peered:
-        assert c["rows"] == rows and c["bytes"] == rows * c["dims"]["row_bytes"], c
+        whole = rows // c["dims"]["batch"] * c["dims"]["batch"] if c in peered else rows
+        assert c["rows"] == whole and c["bytes"] == whole * c["dims"]["row_bytes"], c
         assert c["calls"] >= rows // c["dims"]["batch"]
         assert 0 <= c["p50_us"] <= c["p99_us"] <= c["p999_us"] <= c["max_us"], c
         assert c["gb_per_s"] > 0 and c["seconds"] > 0
@@ -346,7 +348,11 @@ def check_store_cells(report, ways, sizes, batches, threads, sharing, rows, peer
     for c in peered:
         assert c["dims"]["peer"] == peer and c.get("x_raw", 1) > 0 and c.get("x_raw_p50", 1) > 0, c
         assert ("provider" in c["dims"]) == (c["dims"]["mode"] == "floor"), c
+        assert c["calls"] == c["rows"] // c["dims"]["batch"], c
     assert any(n.startswith("x_raw: ") for n in report["notes"]) == bool(peered)
+    for b in batches:
+        assert any(n.startswith("no x_raw at ") and f" batch {b}: " in n
+                   for n in report["notes"]) == (bool(fabric) and b > rows), b
 
 
 def test_bench_store_synthetic_one_process(ddstage, tmp_path):
@@ -390,16 +396,16 @@ def test_bench_store_embedded_mpiexec(ddstage, tmp_path):
 def test_bench_store_served_fabric_pairs_with_the_stores_region(ddstage, serve, loader_data, tmp_path):
     """Served over libfabric (tcp on lo): the raw floor reads the store's own registration of
     the dataset on its largest rank (store.yaml's key and base), and get_batch of that rank's
-    rows only carries x_raw against it, per batch; the matrix cells have none. A shm way gets
-    no pair."""
+    rows only carries x_raw against it, per batch, in whole batches (44 rows: 40 at batch 8,
+    none at batch 64); the matrix cells have none. A shm way gets no pair."""
     store = serve(ranks=2, args=["--transport", "fabric"], env=FABRIC_LO)
     ddstage.ok("load", "--store", store.dir, loader_data["rows"], "--name", "rows", env=FABRIC_LO)
     out = tmp_path / "f.json"
     ddstage.ok("bench", "store", "--store", store.dir, "--dataset", "rows", "--field", "x", "--transport",
-               "shm,fabric:tcp", "--batch", "1,8", "--samples", 40, "--json", out, env=FABRIC_LO)
+               "shm,fabric:tcp", "--batch", "1,8,64", "--samples", 44, "--json", out, env=FABRIC_LO)
     loaded = yaml.safe_load((store.dir / "store.yaml").read_text())["datasets"][0]
     largest = max(range(len(loaded["region_bytes"])), key=lambda r: (loaded["region_bytes"][r], -r))
-    check_store_cells(json.loads(out.read_text()), ["shm", "fabric:tcp"], [256], [1, 8], [1], ["own"], 40,
+    check_store_cells(json.loads(out.read_text()), ["shm", "fabric:tcp"], [256], [1, 8, 64], [1], ["own"], 44,
                       peer=f"rank {largest}")
     store.stop()
 
