@@ -14,24 +14,37 @@ namespace {
 /// Pipe size asked for: each splice pair then moves up to 1 MiB (the default limit on what an
 /// unprivileged process may ask, /proc/sys/fs/pipe-max-size) instead of the default 64 KiB.
 constexpr int wanted_pipe_bytes = 1 << 20;
+/// Past the per-user limit on pipe pages (/proc/sys/fs/pipe-user-pages-soft) a new pipe keeps
+/// 2 pages and cannot grow: a splice pair per 8 KiB costs more than the page faults of a pread
+/// into the segment's mapping, so below this the copier declines.
+constexpr int min_pipe_bytes = 256 << 10;
 
 }  // namespace
 
-void SpliceCopier::open_pipe() {
+bool SpliceCopier::open_pipe() {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) throw IoError("pipe2", errno);
-  m_read_end = FileDescriptor(fds[0], "pipe");
-  m_write_end = FileDescriptor(fds[1], "pipe");
-  // A smaller pipe only means more splice calls: keep whatever size the system allows.
+  FileDescriptor read_end(fds[0], "pipe");
+  FileDescriptor write_end(fds[1], "pipe");
   int size = ::fcntl(fds[1], F_SETPIPE_SZ, wanted_pipe_bytes);
   if (size < 0) size = ::fcntl(fds[1], F_GETPIPE_SZ);
-  if (size <= 0) throw IoError("fcntl(F_GETPIPE_SZ) of a pipe", errno);
+  if (size < 0) throw IoError("fcntl(F_GETPIPE_SZ) of a pipe", errno);
+  if (size < min_pipe_bytes) return false;
+  // Stored only now: a copier holds a pipe only once it is fit to copy through.
+  m_read_end = std::move(read_end);
+  m_write_end = std::move(write_end);
   m_capacity = static_cast<std::size_t>(size);
+  return true;
 }
 
 bool SpliceCopier::copy(const FileDescriptor& from, uint64_t from_offset, const FileDescriptor& to,
                         uint64_t to_offset, uint64_t bytes) {
-  if (!m_read_end) open_pipe();
+  if (m_declined) return false;
+  if (!m_read_end && !open_pipe()) {
+    // Asked once per copier (one per load stream): the next load asks the system again.
+    m_declined = true;
+    return false;
+  }
   try {
     uint64_t done = 0;
     while (done < bytes) {

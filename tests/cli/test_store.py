@@ -416,12 +416,35 @@ def test_bench_load_structure(ddstage, serve, datasets, tmp_path):
                                                             rel=1e-3)
         assert report["ratio_vs_shm_copy"] == pytest.approx(report["load_mb_per_s"] / report["shm_copy_mb_per_s"],
                                                             rel=1e-3)
+        assert report["shm_copy_skipped"] is None
     assert [d["name"] for d in status(ddstage, store.dir)["datasets"]] == ["kept"]
     assert_usage_error(ddstage.run("bench", "load", "--store", store.dir, datasets["rows"], "--name", "kept"),
                        "already loaded")
     assert [d["name"] for d in status(ddstage, store.dir)["datasets"]] == ["kept"]  # a failed bench unloads nothing
     assert_usage_error(ddstage.run("bench", "load", "--store", store.dir, datasets["rows"], "--streams", "0"),
                        "--streams")
+    store.stop()
+
+
+def test_bench_load_skips_a_copy_that_does_not_fit(ddstage, serve, datasets, tmp_path):
+    """bench load where /dev/shm cannot hold the files (the bench's own 1 MiB tmpfs, in a mount
+    namespace; the store's ranks keep the real one): the copy baseline is skipped and says why,
+    its figures are null, and the load is still measured and unloaded."""
+    mount = "mount -t tmpfs -o size=1m tmpfs /dev/shm"
+    small_shm = ["unshare", "--mount", "--propagation", "private", "sh", "-c", mount + ' && exec "$0" "$@"']
+    if subprocess.run([*small_shm[:-1], mount]).returncode != 0:
+        pytest.skip("cannot mount a tmpfs in a mount namespace here (needs root and CAP_SYS_ADMIN)")
+    store = serve(1)
+    out = tmp_path / "bench.json"
+    text = ddstage.ok("bench", "load", "--store", store.dir, datasets["rows"], "--json", out,
+                      prefix=small_shm).stdout
+    assert "do not fit in /dev/shm" in text and "the copy not run" in text
+    report = json.loads(out.read_text())
+    assert report["shm_copy_seconds"] is None and report["shm_copy_mb_per_s"] is None
+    assert report["ratio_vs_shm_copy"] is None and "do not fit in /dev/shm" in report["shm_copy_skipped"]
+    assert report["bytes"] == json.loads(ddstage.ok("info", datasets["rows"], "--json").stdout)["total_bytes"]
+    assert report["load_mb_per_s"] > 0 and report["cat_mb_per_s"] > 0
+    assert status(ddstage, store.dir)["datasets"] == []
     store.stop()
 
 
