@@ -23,7 +23,11 @@ constexpr int min_pipe_bytes = 256 << 10;
 
 bool SpliceCopier::open_pipe() {
   int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) throw IoError("pipe2", errno);
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    // Out of descriptors, or past fs.pipe-user-pages-hard: the mapping path needs no pipe.
+    if (errno == EMFILE || errno == ENFILE) return false;
+    throw IoError("pipe2", errno);
+  }
   FileDescriptor read_end(fds[0], "pipe");
   FileDescriptor write_end(fds[1], "pipe");
   int size = ::fcntl(fds[1], F_SETPIPE_SZ, wanted_pipe_bytes);

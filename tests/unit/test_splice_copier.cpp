@@ -1,9 +1,11 @@
 // SpliceCopier: file-to-file copies into a shared-memory segment land byte for byte, across
 // many pipe refills; a source that cannot splice is reported (the caller preads instead), and
 // a source that ends early is an error after which the copier still works; past the per-user
-// limit on pipe pages the copier declines rather than splice 8 KiB at a time.
+// limit on pipe pages, or out of descriptors, the copier declines rather than fail or splice 8 KiB
+// at a time.
 #include <fcntl.h>
 #include <grp.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -86,21 +88,14 @@ unsigned long pipe_user_pages_soft() {
   return pages;
 }
 
-/// In a child process as an unprivileged user (nobody, when the tests run as root): fills the
-/// user's pipe pages past the soft limit with 1 MiB pipes, then asks `copier` to copy twice.
-/// Exit code: 0 both declined, 1 one copied, 2 one threw, 77 no unprivileged user to be.
-int copy_past_pipe_limit(SpliceCopier& copier, const FileDescriptor& from, const ShmSegment& shm) {
+/// In a child process: applies `limit` (false: it cannot be applied here), then asks `copier`
+/// to copy twice. Exit code: 0 both declined, 1 one copied, 2 one threw, 77 no limit applied.
+template <class Limit>
+int copy_under(Limit limit, SpliceCopier& copier, const FileDescriptor& from,
+               const ShmSegment& shm) {
   const pid_t pid = ::fork();
   if (pid == 0) {
-    if (::geteuid() == 0 && (::setgroups(0, nullptr) != 0 || ::setresgid(nobody, nobody, nobody) ||
-                             ::setresuid(nobody, nobody, nobody) != 0)) {
-      ::_exit(77);
-    }
-    // The filling pipes stay open until the child exits.
-    for (int i = 0; i < 1 << 16; ++i) {
-      int fds[2];
-      if (::pipe2(fds, O_CLOEXEC) != 0 || ::fcntl(fds[1], F_SETPIPE_SZ, 1 << 20) < 0) break;
-    }
+    if (!limit()) ::_exit(77);
     int code = 0;
     try {
       for (int i = 0; i < 2 && code == 0; ++i) {
@@ -118,6 +113,29 @@ int copy_past_pipe_limit(SpliceCopier& copier, const FileDescriptor& from, const
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+/// As an unprivileged user (nobody, when the tests run as root), the user's pipe pages filled
+/// past the soft limit with 1 MiB pipes; they stay open until the child exits.
+bool past_pipe_limit() {
+  if (::geteuid() == 0 && (::setgroups(0, nullptr) != 0 || ::setresgid(nobody, nobody, nobody) ||
+                           ::setresuid(nobody, nobody, nobody) != 0)) {
+    return false;
+  }
+  for (int i = 0; i < 1 << 16; ++i) {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0 || ::fcntl(fds[1], F_SETPIPE_SZ, 1 << 20) < 0) break;
+  }
+  return true;
+}
+
+/// Every descriptor the process may open taken, so that pipe2 fails with EMFILE.
+bool out_of_descriptors() {
+  const rlimit few{64, 64};
+  if (::setrlimit(RLIMIT_NOFILE, &few) != 0) return false;
+  while (::dup(STDERR_FILENO) >= 0) {
+  }
+  return errno == EMFILE;
+}
+
 }  // namespace
 
 TEST_CASE("past the per-user limit on pipe pages a splice copy declines", "[splice][load]") {
@@ -132,7 +150,7 @@ TEST_CASE("past the per-user limit on pipe pages a splice copy declines", "[spli
   auto shm = ShmSegment::create(segment_name(), 2u << 20);
   SpliceCopier copier;
 
-  const int code = copy_past_pipe_limit(copier, from, shm);
+  const int code = copy_under(past_pipe_limit, copier, from, shm);
   if (code == 77) {
     WARN("not run: cannot become an unprivileged user");
     return;
@@ -142,4 +160,18 @@ TEST_CASE("past the per-user limit on pipe pages a splice copy declines", "[spli
   // The same copier in this process (privileged, or under the limit again) splices.
   REQUIRE(copier.copy(from, 0, shm.file(), 0, source.size()));
   CHECK(std::equal(source.begin(), source.end(), shm.bytes().begin()));
+}
+
+TEST_CASE("a process out of descriptors declines a splice copy instead of failing the load",
+          "[splice][load]") {
+  test::TempDir dir;
+  const auto source = test::pattern_bytes(1u << 20, 9);
+  test::write_file(dir / "src.bin", source);
+  const auto from = FileDescriptor::open(dir / "src.bin", O_RDONLY);
+  auto shm = ShmSegment::create(segment_name(), 1u << 20);
+  SpliceCopier copier;
+  const int code = copy_under(out_of_descriptors, copier, from, shm);
+  REQUIRE(code != 77);
+  CHECK(code == 0);
+  CHECK(zero(shm.bytes()));
 }
