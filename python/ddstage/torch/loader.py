@@ -1,85 +1,11 @@
-"""PyTorch input from a ddstage dataset, without forked worker processes.
-
-    loader = ddstage.torch.Loader(train, fields=["x", "y"], batch_size=64, shuffle=True, seed=1,
-                                  rank=rank, world_size=world, prefetch=2, threads=1)
-    for epoch in range(3):
-        loader.set_epoch(epoch)
-        for batch in loader:          # {"x": tensor (64, *shape), "y": tensor (64,)}
-            ...
-
-Loader reads whole batches in background threads, each with its own ddstage reader (libcore
-releases the GIL while it copies), straight into the arrays that become the batch's tensors
-(torch.from_numpy: no copy). Forked DataLoader workers would add seconds per epoch and break
-some fabric settings; a thread is enough to hide the fetch.
-
-Sampling: one global order per (seed, epoch), numpy's PCG64 seeded with [seed, epoch], the
-same on every rank; rank r takes every world_size-th sample of it starting at r. Without
-drop_last every sample is read exactly once per epoch and ranks' batch counts differ by at
-most one; with drop_last every rank gets the same number of full batches (what DDP needs)
-and the few samples left over are skipped that epoch.
-
-Variable-length fields come as (values, offsets) tensor pairs (see ddstage.get_batch).
-torch 1.13 has no uint16/uint32/uint64 tensors: those fields widen to int32/int64 (a copy;
-uint64 values of 2**63 and more wrap).
-"""
+"""ddstage's own loader: whole batches read by background threads, no worker processes."""
 import queue
 import threading
 
 import numpy as np
-import torch
-import torch.utils.data
 
-from . import UsageError
-
-__all__ = ["Dataset", "Loader"]
-
-_WIDER = {np.dtype(np.uint16): np.int32, np.dtype(np.uint32): np.int64, np.dtype(np.uint64): np.int64}
-
-
-def _tensor(array):
-    wider = _WIDER.get(array.dtype)
-    return torch.from_numpy(array if wider is None else array.astype(wider))
-
-
-def _checked_fields(dataset, fields):
-    fields = list(dataset.fields) if fields is None else list(fields)
-    if not fields:
-        raise UsageError("fields is empty: name at least one field")
-    return {name: dataset.field(name) for name in fields}
-
-
-def _rows_to_tensors(result, field):
-    if field.variable:
-        data, offsets = result
-        return _tensor(data), torch.from_numpy(offsets)
-    return _tensor(result)
-
-
-class Dataset(torch.utils.data.Dataset):
-    """Map-style: dataset[i] is one sample, {field: tensor of the field's row shape} (a
-    variable-length field: its row, the length of the first axis varying). For whole batches
-    read Loader: one get_batch per field and batch instead of one per sample."""
-
-    def __init__(self, dataset, fields=None, verify=False):
-        self.dataset = dataset
-        self.fields = _checked_fields(dataset, fields)
-        self.verify = verify
-
-    def __len__(self):
-        return self.dataset.samples
-
-    def __getitem__(self, i):
-        i = int(i)
-        if i < 0:
-            i += len(self)
-        sample = {}
-        for name, field in self.fields.items():
-            rows = self.dataset.get_batch(name, [i], verify=self.verify)
-            # A batch of one: all the values of a variable one; the one row of a fixed one, as
-            # an array even for scalars (torch.from_numpy takes no numpy scalar).
-            sample[name] = _tensor(rows[0] if field.variable else rows.reshape(rows.shape[1:]))
-        return sample
-
+from .. import UsageError
+from ._tensors import _checked_fields, _rows_to_tensors
 
 class Loader:
     """Batches of a ddstage Dataset (Client.open() or Store.dataset()) as dicts of tensors.
