@@ -30,8 +30,8 @@ class Loader:
     order is padded, as torch's DistributedSampler pads, with its own first samples
     repeated until its length divides by world_size (fewer than world_size repeats; the
     last ranks read them), so every sample is read once per epoch and those few twice;
-    drop_last=True reads full batches only and skips the rest of the epoch (under
-    world_size * batch_size samples, the end of the order).
+    drop_last=True reads full batches only and skips the end of the epoch's order (fewer
+    than world_size * (batch_size + 1) samples).
 
     sampler: a torch Sampler, or any iterable giving this rank's sample ids for an epoch
     (iterated once per epoch; set_epoch is passed on to it when it has one). The sampler
@@ -176,6 +176,7 @@ class Loader:
         self._resumed = True
 
     def __iter__(self):
+        """This rank's batches of the epoch, from the position (a resumed one: what was left)."""
         # Iterating a finished epoch again reads all of it again, as torch's DataLoader does;
         # a resumed one yields what was left of it, even nothing.
         if self._position >= len(self) and not self._resumed:
