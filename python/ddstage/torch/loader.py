@@ -279,8 +279,10 @@ def _read_to_device(reader, name, field, ids, device, verify):
 
 class _Workers:
     """Reader threads: batch i is read by thread i % threads, and the consumer takes them in
-    order. A thread reads a batch only after claiming one of its slots, which the consumer
-    frees as it takes batches: prefetch bounds the batches held ahead."""
+    order. A thread reads a batch only after claiming one of its slots (a token in a queue),
+    which the consumer frees as it takes batches: prefetch bounds the batches held ahead.
+    Tokens in a SimpleQueue rather than a Semaphore: its put and get are C, and the consumer
+    pays for one of each per batch."""
 
     _POLL_S = 0.1  # how soon a thread waiting for a slot notices stop()
 
@@ -290,7 +292,10 @@ class _Workers:
         n = loader.threads
         depth = max(1, -(-loader.prefetch // n))
         self._queues = [queue.SimpleQueue() for _ in range(n)]
-        self._slots = [threading.Semaphore(depth) for _ in range(n)]
+        self._slots = [queue.SimpleQueue() for _ in range(n)]
+        for slots in self._slots:
+            for _ in range(depth):
+                slots.put(None)
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._run, args=(w,), name=f"ddstage-loader-{w}",
                                           daemon=True) for w in range(n)]
@@ -309,15 +314,18 @@ class _Workers:
 
     def _claim(self, w):
         while not self._stop.is_set():
-            if self._slots[w].acquire(timeout=self._POLL_S):
+            try:
+                self._slots[w].get(timeout=self._POLL_S)
                 return True
+            except queue.Empty:
+                pass
         return False
 
     def __iter__(self):
         for i in range(len(self._batches)):
             w = i % len(self._queues)
             batch, error = self._queues[w].get()
-            self._slots[w].release()
+            self._slots[w].put(None)
             if error is not None:
                 raise error
             yield batch
