@@ -47,7 +47,8 @@ def train(dataset, args, rank=0, world=1, comm=None):
     features = int(np.prod(dataset.field("x").shape))
     model = nn.Sequential(nn.Flatten(), nn.Linear(features, 128), nn.ReLU(), nn.Linear(128, 10))
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    # drop_last: every rank runs the same number of steps, so the gradient averages match up.
+    # Every rank runs the same number of steps (the default pads; drop_last reads full batches
+    # only), so the gradient averages match up.
     loader = ddstage.torch.Loader(dataset, fields=["x", "y"], batch_size=args.batch_size, shuffle=True,
                                   seed=args.seed, rank=rank, world_size=world, prefetch=2, threads=1,
                                   drop_last=True)
