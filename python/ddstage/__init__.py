@@ -23,7 +23,13 @@ reopened behind the caller's back: the new load may hold other samples than the 
 was built for.
 
 Readers are per thread: a Dataset keeps one reader per thread that uses it, and a thread
-that wants its own explicitly takes dataset.reader(). An MPI job can hold the data itself:
+that wants its own explicitly takes dataset.reader(). They are per process too: in a child made
+by fork a Dataset reads through new readers, never the parent's (whose fabric endpoint the parent
+still uses). A reader taken with dataset.reader() must not cross a fork; and where the fabric
+provider asks for it (cxi, verbs: ddstage-fabric(7)) open the Client itself after the fork, as
+ddstage.torch.StoreDataset does in each DataLoader worker.
+
+An MPI job can hold the data itself:
 ddstage.Store(comm) (when ddstage was built with MPI; mpi4py provides comm).
 """
 import atexit
@@ -80,10 +86,12 @@ class Dataset:
         return self._new_reader()
 
     def _reader(self):
-        reader = getattr(self._local, "reader", None)
-        if reader is None:
-            reader = self._local.reader = self._new_reader()
-        return reader
+        local = self._local
+        if getattr(local, "process", None) is not _process:
+            if hasattr(local, "reader"):  # the parent's, inherited through fork
+                _inherited.append(local.reader)
+            local.reader, local.process = self._new_reader(), _process
+        return local.reader
 
     def get_batch(self, field, ids, out=None, verify=False):
         """Rows of field for ids (any order, repeats allowed), in the order asked: an array for
@@ -102,6 +110,26 @@ class Dataset:
     def batch_bytes(self, field, ids):
         """Total bytes of field for ids, repeats counted."""
         return self._reader().batch_bytes(field, ids)
+
+
+# Which process this is: a forked child gets a new one (os.register_at_fork), cheaper to compare
+# per get_batch than os.getpid(). A forked child inherits the reader of the thread that forked,
+# with its libfabric endpoint, whose sockets the parent still uses: reading through it from the
+# child breaks the connection for both (tcp;ofi_rxm: "Transport endpoint is not connected").
+# So each process reads through readers it made itself.
+_process = object()
+# What a forked child inherited and must neither use nor destroy: closing an endpoint or
+# deregistering memory there would act on resources the parent still uses (verbs, cxi).
+# multiprocessing's fork children leave through os._exit, so this is never torn down there.
+_inherited = []
+
+
+def _forked():
+    global _process
+    _process = object()
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 class Client:
