@@ -87,10 +87,9 @@ class Dataset:
 
     def _reader(self):
         local = self._local
-        if getattr(local, "process", None) is not _process:
-            if hasattr(local, "reader"):  # the parent's, inherited through fork
-                _inherited.append(local.reader)
+        if getattr(local, "process", None) is not _process:  # none yet, or the parent's
             local.reader, local.process = self._new_reader(), _process
+            _thread_readers.add(local.reader)
         return local.reader
 
     def get_batch(self, field, ids, out=None, verify=False):
@@ -112,24 +111,33 @@ class Dataset:
         return self._reader().batch_bytes(field, ids)
 
 
-# Which process this is: a forked child gets a new one (os.register_at_fork), cheaper to compare
-# per get_batch than os.getpid(). A forked child inherits the reader of the thread that forked,
-# with its libfabric endpoint, whose sockets the parent still uses: reading through it from the
-# child breaks the connection for both (tcp;ofi_rxm: "Transport endpoint is not connected").
-# So each process reads through readers it made itself.
+# Which process this is: a forked child gets a new one, cheaper to compare per get_batch than
+# os.getpid(). A forked child inherits the reader of the thread that forked, with its libfabric
+# endpoint, whose sockets the parent still uses: reading through it from the child breaks the
+# connection for both (tcp;ofi_rxm: "Transport endpoint is not connected"). So each process
+# reads through readers it made itself.
 _process = object()
+# Every Dataset's thread-local reader in this process.
+_thread_readers = weakref.WeakSet()
 # What a forked child inherited and must neither use nor destroy: closing an endpoint or
-# deregistering memory there would act on resources the parent still uses (verbs, cxi).
-# multiprocessing's fork children leave through os._exit, so this is never torn down there.
+# deregistering memory there would act on resources the parent still uses (verbs, cxi). Held
+# from before the fork, as CPython clears the other threads' thread-locals in the child before
+# any after-fork hook runs. multiprocessing's fork children leave through os._exit, so this is
+# never torn down there.
 _inherited = []
 
 
-def _forked():
+def _before_fork():
+    _inherited.append(list(_thread_readers))
+
+
+def _after_fork_in_child():
     global _process
     _process = object()
+    _thread_readers.clear()
 
 
-os.register_at_fork(after_in_child=_forked)
+os.register_at_fork(before=_before_fork, after_in_parent=_inherited.pop, after_in_child=_after_fork_in_child)
 
 
 class Client:

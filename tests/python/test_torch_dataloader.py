@@ -3,7 +3,11 @@ and forkserver, over shared memory and over libfabric (tcp on loopback), every b
 identical to the origin read with h5py, including a parent that read before its workers were
 forked and reads again after; whole batches per call (__getitems__) that the default
 collate_fn passes through; the union of DistributedSampler's ranks is every sample."""
+import multiprocessing
+import os
 import pickle
+import threading
+import weakref
 
 import numpy as np
 import pytest
@@ -81,6 +85,33 @@ def test_a_dataset_open_before_fork_reads_in_forked_workers(fabric_store, data):
     for i, batch in enumerate(loader(ds, 2, "fork", sampler=ids)):
         assert_rows(batch, ids[i * BATCH:(i + 1) * BATCH], data)
     np.testing.assert_array_equal(rows.get_batch("x", ids[:9]), data.x[ids[:9]])
+
+
+def test_a_forked_child_keeps_the_readers_of_other_threads(fabric_store, data):
+    """CPython clears the other threads' thread-locals in a forked child, before any after-fork
+    hook: a reader that a thread of the parent holds there is kept, never destroyed (its
+    destructor would close an endpoint the parent still uses), and the thread's next read in the
+    parent goes through it."""
+    rows = ddstage.Client(fabric_store.dir, {"transport": "fabric", **FABRIC_SETTINGS}).open("rows")
+    read, forked, done, held = threading.Event(), threading.Event(), threading.Event(), []
+
+    def thread():
+        held.append(weakref.ref(rows._reader()))
+        held.append(rows.get_batch("x", [1, 2]))
+        read.set()
+        forked.wait(60)
+        held.append(rows.get_batch("x", [3, 4]))
+        done.set()
+
+    threading.Thread(target=thread, daemon=True).start()
+    assert read.wait(60)
+    child = multiprocessing.get_context("fork").Process(target=lambda: os._exit(0 if held[0]() else 1))
+    child.start()
+    child.join(60)
+    forked.set()
+    assert done.wait(60) and child.exitcode == 0
+    np.testing.assert_array_equal(held[1], data.x[1:3])
+    np.testing.assert_array_equal(held[2], data.x[3:5])
 
 
 def test_variable_rows_come_as_values_and_offsets(store, data):
