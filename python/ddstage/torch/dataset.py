@@ -55,11 +55,8 @@ default_collate_fn_map[_Sample] = _collate
 
 
 class _Rows(torch.utils.data.Dataset):
-    """What Dataset and StoreDataset share: samples and batches of an open ddstage dataset."""
-
-    def _open(self):
-        """(ddstage.Dataset, {field name: FieldInfo}) to read from in this process."""
-        raise NotImplementedError
+    """What Dataset and StoreDataset share: samples and batches of the ddstage dataset that
+    their _open() gives as (ddstage.Dataset, {field name: FieldInfo}) in this process."""
 
     def __len__(self):
         return self._open()[0].samples
@@ -72,7 +69,7 @@ class _Rows(torch.utils.data.Dataset):
 
     def __getitem__(self, i):
         dataset, fields = self._open()
-        ids = self._ids([i])
+        ids = self._ids([int(i)])
         sample = {}
         for name, field in fields.items():
             rows = dataset.get_batch(name, ids, verify=self.verify)
