@@ -191,11 +191,14 @@ def test_pickles_as_names_and_settings_only(store, data, monkeypatch):
     np.testing.assert_array_equal(by_env[5]["x"].numpy(), data.x[5])
 
 
-def test_bad_names_are_refused_in_the_parent(store, monkeypatch):
+def test_bad_names_and_unpicklable_datasets_are_refused_in_the_parent(store, monkeypatch):
     for args, kw, words in [(("rows-nope",), {}, "rows-nope"), (("rows",), {"fields": ["z"]}, "no field 'z'"),
                             (("rows",), {"fields": []}, "fields is empty")]:
         with pytest.raises(ddstage.UsageError, match=words):
             StoreDataset(store.dir, *args, **kw)
+    rows = ddstage.torch.Dataset(ddstage.Client(store.dir).open("rows"))
+    with pytest.raises(ddstage.UsageError, match="use ddstage.torch.StoreDataset"):
+        next(iter(loader(rows, 2, "spawn")))
     monkeypatch.delenv("DDSTAGE_STORE", raising=False)
     with pytest.raises(ddstage.UsageError, match="DDSTAGE_STORE"):
         StoreDataset(None, "rows")

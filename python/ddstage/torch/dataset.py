@@ -90,9 +90,9 @@ class Dataset(_Rows):
     sample, {field: tensor of the field's row shape} (a variable-length field: its row, the
     length of the first axis varying); DataLoader reads whole batches (__getitems__, Samples).
 
-    It holds the open dataset, which cannot be pickled: it goes to DataLoader workers only when
-    they are forked (multiprocessing_context "fork", Linux's default), and then reads through
-    readers of each worker's own. For spawn or forkserver workers, and for fabric providers
+    It holds the open dataset and cannot be pickled (UsageError): it goes to DataLoader
+    workers only when they are forked (multiprocessing_context "fork", Linux's default), and
+    then reads through readers of each worker's own. For spawn or forkserver workers, and for fabric providers
     that want the Client opened after the fork (cxi, verbs), use StoreDataset."""
 
     def __init__(self, dataset, fields=None, verify=False):
@@ -102,6 +102,10 @@ class Dataset(_Rows):
 
     def _open(self):
         return self.dataset, self.fields
+
+    def __getstate__(self):
+        raise UsageError("ddstage.torch.Dataset holds an open dataset and cannot be pickled (as for spawn "
+                         "or forkserver DataLoader workers): use ddstage.torch.StoreDataset(store, name)")
 
 
 class StoreDataset(_Rows):
