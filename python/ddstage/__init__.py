@@ -23,7 +23,13 @@ reopened behind the caller's back: the new load may hold other samples than the 
 was built for.
 
 Readers are per thread: a Dataset keeps one reader per thread that uses it, and a thread
-that wants its own explicitly takes dataset.reader(). An MPI job can hold the data itself:
+that wants its own explicitly takes dataset.reader(). They are per process too: in a child made
+by fork a Dataset reads through new readers, never the parent's (whose fabric endpoint the parent
+still uses). A reader taken with dataset.reader() must not cross a fork; and where the fabric
+provider asks for it (cxi, verbs: ddstage-fabric(7)) open the Client itself after the fork, as
+ddstage.torch.StoreDataset does in each DataLoader worker.
+
+An MPI job can hold the data itself:
 ddstage.Store(comm) (when ddstage was built with MPI; mpi4py provides comm).
 """
 import atexit
@@ -80,10 +86,11 @@ class Dataset:
         return self._new_reader()
 
     def _reader(self):
-        reader = getattr(self._local, "reader", None)
-        if reader is None:
-            reader = self._local.reader = self._new_reader()
-        return reader
+        local = self._local
+        if getattr(local, "process", None) is not _process:  # none yet, or the parent's
+            local.reader, local.process = self._new_reader(), _process
+            _thread_readers.add(local.reader)
+        return local.reader
 
     def get_batch(self, field, ids, out=None, verify=False):
         """Rows of field for ids (any order, repeats allowed), in the order asked: an array for
@@ -102,6 +109,35 @@ class Dataset:
     def batch_bytes(self, field, ids):
         """Total bytes of field for ids, repeats counted."""
         return self._reader().batch_bytes(field, ids)
+
+
+# Which process this is: a forked child gets a new one, cheaper to compare per get_batch than
+# os.getpid(). A forked child inherits the reader of the thread that forked, with its libfabric
+# endpoint, whose sockets the parent still uses: reading through it from the child breaks the
+# connection for both (tcp;ofi_rxm: "Transport endpoint is not connected"). So each process
+# reads through readers it made itself.
+_process = object()
+# Every Dataset's thread-local reader in this process.
+_thread_readers = weakref.WeakSet()
+# What a forked child inherited and must neither use nor destroy: closing an endpoint or
+# deregistering memory there would act on resources the parent still uses (verbs, cxi). Held
+# from before the fork, as CPython clears the other threads' thread-locals in the child before
+# any after-fork hook runs. multiprocessing's fork children leave through os._exit, so this is
+# never torn down there.
+_inherited = []
+
+
+def _before_fork():
+    _inherited.append(list(_thread_readers))
+
+
+def _after_fork_in_child():
+    global _process
+    _process = object()
+    _thread_readers.clear()
+
+
+os.register_at_fork(before=_before_fork, after_in_parent=_inherited.pop, after_in_child=_after_fork_in_child)
 
 
 class Client:

@@ -35,7 +35,7 @@ Variable-length fields come as (values, offsets) tensor pairs (see ddstage.get_b
 torch 1.13 has no uint16/uint32/uint64 tensors: those fields widen to int32/int64 (a copy;
 uint64 values of 2**63 and more wrap).
 """
-from .dataset import Dataset
+from .dataset import Dataset, Samples, StoreDataset
 from .loader import Loader
 
-__all__ = ["Dataset", "Loader"]
+__all__ = ["Dataset", "Loader", "Samples", "StoreDataset"]

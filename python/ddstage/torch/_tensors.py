@@ -24,3 +24,9 @@ def _rows_to_tensors(result, field):
         data, offsets = result
         return _tensor(data), torch.from_numpy(offsets)
     return _tensor(result)
+
+
+def _batch_tensors(get_batch, fields, ids, verify):
+    """{field: its rows for ids as tensors}, one get_batch (a reader's or a Dataset's) per field."""
+    return {name: _rows_to_tensors(get_batch(name, ids, verify=verify), field)
+            for name, field in fields.items()}
