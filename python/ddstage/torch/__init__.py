@@ -10,9 +10,18 @@ ddstage's own Loader, the fast path: background threads, no worker processes.
         for batch in loader:          # {"x": tensor (64, *shape), "y": tensor (64,)}
             ...
 
-torch's DataLoader, with its worker processes and samplers: StoreDataset holds the store
-directory, dataset name and fields (picklable), opens the dataset in each process that
-uses it, and reads a whole batch per call (__getitems__).
+torch's DataLoader, with its worker processes and samplers:
+
+    ds = ddstage.torch.StoreDataset(None, "train", fields=("x", "y"))   # None: $DDSTAGE_STORE
+    dl = torch.utils.data.DataLoader(ds, batch_size=256, sampler=DistributedSampler(ds),
+                                     num_workers=4, multiprocessing_context="spawn")
+
+StoreDataset pickles as names only (store directory, dataset, fields) and opens its own
+Client in each process that uses it, so workers of any start method (fork, spawn,
+forkserver) read over shared memory and libfabric alike. DataLoader calls its __getitems__
+(one get_batch per field per batch), and the default collate_fn passes that batch through
+as read (Samples), pin_memory included. Dataset(an open dataset) reads the same way but
+cannot be pickled: in-process or forked workers only.
 
 Loader reads whole batches in background threads, each with its own ddstage reader (libcore
 releases the GIL while it copies), straight into the arrays that become the batch's tensors
