@@ -139,9 +139,9 @@ def device_memory():
     try:
         import torch
         if torch.cuda.is_available():
-            dtypes = {np.dtype(np.float32): torch.float32, np.dtype(np.int64): torch.int64,
-                      np.dtype(np.uint8): torch.uint8}
-            return (lambda shape, dtype: torch.empty(shape, dtype=dtypes[np.dtype(dtype)], device="cuda"),
+            # The Loader's form: out=torch.empty(..., device=...).
+            return (lambda shape, dtype: torch.empty(shape, dtype=torch.from_numpy(np.empty(0, dtype)).dtype,
+                                                     device="cuda"),
                     lambda t: t.cpu().numpy()), None
     except ImportError:
         pass
