@@ -30,7 +30,7 @@ bool present(const py::dict& iface, const char* key) {
   return iface.contains(key) && !iface[key].is_none();
 }
 
-/// Strides that are not C order's, ignoring axes of length 1 (any stride walks them the same);
+/// Whether strides are C order's, ignoring axes of length 1 (any stride walks them the same);
 /// an empty array is contiguous whatever they are.
 bool c_contiguous(const std::vector<int64_t>& shape, const std::vector<int64_t>& strides,
                   int64_t itemsize) {
@@ -77,11 +77,15 @@ std::optional<DeviceBuffer> device_out(const py::object& out, uint64_t bytes,
       return std::nullopt;
     }
     py::error_already_set failed;  // fetched: what() would add the traceback to the one line
-    throw UsageError(fmt::format(
-        "out's __cuda_array_interface__ failed: {}: {} (torch has none for bool and bfloat16 "
-        "tensors: read into out.view(torch.uint8))",
-        py::str(failed.type().attr("__name__")).cast<std::string>(),
-        py::str(failed.value()).cast<std::string>()));
+    // torch's KeyError is its table of typestrs lacking the tensor's dtype.
+    const bool no_typestr = failed.matches(PyExc_KeyError);
+    throw UsageError(fmt::format("out's __cuda_array_interface__ failed: {}: {}{}",
+                                 py::str(failed.type().attr("__name__")).cast<std::string>(),
+                                 py::str(failed.value()).cast<std::string>(),
+                                 no_typestr
+                                     ? " (torch has none for bool and bfloat16 tensors: read into "
+                                       "out.view(torch.uint8))"
+                                     : ""));
   }
   const auto object = py::reinterpret_steal<py::object>(raw);
   if (!py::isinstance<py::dict>(object)) {

@@ -30,11 +30,15 @@ class FakeDeviceArray:
 
 
 class FailingInterface:
-    """torch raises KeyError for a bool tensor's interface, as this does."""
+    """An interface that raises, as torch's does for a bool tensor (KeyError) or one that
+    requires grad (RuntimeError)."""
+
+    def __init__(self, error):
+        self.error = error
 
     @property
     def __cuda_array_interface__(self):
-        raise KeyError("torch.bool")
+        raise self.error
 
 
 @pytest.fixture(scope="module")
@@ -99,8 +103,11 @@ def test_contiguous_strides_and_failing_interfaces(rows):
     is neither numpy nor device memory."""
     with pytest.raises(ddstage.Error, match=NOT_DEVICE):
         rows.get_batch("x", [1], out=FakeDeviceArray((1, 768), strides=(12345, 4)))
-    with pytest.raises(ddstage.UsageError, match="__cuda_array_interface__ failed: KeyError.*torch.bool"):
-        rows.get_batch("x", [1], out=FailingInterface())
+    with pytest.raises(ddstage.UsageError, match=r"__cuda_array_interface__ failed: KeyError: 'torch.bool' "
+                                                 r"\(torch has none for bool .* out.view\(torch.uint8\)\)$"):
+        rows.get_batch("x", [1], out=FailingInterface(KeyError("torch.bool")))
+    with pytest.raises(ddstage.UsageError, match=r"__cuda_array_interface__ failed: RuntimeError: requires grad$"):
+        rows.get_batch("x", [1], out=FailingInterface(RuntimeError("requires grad")))
     torch = pytest.importorskip("torch")
     with pytest.raises(ddstage.UsageError, match="out must be a numpy array or device memory, not Tensor"):
         rows.get_batch("x", [1], out=torch.empty(1, 768))
