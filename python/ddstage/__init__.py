@@ -96,6 +96,18 @@ class Dataset:
         """Rows of field for ids (any order, repeats allowed), in the order asked: an array for
         fixed-size rows, (data, offsets) for variable ones.
 
+        out: where the rows go, returned (for variable rows, with host offsets): a numpy
+        array, or device memory with a __cuda_array_interface__ (a torch CUDA tensor, CuPy,
+        Numba: `out=torch.empty((len(ids), *shape), dtype=..., device="cuda:0")`). Either must
+        be C-contiguous, writable and exactly the batch's bytes (any dtype; batch_bytes() sizes
+        variable rows), else UsageError. Device memory is read by libcore's device path
+        (gpu.path: staged through pinned host memory, or direct from shared memory) with the
+        GIL released, its copies queued on the interface's stream (none, as torch 1.13 gives:
+        the legacy default stream, which waits for work on blocking streams), and the rows are
+        in place on return: one synchronisation per batch. ddstage.Error "out is device memory
+        (__cuda_array_interface__), but no GPU: <why>" without CUDA/HIP in this build or without
+        a device. torch gives no interface for bool or bfloat16 tensors: pass out.view(torch.uint8).
+
         verify=True checks every row's checksum against the index (ChecksumError naming the
         sample). Without it rows are not checked: bit rot, or a source edited in place keeping
         its size and mtime, comes back silently. ddstage.Error "dataset 'X' was replaced ...;

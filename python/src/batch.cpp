@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "ddstage/error.hpp"
+#include "device_out.hpp"
 
 namespace ddstage::python {
 
@@ -73,18 +74,22 @@ py::array destination(const py::object& out, uint64_t bytes, const FieldInfo& fi
     return array;
   }
   if (!py::isinstance<py::array>(out)) {
-    throw UsageError(fmt::format("out must be a numpy array, not {}",
+    throw UsageError(fmt::format("out must be a numpy array or device memory, not {}",
                                  py::str(py::type::of(out).attr("__name__")).cast<std::string>()));
   }
   auto array = py::reinterpret_borrow<py::array>(out);
   if (!(array.flags() & py::array::c_style)) throw UsageError("out must be C-contiguous");
   if (!array.writeable()) throw UsageError("out must be writable");
-  if (static_cast<uint64_t>(array.nbytes()) != bytes) {
-    throw UsageError(fmt::format("out holds {} bytes; this batch of field '{}' is {} bytes",
-                                 array.nbytes(), field.name, bytes),
+  check_out_bytes(static_cast<uint64_t>(array.nbytes()), bytes, field);
+  return array;
+}
+
+void check_out_bytes(uint64_t holds, uint64_t bytes, const FieldInfo& field) {
+  if (holds != bytes) {
+    throw UsageError(fmt::format("out holds {} bytes; this batch of field '{}' is {} bytes", holds,
+                                 field.name, bytes),
                      {.field = field.name});
   }
-  return array;
 }
 
 py::array_t<int64_t> offsets_of(std::span<const uint64_t> sizes, uint64_t unit,
@@ -131,7 +136,7 @@ py::array_t<uint64_t> row_sizes(PyReader& r, const std::string& field, const py:
 }
 
 PreparedBatch prepare_batch(PyReader& r, const std::string& field, const py::handle& ids_obj,
-                            const py::object& out) {
+                            const py::object& out, bool device_ok) {
   PreparedBatch batch;
   batch.ids = as_ids(ids_obj);
   const auto span = id_span(batch.ids);
@@ -145,7 +150,21 @@ PreparedBatch prepare_batch(PyReader& r, const std::string& field, const py::han
     rows = static_cast<uint64_t>(starts.at(span.size()));
     batch.offsets = std::move(starts);
   }
-  batch.dest = destination(out, batch.bytes, info, rows);
+  // A numpy array never asks for the interface: the host path pays no failed attribute lookup.
+  if (!out.is_none() && !py::isinstance<py::array>(out)) {
+    if (auto device = device_out(out, batch.bytes, info)) {
+      if (!device_ok) {
+        throw UsageError(
+            "this read fills host memory only: out must be a numpy array, not device memory");
+      }
+      batch.device = *device;
+      batch.dest = out;
+      return batch;
+    }
+  }
+  auto array = destination(out, batch.bytes, info, rows);
+  batch.host = {static_cast<std::byte*>(array.mutable_data()), batch.bytes};
+  batch.dest = std::move(array);
   return batch;
 }
 

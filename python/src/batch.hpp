@@ -6,16 +6,20 @@
 #include <exception>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
 #include "ddstage/client.hpp"
+#include "ddstage/device_buffer.hpp"
 #include "ddstage/error.hpp"
 #include "ddstage/index.hpp"
+#include "device_out.hpp"
 
 namespace ddstage::python {
 
@@ -44,6 +48,9 @@ inline std::span<const uint64_t> id_span(const py::array_t<int64_t>& ids) {
 /// `bytes` long), otherwise a new uninitialised array of the field's dtype, `rows` long on
 /// its first axis.
 py::array destination(const py::object& out, uint64_t bytes, const FieldInfo& field, uint64_t rows);
+
+/// UsageError "out holds H bytes; this batch of field 'F' is B bytes" unless holds == bytes.
+void check_out_bytes(uint64_t holds, uint64_t bytes, const FieldInfo& field);
 
 /// Row starts of a variable batch counted in units, the total last. A row that is not a whole
 /// number of units is an IndexError (the index and its manifest disagree).
@@ -75,28 +82,35 @@ py::array_t<uint64_t> row_sizes(PyReader& r, const std::string& field, const py:
 /// A batch as get_batch prepares it before reading: ids converted, destination sized.
 struct PreparedBatch {
   py::array_t<int64_t> ids;
-  py::array dest;
+  py::object dest;                     // what the rows go into, returned to the caller
+  std::span<std::byte> host;           // its memory, when that is host memory
+  std::optional<DeviceBuffer> device;  // else its device memory, device number not yet known
   py::object offsets = py::none();
   uint64_t bytes = 0;
 };
 
 /// Converts ids and sizes the destination (fixed rows: an array (len(ids), *shape); variable
-/// rows: data of shape (total, *shape) with int64 offsets (len(ids) + 1) along its first axis).
+/// rows: data of shape (total, *shape) with int64 offsets (len(ids) + 1) along its first axis,
+/// the offsets in host memory even when out is device memory). device_ok: whether out may be
+/// device memory (device_out.hpp); a UsageError otherwise.
 PreparedBatch prepare_batch(PyReader& r, const std::string& field, const py::handle& ids_obj,
-                            const py::object& out);
+                            const py::object& out, bool device_ok);
 
 /// Fixed rows: an array (len(ids), *shape). Variable rows: (data, offsets). read(ids, dest)
-/// does the reading, without the GIL; r sizes the batch. When the ids or the destination are
-/// bad, fail(exception) runs before the error reaches Python: a collective read passes it to
-/// the other ranks there, so none of them waits for this one.
+/// does the reading, without the GIL, dest being a std::span<std::byte> or, when read takes
+/// one, a DeviceBuffer (out= in device memory); r sizes the batch. When the ids or the
+/// destination are bad, fail(exception) runs before the error reaches Python: a collective
+/// read passes it to the other ranks there, so none of them waits for this one.
 template <class Read, class Fail>
 py::object get_batch(PyReader& r, const std::string& field, const py::handle& ids_obj,
                      const py::object& out, Read&& read, Fail&& fail) {
+  constexpr bool reads_device =
+      std::is_invocable_v<Read&, std::span<const uint64_t>, const DeviceBuffer&>;
   std::unique_lock<std::mutex> lock;
   PreparedBatch batch;
   try {
     lock = r.claim();  // first: a closed store's index is gone
-    batch = prepare_batch(r, field, ids_obj, out);
+    batch = prepare_batch(r, field, ids_obj, out, reads_device);
   } catch (const py::error_already_set& e) {
     // The other ranks learn it as a usage error; this rank keeps Python's own exception.
     try {
@@ -110,8 +124,11 @@ py::object get_batch(PyReader& r, const std::string& field, const py::handle& id
   }
   {
     py::gil_scoped_release released;
-    read(id_span(batch.ids),
-         std::span<std::byte>(static_cast<std::byte*>(batch.dest.mutable_data()), batch.bytes));
+    if constexpr (reads_device) {
+      // An empty batch into device memory has nothing to copy, and may have no pointer.
+      if (batch.device && batch.bytes > 0) read(id_span(batch.ids), locate(*batch.device));
+    }
+    if (!batch.device) read(id_span(batch.ids), batch.host);
   }
   if (batch.offsets.is_none()) return batch.dest;
   return py::make_tuple(batch.dest, batch.offsets);

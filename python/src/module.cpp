@@ -85,7 +85,7 @@ void bind_reader(py::module_& m) {
              bool verify) {
             return get_batch(
                 r, field, ids, out,
-                [&](auto span, auto dest) { r.reader.get_batch(field, span, dest, verify); },
+                [&](auto span, const auto& dest) { r.reader.get_batch(field, span, dest, verify); },
                 [](const std::exception_ptr&) {});
           },
           py::arg("field"), py::arg("ids"), py::arg("out") = py::none(), py::arg("verify") = false);

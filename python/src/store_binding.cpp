@@ -92,7 +92,9 @@ void bind_store(py::module_& m) {
             Store& store = h.get();
             return get_batch(
                 sizes, field, ids, out,
-                [&](auto span, auto dest) { store.get_batch_collective(name, field, span, dest); },
+                [&](std::span<const uint64_t> span, std::span<std::byte> dest) {
+                  store.get_batch_collective(name, field, span, dest);
+                },
                 [&](const std::exception_ptr& failure) {
                   py::gil_scoped_release released;
                   store.fail_batch_collective(failure);

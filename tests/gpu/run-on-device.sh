@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a machine with a GPU (written for one NVIDIA H200, 16 cores, no network): builds ddstage
-# with CUDA in build-cuda, runs the GPU tests (label hardware), the GPU CLI test and the client
-# unit tests in that build, then the GPU bench (µs/row host vs direct vs staged at 3 KB, 12.5 KB,
+# with CUDA in build-cuda, runs the GPU tests (label hardware), the GPU CLI test, the client
+# unit tests and the Python GPU tests in that build, then the GPU bench (µs/row host vs direct vs staged at 3 KB, 12.5 KB,
 # 200 KB and 1 MB rows, batch 128, with the per-batch sync from the read profile). Prints
 # everything; exits non-zero if a build or test failed. Needs the Debian packages of
 # scripts/install-deps and the CUDA toolkit (nvcc on PATH or in /usr/local/cuda/bin).
@@ -35,6 +35,10 @@ run "$ddstage" info --gpu
 section "GPU tests (ctest -L hardware), GPU CLI test, client and GPU unit tests"
 run ctest --test-dir "$build" --output-on-failure -V -L hardware --timeout 600
 run ctest --test-dir "$build" --output-on-failure -R 'cli.test_gpu|client|gpu|GPU' -j 4 --timeout 600
+
+section "Python GPU tests: get_batch(out=device array), skip reasons shown"
+run env PYTHONPATH="$build/python" DDSTAGE_BIN="$ddstage" DDSTAGE_GEN="$gen" \
+  /usr/bin/python3 -m pytest -v -rs -p no:cacheprovider "$root/tests/python/test_gpu_python.py"
 
 section "GPU bench"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1

@@ -83,6 +83,23 @@ TEST_CASE("no GPU: allocations and device batches fail naming it; host batches s
   CHECK(store_batch(reader, "x", ids) == origin_batch(store.index(), 0, ids));
 }
 
+TEST_CASE("device_of: the device of device memory; no GPU or host memory named as such", "[gpu]") {
+  std::vector<std::byte> host(64);
+  if (has_gpu()) {
+    DeviceAllocation memory(0, 64);
+    CHECK(device_of(memory.buffer().ptr) == 0);
+    CHECK_THROWS_AS(device_of(host.data()), UsageError);
+    return;
+  }
+  try {
+    device_of(host.data());
+    FAIL("found a device on a node without a GPU");
+  } catch (const Error& e) {
+    CHECK(e.kind() == ErrorKind::runtime);
+    CHECK_THAT(e.what(), Contains("no GPU: "));
+  }
+}
+
 TEST_CASE("gpu.path: direct, staged or auto; anything else is a usage error naming it",
           "[gpu][settings]") {
   CHECK(Settings().get_string("gpu.path") == "auto");

@@ -25,4 +25,9 @@ struct DeviceBuffer {
   void* stream = nullptr;  ///< the caller's cudaStream_t / hipStream_t; null: the default stream
 };
 
+/// The device whose memory ptr is (device or managed memory of a built runtime), for callers
+/// holding a pointer without its device number (Python's __cuda_array_interface__). Error
+/// "no GPU: <reason>" when no built runtime finds a device; UsageError when ptr is none's.
+int device_of(const void* ptr);
+
 }  // namespace ddstage

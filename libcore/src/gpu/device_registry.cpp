@@ -70,3 +70,18 @@ DeviceRuntime& runtime_of(const DeviceBuffer& dest) {
 }
 
 }  // namespace ddstage::detail
+
+namespace ddstage {
+
+int device_of(const void* ptr) {
+  bool any_device = false;
+  for (detail::DeviceRuntime* runtime : detail::device_runtimes()) {
+    if (runtime->probe().devices == 0) continue;
+    any_device = true;
+    if (const auto device = runtime->device_of(ptr)) return *device;
+  }
+  if (!any_device) detail::throw_no_gpu(0);
+  throw UsageError(fmt::format("{} is not device memory of any GPU here", ptr));
+}
+
+}  // namespace ddstage
