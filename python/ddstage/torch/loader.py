@@ -264,17 +264,16 @@ def _read_to_device(reader, name, field, ids, device, verify):
     """One field's rows read into a new tensor on device (values and host offsets for a
     variable-length field)."""
     dtype = _torch_dtype(field)
-    if not field.variable:
-        out = torch.empty((len(ids), *field.shape), dtype=dtype, device=device)
-        reader.get_batch(name, ids, out=out, verify=verify)
-        return out
-    sizes = reader.row_sizes(name, ids)
-    unit = np.dtype(field.dtype).itemsize * int(np.prod(field.shape))
-    offsets = np.zeros(len(ids) + 1, dtype=np.int64)
-    np.cumsum(sizes // unit, out=offsets[1:])
-    out = torch.empty((int(offsets[-1]), *field.shape), dtype=dtype, device=device)
-    reader.get_batch(name, ids, out=out, verify=verify)
-    return out, torch.from_numpy(offsets)
+    if field.variable:
+        rows = int(reader.batch_bytes(name, ids)) // (np.dtype(field.dtype).itemsize
+                                                      * int(np.prod(field.shape)))
+    else:
+        rows = len(ids)
+    out = torch.empty((rows, *field.shape), dtype=dtype, device=device)
+    # torch gives bool tensors no __cuda_array_interface__: the same bytes as uint8.
+    result = reader.get_batch(name, ids, out=out.view(torch.uint8) if dtype == torch.bool else out,
+                              verify=verify)
+    return (out, torch.from_numpy(result[1])) if field.variable else out
 
 
 class _Workers:
