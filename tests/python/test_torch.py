@@ -312,6 +312,7 @@ def test_bad_arguments(seq):
                       ({"threads": 0}, "threads"), ({"fields": ["nope"]}, "nope"), ({"fields": []}, "empty"),
                       ({"sampler": range(5), "shuffle": False}, "shuffle=False does not apply"),
                       ({"sampler": range(5), "rank": 0, "world_size": 2}, "rank=0, world_size=2"),
+                      ({"sampler": (i for i in range(5))}, "generator has no len"),
                       ({"device": "nonsense"}, "not a torch device"), ({"device": "meta"}, "CUDA device only")]:
         with pytest.raises(ddstage.UsageError, match=words):
             ddstage.torch.Loader(seq, **kw)

@@ -33,7 +33,7 @@ gets the same number of batches, so DDP's allreduce never waits on a rank that r
 by default the order is padded, as torch's DistributedSampler pads, by repeating its first
 (-samples % world_size) samples at its end (the last ranks read them a second time);
 drop_last=True reads full batches only and skips the end of the order that epoch. Or pass
-sampler= (a torch Sampler, e.g. DistributedSampler, or any iterable of this rank's ids).
+sampler= (a torch Sampler, e.g. DistributedSampler, or any sized iterable of this rank's ids).
 
 Hooks run in the reader threads: collate_fn (host arrays -> batch), transform (batch ->
 batch), pin_memory; device="cuda:N" reads rows straight into tensors on that GPU.

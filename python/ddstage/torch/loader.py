@@ -33,7 +33,7 @@ class Loader:
     drop_last=True reads full batches only and skips the end of the epoch's order (fewer
     than world_size * (batch_size + 1) samples).
 
-    sampler: a torch Sampler, or any iterable giving this rank's sample ids for an epoch
+    sampler: a torch Sampler, or any sized iterable giving this rank's sample ids for an epoch
     (iterated once per epoch; set_epoch is passed on to it when it has one). The sampler
     decides the order and the rank's share: shuffle, seed, rank and world_size are refused
     with it; drop_last then drops the last batch when it is not full.
@@ -59,6 +59,10 @@ class Loader:
             if given:
                 raise UsageError(f"sampler decides the order and this rank's share: "
                                  f"{', '.join(given)} does not apply with it")
+            # Every rank must know its batch count before reading (equal steps under DDP).
+            if not hasattr(sampler, "__len__"):
+                raise UsageError(f"sampler {type(sampler).__name__} has no len(): pass a sized "
+                                 f"iterable of this rank's ids (a Sampler with __len__, a list, an array)")
         shuffle, seed = True if shuffle is None else shuffle, 0 if seed is None else seed
         rank, world_size = 0 if rank is None else rank, 1 if world_size is None else world_size
         for name, value, least in (("batch_size", batch_size, 1), ("world_size", world_size, 1),
@@ -232,6 +236,9 @@ def _device(device, fields, collate_fn, pin_memory):
     if not torch.cuda.is_available():
         raise UsageError(f"device={device!r}: torch finds no CUDA device here "
                          f"(torch.cuda.is_available() is False)")
+    if dev.index is not None and dev.index >= torch.cuda.device_count():
+        raise UsageError(f"device={device!r}: torch finds {torch.cuda.device_count()} CUDA "
+                         f"device(s) here")
     if collate_fn is not None or pin_memory:
         raise UsageError(f"device={device!r} reads into device tensors: collate_fn (host arrays) and "
                          f"pin_memory do not apply; use transform")
