@@ -88,6 +88,25 @@ unsigned long pipe_user_pages_soft() {
   return pages;
 }
 
+/// A source file of pattern bytes, a segment as large, and a copier that has not copied yet.
+struct CopyCase {
+  CopyCase(std::size_t bytes, int seed)
+      : source(test::pattern_bytes(bytes, seed)),
+        from(written(dir, source)),
+        shm(ShmSegment::create(segment_name(), bytes)) {}
+
+  static FileDescriptor written(const test::TempDir& dir, const std::vector<std::byte>& bytes) {
+    test::write_file(dir / "src.bin", bytes);
+    return FileDescriptor::open(dir / "src.bin", O_RDONLY);
+  }
+
+  test::TempDir dir;
+  std::vector<std::byte> source;
+  FileDescriptor from;
+  ShmSegment shm;
+  SpliceCopier copier;
+};
+
 /// In a child process: applies `limit` (false: it cannot be applied here), then asks `copier`
 /// to copy twice. Exit code: 0 both declined, 1 one copied, 2 one threw, 77 no limit applied.
 template <class Limit>
@@ -143,13 +162,8 @@ TEST_CASE("past the per-user limit on pipe pages a splice copy declines", "[spli
     WARN("not run: /proc/sys/fs/pipe-user-pages-soft is 0 (no limit to reach)");
     return;
   }
-  test::TempDir dir;
-  const auto source = test::pattern_bytes(2u << 20, 7);
-  test::write_file(dir / "src.bin", source);
-  const auto from = FileDescriptor::open(dir / "src.bin", O_RDONLY);
-  auto shm = ShmSegment::create(segment_name(), 2u << 20);
-  SpliceCopier copier;
-
+  CopyCase c(2u << 20, 7);
+  auto& [dir, source, from, shm, copier] = c;
   const int code = copy_under(past_pipe_limit, copier, from, shm);
   if (code == 77) {
     WARN("not run: cannot become an unprivileged user");
@@ -164,14 +178,9 @@ TEST_CASE("past the per-user limit on pipe pages a splice copy declines", "[spli
 
 TEST_CASE("a process out of descriptors declines a splice copy instead of failing the load",
           "[splice][load]") {
-  test::TempDir dir;
-  const auto source = test::pattern_bytes(1u << 20, 9);
-  test::write_file(dir / "src.bin", source);
-  const auto from = FileDescriptor::open(dir / "src.bin", O_RDONLY);
-  auto shm = ShmSegment::create(segment_name(), 1u << 20);
-  SpliceCopier copier;
-  const int code = copy_under(out_of_descriptors, copier, from, shm);
+  CopyCase c(1u << 20, 9);
+  const int code = copy_under(out_of_descriptors, c.copier, c.from, c.shm);
   REQUIRE(code != 77);
   CHECK(code == 0);
-  CHECK(zero(shm.bytes()));
+  CHECK(zero(c.shm.bytes()));
 }
