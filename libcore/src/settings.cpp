@@ -42,8 +42,7 @@ constexpr std::array<SettingDef, 19> table{{
      "with fabric.progress=adaptive: how long the progress thread polls after reads arrive"},
     {"transport", SettingType::string, "auto",
      "how store reads travel: auto (shm on this node, fabric to other nodes), shm, or fabric "
-     "(every "
-     "rank over libfabric, even on this node); for serve: what the ranks offer",
+     "(every rank over libfabric, even on this node); for serve: what the ranks offer",
      "auto|shm|fabric"},
     {"read_timeout", SettingType::duration, "10s",
      "a read batch fails when its peers make no progress for this long (500ms, 10s, 2m)"},
