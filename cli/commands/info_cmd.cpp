@@ -61,6 +61,21 @@ std::size_t count_files(const Index& index, FileKind kind) {
                                                 [kind](const auto& f) { return f.kind == kind; }));
 }
 
+// What the dtype column cannot say: a record's members, a text encoding, an enum's names.
+void print_type_details(const FieldInfo& f) {
+  std::vector<std::string> members;
+  for (const auto& m : f.members) {
+    members.push_back(
+        fmt::format("{} {}{} @{}", m.name, dtype_name(m.dtype),
+                    m.shape.empty() ? "" : fmt::format("[{}]", fmt::join(m.shape, ",")), m.offset));
+  }
+  if (!members.empty()) fmt::print("    members   {}\n", fmt::join(members, ", "));
+  if (!f.encoding.empty()) fmt::print("    encoding  {}\n", f.encoding);
+  std::vector<std::string> names;
+  for (const auto& e : f.enum_names) names.push_back(fmt::format("{}={}", e.name, e.value));
+  if (!names.empty()) fmt::print("    enum      {}\n", fmt::join(names, ", "));
+}
+
 void print_text(const Index& index, const std::vector<FieldStats>& stats) {
   const auto& m = index.manifest();
   fmt::print("dataset   {}\nformat    {} (root {})\nsamples   {}\nbytes     {}\n", m.name, m.format,
@@ -81,6 +96,30 @@ void print_text(const Index& index, const std::vector<FieldStats>& stats) {
                            : std::to_string(f.row_bytes);
     fmt::print("  {:<16} {:<8} {:<16} {:<24} {}\n", f.name, dtype_name(f.dtype), shape_text(f),
                rows, f.source);
+    print_type_details(f);
+  }
+}
+
+// Only where present, like manifest.yaml, so plain fields look as they always did.
+void write_type_details(JsonWriter& j, const FieldInfo& f) {
+  if (!f.members.empty()) {
+    j.key("members").begin_array();
+    for (const auto& m : f.members) {
+      j.begin_object()
+          .field("name", m.name)
+          .field("dtype", dtype_name(m.dtype))
+          .field("offset", m.offset);
+      j.key("shape").begin_array();
+      for (auto d : m.shape) j.value(d);
+      j.end_array().end_object();
+    }
+    j.end_array();
+  }
+  if (!f.encoding.empty()) j.field("encoding", f.encoding);
+  if (!f.enum_names.empty()) {
+    j.key("enum").begin_object();
+    for (const auto& e : f.enum_names) j.field(e.name, e.value);
+    j.end_object();
   }
 }
 
@@ -115,6 +154,7 @@ void print_json(const Index& index, const std::vector<FieldStats>& stats,
         .field("variable", f.variable)
         .field("row_bytes", f.row_bytes)
         .field("source", f.source);
+    write_type_details(j, f);
     j.field("bytes", stats[i].bytes)
         .field("min_row_bytes", stats[i].min)
         .field("max_row_bytes", stats[i].max);

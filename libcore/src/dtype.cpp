@@ -12,7 +12,7 @@ struct DTypeRow {
   uint32_t size;
 };
 
-constexpr std::array<DTypeRow, 13> dtype_rows{{
+constexpr std::array<DTypeRow, 16> dtype_rows{{
     {DType::bytes, "bytes", 1},
     {DType::boolean, "bool", 1},
     {DType::int8, "int8", 1},
@@ -26,6 +26,9 @@ constexpr std::array<DTypeRow, 13> dtype_rows{{
     {DType::float16, "float16", 2},
     {DType::float32, "float32", 4},
     {DType::float64, "float64", 8},
+    {DType::complex64, "complex64", 8},
+    {DType::complex128, "complex128", 16},
+    {DType::structured, "structured", 1},
 }};
 
 const DTypeRow& row(DType t) {
@@ -56,6 +59,10 @@ std::string supported_dtypes() {
     out += r.name;
   }
   return out;
+}
+
+bool dtype_is_integer(DType t) {
+  return t >= DType::int8 && t <= DType::uint64;
 }
 
 }  // namespace ddstage

@@ -25,6 +25,26 @@ void emit_field(YAML::Emitter& out, const FieldInfo& f) {
   out << YAML::Key << "variable" << YAML::Value << f.variable;
   out << YAML::Key << "row_bytes" << YAML::Value << f.row_bytes;
   out << YAML::Key << "source" << YAML::Value << f.source;
+  // Written only when present, so indexes of plain numeric fields read as they always did.
+  if (!f.members.empty()) {
+    out << YAML::Key << "members" << YAML::Value << YAML::BeginSeq;
+    for (const auto& m : f.members) {
+      out << YAML::Flow << YAML::BeginMap << YAML::Key << "name" << YAML::Value << m.name
+          << YAML::Key << "dtype" << YAML::Value << std::string(dtype_name(m.dtype)) << YAML::Key
+          << "offset" << YAML::Value << m.offset << YAML::Key << "shape" << YAML::Value
+          << YAML::Flow << m.shape << YAML::EndMap;
+    }
+    out << YAML::EndSeq;
+  }
+  if (!f.encoding.empty()) out << YAML::Key << "encoding" << YAML::Value << f.encoding;
+  if (!f.enum_names.empty()) {
+    out << YAML::Key << "enum" << YAML::Value << YAML::BeginSeq;
+    for (const auto& e : f.enum_names) {
+      out << YAML::Flow << YAML::BeginMap << YAML::Key << "name" << YAML::Value << e.name
+          << YAML::Key << "value" << YAML::Value << e.value << YAML::EndMap;
+    }
+    out << YAML::EndSeq;
+  }
   out << YAML::EndMap;
 }
 
@@ -61,11 +81,62 @@ FieldInfo parse_field(const YAML::Node& node, const std::filesystem::path& path)
   f.variable = require<bool>(node, "variable", path);
   f.row_bytes = require<uint64_t>(node, "row_bytes", path);
   f.source = node["source"] ? node["source"].as<std::string>() : "";
+  for (const auto& m : node["members"]) {
+    FieldMember member;
+    member.name = require<std::string>(m, "name", path);
+    const auto member_dtype = parse_dtype(require<std::string>(m, "dtype", path));
+    if (!member_dtype) {
+      throw IndexError(path.string() + ": member '" + member.name + "' of field '" + f.name +
+                       "' has an unknown dtype");
+    }
+    member.dtype = *member_dtype;
+    member.offset = require<uint64_t>(m, "offset", path);
+    member.shape = require<std::vector<uint64_t>>(m, "shape", path);
+    f.members.push_back(std::move(member));
+  }
+  f.encoding = optional_key<std::string>(node, "encoding", path, "", "");
+  for (const auto& e : node["enum"]) {
+    f.enum_names.push_back(
+        {require<std::string>(e, "name", path), require<int64_t>(e, "value", path)});
+  }
   return f;
 }
 
 std::string shape_text(const FieldInfo& f) {
   return fmt::format("[{}] of {}", fmt::join(f.shape, ", "), dtype_name(f.dtype));
+}
+
+// A reader builds a numpy record dtype from the members: each must lie inside the record and
+// be a plain type, or numpy refuses it (or worse, views bytes past the row).
+template <typename Bad>
+void check_members(const FieldInfo& f, const Bad& bad) {
+  if (f.dtype != DType::structured) {
+    if (!f.members.empty()) throw bad("has members but is not structured");
+    return;
+  }
+  if (f.shape.empty() || f.shape.back() == 0) {
+    throw bad("is structured but its shape has no record size as its last axis");
+  }
+  if (f.members.empty()) throw bad("is structured but has no members");
+  const uint64_t record = f.shape.back();
+  std::set<std::string> names;
+  for (const auto& m : f.members) {
+    if (m.name.empty() || !names.insert(m.name).second) {
+      throw bad(fmt::format("has an empty or repeated member name '{}'", m.name));
+    }
+    if (m.dtype == DType::structured) throw bad("has a nested record member '" + m.name + "'");
+    if (m.shape.size() > max_shape_dims)
+      throw bad("has member '" + m.name + "' with too many dimensions");
+    uint64_t size = dtype_size(m.dtype);
+    for (uint64_t d : m.shape) {
+      if (__builtin_mul_overflow(size, d, &size))
+        throw bad("has member '" + m.name + "' too large");
+    }
+    if (m.offset > record || size > record - m.offset) {
+      throw bad(fmt::format("has member '{}' at offset {} of {} bytes, past its {}-byte record",
+                            m.name, m.offset, size, record));
+    }
+  }
 }
 
 }  // namespace
@@ -90,6 +161,14 @@ void check_field(const FieldInfo& f, const std::filesystem::path& path) {
   if (!f.variable && f.row_bytes != *bytes) {
     throw bad(fmt::format("has row_bytes {}, but its shape {} makes {}", f.row_bytes, shape_text(f),
                           *bytes));
+  }
+  check_members(f, bad);
+  if (!f.encoding.empty() &&
+      (f.dtype != DType::bytes || (f.encoding != "ascii" && f.encoding != "utf-8"))) {
+    throw bad(fmt::format("has encoding '{}' (only ascii or utf-8, on bytes)", f.encoding));
+  }
+  if (!f.enum_names.empty() && !dtype_is_integer(f.dtype)) {
+    throw bad(fmt::format("has enum names but dtype {} (enums are integers)", dtype_name(f.dtype)));
   }
 }
 
@@ -203,6 +282,30 @@ uint64_t fields_checksum(std::span<const FieldInfo> fields) {
     put(f.shape.size());
     for (uint64_t d : f.shape) put(d);
     put(f.row_bytes);
+    // Appended only when present, so the checksums of format-2 indexes do not change.
+    if (!f.members.empty()) {
+      put(f.members.size());
+      for (const auto& m : f.members) {
+        put(m.name.size());
+        encoded += m.name;
+        put(static_cast<uint64_t>(m.dtype));
+        put(m.offset);
+        put(m.shape.size());
+        for (uint64_t d : m.shape) put(d);
+      }
+    }
+    if (!f.encoding.empty()) {
+      put(f.encoding.size());
+      encoded += f.encoding;
+    }
+    if (!f.enum_names.empty()) {
+      put(f.enum_names.size());
+      for (const auto& e : f.enum_names) {
+        put(e.name.size());
+        encoded += e.name;
+        put(static_cast<uint64_t>(e.value));
+      }
+    }
   }
   return XXH3_64bits(encoded.data(), encoded.size());
 }

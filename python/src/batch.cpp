@@ -7,7 +7,9 @@
 
 namespace ddstage::python {
 
-py::dtype numpy_dtype(DType t) {
+namespace {
+
+py::dtype scalar_dtype(DType t) {
   switch (t) {
     case DType::bytes:
       return py::dtype("uint8");
@@ -17,6 +19,49 @@ py::dtype numpy_dtype(DType t) {
     default:
       return py::dtype(std::string(dtype_name(t)));
   }
+}
+
+// The index keeps a string's length and a record's size as the last axis (every size stays
+// dtype_size() times the shape); numpy makes that axis part of the element type.
+bool last_axis_is_element(const FieldInfo& f) {
+  return f.dtype == DType::structured || (f.dtype == DType::bytes && !f.encoding.empty());
+}
+
+py::dtype record_dtype(const FieldInfo& f) {
+  py::list names, formats, offsets;
+  for (const auto& m : f.members) {
+    names.append(m.name);
+    offsets.append(m.offset);
+    std::vector<uint64_t> shape = m.shape;
+    py::object base;
+    if (m.dtype == DType::bytes && !shape.empty()) {
+      base = py::dtype(fmt::format("S{}", shape.back()));
+      shape.pop_back();
+    } else {
+      base = scalar_dtype(m.dtype);
+    }
+    formats.append(shape.empty() ? base : py::make_tuple(base, py::tuple(py::cast(shape))));
+  }
+  py::dict spec;
+  spec["names"] = names;
+  spec["formats"] = formats;
+  spec["offsets"] = offsets;
+  spec["itemsize"] = f.shape.back();
+  return py::dtype::from_args(spec);
+}
+
+}  // namespace
+
+py::dtype numpy_dtype(const FieldInfo& f) {
+  if (f.dtype == DType::structured) return record_dtype(f);
+  if (last_axis_is_element(f)) return py::dtype(fmt::format("S{}", f.shape.back()));
+  return scalar_dtype(f.dtype);
+}
+
+std::vector<py::ssize_t> numpy_shape(const FieldInfo& f) {
+  std::vector<py::ssize_t> shape(f.shape.begin(), f.shape.end());
+  if (last_axis_is_element(f) && !shape.empty()) shape.pop_back();
+  return shape;
 }
 
 const FieldInfo& field_info(const Index& index, const std::string& field) {
@@ -60,8 +105,8 @@ py::array destination(const py::object& out, uint64_t bytes, const FieldInfo& fi
                       uint64_t rows) {
   if (out.is_none()) {
     std::vector<py::ssize_t> shape{static_cast<py::ssize_t>(rows)};
-    for (uint64_t d : field.shape) shape.push_back(static_cast<py::ssize_t>(d));
-    py::array array(numpy_dtype(field.dtype), shape);
+    for (py::ssize_t d : numpy_shape(field)) shape.push_back(d);
+    py::array array(numpy_dtype(field), shape);
     // The array comes from the shape, the copy from the index's row sizes: Index::open made
     // them agree, and a disagreement is damage, never a write past the array.
     if (static_cast<uint64_t>(array.nbytes()) != bytes) {

@@ -25,8 +25,12 @@ namespace ddstage::python {
 
 namespace py = pybind11;
 
-/// numpy dtype of a field's elements (`bytes` is uint8).
-py::dtype numpy_dtype(DType t);
+/// numpy dtype of a field's elements: `bytes` is uint8, text is "S<n>", a record is numpy's
+/// structured dtype with the members' names, types and offsets.
+py::dtype numpy_dtype(const FieldInfo& field);
+/// numpy shape of one row (one element of the first axis when variable): the index's shape,
+/// less its last axis where numpy_dtype() made that axis one element ("S<n>", a record).
+std::vector<py::ssize_t> numpy_shape(const FieldInfo& field);
 
 /// The field's description; UsageError listing the fields when there is none of that name.
 const FieldInfo& field_info(const Index& index, const std::string& field);

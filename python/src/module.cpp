@@ -45,11 +45,22 @@ void bind_field(py::module_& m) {
   py::class_<FieldInfo>(m, "FieldInfo", "One field of every sample: element type and row shape.")
       .def_readonly("name", &FieldInfo::name)
       .def_property_readonly(
-          "dtype", [](const FieldInfo& f) { return numpy_dtype(f.dtype); },
-          "numpy dtype of the elements (opaque bytes are uint8)")
+          "dtype", [](const FieldInfo& f) { return numpy_dtype(f); },
+          "numpy dtype of the elements (opaque bytes are uint8, text is S<n>, a record is a "
+          "structured dtype)")
       .def_property_readonly(
-          "shape", [](const FieldInfo& f) { return py::tuple(py::cast(f.shape)); },
-          "shape of one row; for a variable field, of one element of its first axis")
+          "shape", [](const FieldInfo& f) { return py::tuple(py::cast(numpy_shape(f))); },
+          "numpy shape of one row; for a variable field, of one element of its first axis")
+      .def_readonly("encoding", &FieldInfo::encoding,
+                    "'ascii' or 'utf-8' for text, empty for anything else")
+      .def_property_readonly(
+          "enum_names",
+          [](const FieldInfo& f) {
+            py::dict names;
+            for (const auto& e : f.enum_names) names[py::str(e.name)] = e.value;
+            return names;
+          },
+          "an enum's names and values ({} unless the field was an enum)")
       .def_readonly("variable", &FieldInfo::variable, "whether rows differ in length")
       .def_readonly("row_bytes", &FieldInfo::row_bytes, "bytes per row; 0 when variable")
       .def_readonly("source", &FieldInfo::source)

@@ -28,6 +28,22 @@ struct Entry {
 };
 static_assert(sizeof(Entry) == 32);
 
+/// One member of a structured field's record (numpy: one entry of dtype.fields).
+struct FieldMember {
+  std::string name;
+  DType dtype = DType::uint8;  ///< never `structured`: nested records are refused at flatten
+  uint64_t offset = 0;         ///< byte offset inside the record
+  /// Subarray shape; for `bytes`, the last axis is the length of a fixed byte string (numpy
+  /// "S<n>"), so the member's size is always dtype_size(dtype) times the shape's product.
+  std::vector<uint64_t> shape;
+};
+
+/// One name of an enumerated integer field (HDF5 enum): value `value` means `name`.
+struct EnumName {
+  std::string name;
+  int64_t value = 0;
+};
+
 /// One field of every sample: its element type and row shape.
 struct FieldInfo {
   std::string name;
@@ -40,6 +56,15 @@ struct FieldInfo {
   uint64_t row_bytes = 0;
   /// Where it came from (an HDF5 path, a pattern, "file contents").
   std::string source;
+  /// For `structured`: the record's members, by offset; the shape's last axis is the record's
+  /// size (numpy itemsize). Empty for every other dtype.
+  std::vector<FieldMember> members;
+  /// For `bytes` that are text: "ascii" or "utf-8". A fixed field's last axis is then the
+  /// length of one NUL-padded string (numpy "S<n>"); a variable field's rows are one string
+  /// each. Empty for opaque bytes and every other dtype.
+  std::string encoding;
+  /// For an integer field that was an enum: its names (in the source's order). Empty otherwise.
+  std::vector<EnumName> enum_names;
 };
 
 /// What a file-table row is: an origin file entries point into, a pack file inside the .ddx
