@@ -8,6 +8,8 @@
 #include <stdexcept>
 
 #include "ddstage/error.hpp"
+#include "hdf5_links.hpp"
+#include "hdf5_storage.hpp"
 #include "hdf5_types.hpp"
 
 namespace ddstage::formats::detail {
@@ -24,11 +26,10 @@ std::vector<uint64_t> dataset_dims(hid_t space, const std::string& path, const s
   return {dims.begin(), dims.end()};
 }
 
-uint64_t chunk_rows_of(hid_t dset, std::size_t rank, const std::string& file) {
-  auto dcpl = h5_own(H5Dget_create_plist(dset), H5Pclose, "H5Dget_create_plist", file);
-  if (rank == 0 || H5Pget_layout(dcpl.get()) != H5D_CHUNKED) return 1;
+uint64_t chunk_rows_of(hid_t dcpl, std::size_t rank, const std::string& file) {
+  if (rank == 0 || H5Pget_layout(dcpl) != H5D_CHUNKED) return 1;
   std::vector<hsize_t> chunk(rank);
-  h5_check(H5Pget_chunk(dcpl.get(), static_cast<int>(rank), chunk.data()), "H5Pget_chunk", file);
+  h5_check(H5Pget_chunk(dcpl, static_cast<int>(rank), chunk.data()), "H5Pget_chunk", file);
   return std::max<uint64_t>(chunk[0], 1);
 }
 
@@ -36,6 +37,14 @@ uint64_t chunk_rows_of(hid_t dset, std::size_t rank, const std::string& file) {
 
 DatasetInfo describe_dataset(hid_t dset, std::string path, const std::string& file) {
   DatasetInfo info;
+  info.file = file_of(dset, file);
+  const std::string where =
+      info.file == file
+          ? file
+          : fmt::format("{} (stored in {} through an external link)", file, info.file);
+  auto dcpl = h5_own(H5Dget_create_plist(dset), H5Pclose, "H5Dget_create_plist " + path, file);
+  check_filters(dcpl.get(), path, where);
+  info.raw_files = external_raw_files(dset, dcpl.get(), path, info.file, where);
   auto type = h5_own(H5Dget_type(dset), H5Tclose, "H5Dget_type " + path, file);
   info.dtype = dtype_of(type.get(), path, file);
   auto space = h5_own(H5Dget_space(dset), H5Sclose, "H5Dget_space " + path, file);
@@ -50,10 +59,16 @@ DatasetInfo describe_dataset(hid_t dset, std::string path, const std::string& fi
       H5Dget_storage_size(dset) == info.total_bytes) {
     info.offset = offset;
   } else {
-    info.chunk_rows = chunk_rows_of(dset, info.dims.size(), file);
+    info.chunk_rows = chunk_rows_of(dcpl.get(), info.dims.size(), file);
   }
   info.path = std::move(path);
   return info;
+}
+
+uint32_t add_data_files(IndexWriter& writer, const DatasetInfo& info) {
+  const uint32_t id = writer.add_source(info.file);
+  for (const auto& raw : info.raw_files) writer.add_source(raw);
+  return id;
 }
 
 std::string shape_text(const std::vector<uint64_t>& dims) {
@@ -82,10 +97,10 @@ RowStream RowStream::decoding(hid_t dset, hid_t mem_type, const DatasetInfo& inf
   return s;
 }
 
-RowStream RowStream::in_place(const FileDescriptor& fd, const DatasetInfo& info, uint64_t budget) {
+RowStream RowStream::in_place(const DatasetInfo& info, uint64_t budget) {
   RowStream s(info, info.row_bytes, 1, budget);
-  s.m_file = fd.path().string();
-  s.m_map = MappedFile(fd.path(), MappedFile::Mode::read_only);
+  s.m_file = info.file;
+  s.m_map = MappedFile(info.file, MappedFile::Mode::read_only);
   s.m_map.advise_sequential();
   const uint64_t offset = info.offset.value();
   const uint64_t bytes = info.dims.empty() ? info.row_bytes : info.dims[0] * info.row_bytes;
