@@ -254,7 +254,7 @@ void flatten_rows(const FlattenRequest& request, IndexWriter& writer) {
     for (const auto& src : sources)
       empty += fmt::format("{}{}: {}", empty.empty() ? "" : ", ", src.file,
                            length_text(columns[0], src.columns[0]));
-    throw UsageError("nothing to index, every source is empty: " + empty);
+    throw UsageError("no samples to index: " + empty);
   }
   writer.define(field_infos(columns, sources.front()), total);
   std::vector<std::string> files;

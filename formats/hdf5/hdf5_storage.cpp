@@ -37,7 +37,7 @@ constexpr std::array<KnownFilter, 15> known_filters{{
     {H5Z_FILTER_NBIT, "n-bit", ""},
     {H5Z_FILTER_SCALEOFFSET, "scale-offset", ""},
     {307, "BZip2", "hdf5-filter-plugin"},
-    {32000, "LZF", "hdf5-plugin-lzf liblzf1"},
+    {32000, "LZF", "hdf5-plugin-lzf and liblzf1"},
     {32001, "Blosc", "hdf5-filter-plugin-blosc-serial"},
     {32004, "LZ4", "hdf5-filter-plugin"},
     {32008, "Bitshuffle", ""},
