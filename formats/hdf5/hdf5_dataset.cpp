@@ -38,13 +38,6 @@ uint64_t chunk_rows_of(hid_t dcpl, std::size_t rank, const std::string& file) {
 DatasetInfo describe_dataset(hid_t dset, std::string path, const std::string& file) {
   DatasetInfo info;
   info.file = file_of(dset, file);
-  const std::string where =
-      info.file == file
-          ? file
-          : fmt::format("{} (stored in {} through an external link)", file, info.file);
-  auto dcpl = h5_own(H5Dget_create_plist(dset), H5Pclose, "H5Dget_create_plist " + path, file);
-  check_filters(dcpl.get(), path, where);
-  info.raw_files = external_raw_files(dset, dcpl.get(), path, info.file, where);
   auto type = h5_own(H5Dget_type(dset), H5Tclose, "H5Dget_type " + path, file);
   info.dtype = dtype_of(type.get(), path, file);
   auto space = h5_own(H5Dget_space(dset), H5Sclose, "H5Dget_space " + path, file);
@@ -53,12 +46,20 @@ DatasetInfo describe_dataset(hid_t dset, std::string path, const std::string& fi
   for (std::size_t d = 1; d < info.dims.size(); ++d) info.row_bytes *= info.dims[d];
   info.total_bytes = info.dims.empty() ? info.row_bytes : info.row_bytes * info.dims[0];
   // HADDR_UNDEF for chunked, compact, external and not yet allocated storage; filters need
-  // chunks, so a defined offset already means contiguous and unfiltered.
+  // chunks, so a defined offset already means contiguous, unfiltered and in this file (which
+  // spares in-place datasets a creation property list: 40,000 small ones took 30% longer).
   haddr_t offset = H5Dget_offset(dset);
   if (offset != HADDR_UNDEF && stored_as_memory(type.get()) &&
       H5Dget_storage_size(dset) == info.total_bytes) {
     info.offset = offset;
   } else {
+    const std::string where =
+        info.file == file
+            ? file
+            : fmt::format("{} (stored in {} through an external link)", file, info.file);
+    auto dcpl = h5_own(H5Dget_create_plist(dset), H5Pclose, "H5Dget_create_plist " + path, file);
+    check_filters(dcpl.get(), path, where);
+    info.raw_files = external_raw_files(dset, dcpl.get(), path, info.file, where);
     info.chunk_rows = chunk_rows_of(dcpl.get(), info.dims.size(), file);
   }
   info.path = std::move(path);
