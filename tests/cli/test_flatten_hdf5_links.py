@@ -2,6 +2,8 @@
 soft links to them, external raw data files) and data behind filter plugins, flattened and read
 back byte for byte against h5py; what cannot be read is refused naming file, dataset and reason."""
 import os
+import shutil
+import subprocess
 from pathlib import Path
 
 import h5py
@@ -255,3 +257,23 @@ def test_missing_filter_is_named(ddstage, filtered, tmp_path, name, words):
     proc = ddstage.run("flatten", path, "--field", name, "-o", tmp_path / "f.ddx",
                        env={"HDF5_PLUGIN_PATH": str(empty)})
     assert_usage_error(proc, f"/{name}", "filters.h5", *words, str(empty))
+
+
+def test_plugin_that_fails_to_load_says_why(ddstage, filtered, tmp_path):
+    """A plugin HDF5 finds but cannot load (here: an unresolved symbol, as Debian's LZF plugin
+    has without liblzf) is refused with the loader's reason, not a bare 'not registered'."""
+    path, written = filtered
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None or "lz4" not in written:
+        pytest.skip("needs a C compiler and the LZ4 filter")
+    plugins = tmp_path / "plugins"
+    plugins.mkdir()
+    (tmp_path / "broken.c").write_text(
+        "extern int ddstage_missing_symbol(void);\n"
+        "int H5PLget_plugin_type(void) { return 0; }\n"
+        "const void* H5PLget_plugin_info(void) { return (const void*)(long)ddstage_missing_symbol(); }\n")
+    subprocess.run([cc, "-shared", "-fPIC", "-Wl,-z,now", tmp_path / "broken.c", "-o",
+                    plugins / "libbroken.so"], check=True, timeout=60)
+    proc = ddstage.run("flatten", path, "--field", "lz4", "-o", tmp_path / "f.ddx",
+                       env={"HDF5_PLUGIN_PATH": str(plugins)})
+    assert_usage_error(proc, "/lz4", "32004", "ddstage_missing_symbol")
