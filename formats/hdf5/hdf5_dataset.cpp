@@ -76,13 +76,15 @@ std::string shape_text(const std::vector<uint64_t>& dims) {
   return fmt::format("[{}]", fmt::join(dims, ","));
 }
 
-void read_all(hid_t dset, hid_t mem_type, std::span<std::byte> dest, const std::string& file) {
+void read_all(hid_t dset, hid_t mem_type, std::span<std::byte> dest, const std::string& path,
+              const std::string& file) {
   if (dest.empty()) return;
-  h5_check(H5Dread(dset, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, dest.data()), "H5Dread", file);
+  h5_check(H5Dread(dset, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, dest.data()), "H5Dread " + path,
+           file);
 }
 
 RowStream::RowStream(const DatasetInfo& info, uint64_t row_bytes, uint64_t granule, uint64_t budget)
-    : m_dims(info.dims), m_row_bytes(row_bytes), m_granule(granule) {
+    : m_dims(info.dims), m_path(info.path), m_row_bytes(row_bytes), m_granule(granule) {
   // Half the budget per read: rows kept from the previous block (a ragged sample that
   // straddles two reads) can take the other half.
   const uint64_t granule_bytes = std::max<uint64_t>(granule * row_bytes, 1);
@@ -156,7 +158,7 @@ void RowStream::read_block() {
   auto mem_space = h5_own(H5Screate_simple(static_cast<int>(size.size()), size.data(), nullptr),
                           H5Sclose, "H5Screate_simple", m_file);
   h5_check(H5Dread(m_dset, m_mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, dest.data()),
-           "H5Dread", m_file);
+           fmt::format("H5Dread {} rows [{}, {})", m_path, m_end, m_end + count), m_file);
   m_end += count;
 }
 

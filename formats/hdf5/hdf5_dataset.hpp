@@ -45,8 +45,9 @@ uint32_t add_data_files(IndexWriter& writer, const DatasetInfo& info);
 /// "[1000,28,28]" ("[]" for a scalar).
 std::string shape_text(const std::vector<uint64_t>& dims);
 
-/// Decodes the whole dataset into dest (total_bytes of mem_type).
-void read_all(hid_t dset, hid_t mem_type, std::span<std::byte> dest, const std::string& file);
+/// Decodes the whole dataset at `path` into dest (total_bytes of mem_type).
+void read_all(hid_t dset, hid_t mem_type, std::span<std::byte> dest, const std::string& path,
+              const std::string& file);
 
 /// Streams rows of one dataset in ascending order within a memory budget: in place straight
 /// from a read-only mapping of the file (no copy; the page cache bounds memory), otherwise with
@@ -74,6 +75,7 @@ class RowStream {
   MappedFile m_map;
   std::span<const std::byte> m_mapped;
   std::vector<uint64_t> m_dims;
+  std::string m_path;
   std::string m_file;
 
   uint64_t m_row_bytes;

@@ -271,7 +271,7 @@ void write_decoded(const SourceWrite& s, const std::vector<FieldStats>& fields) 
       auto type = h5_own(H5Dget_type(dset.get()), H5Tclose, "H5Dget_type", file_name);
       auto mem_type = memory_type(type.get(), file_name);
       buffer.resize(entry.bytes);
-      read_all(dset.get(), mem_type.get(), buffer, file_name);
+      read_all(dset.get(), mem_type.get(), buffer, path + "/" + name, file_name);
       s.writer.put_packed(s.start + g, static_cast<uint32_t>(f), buffer);
     }
   }
