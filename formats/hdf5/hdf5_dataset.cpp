@@ -58,7 +58,7 @@ DatasetInfo describe_dataset(hid_t dset, std::string path, const std::string& fi
             ? file
             : fmt::format("{} (stored in {} through an external link)", file, info.file);
     auto dcpl = h5_own(H5Dget_create_plist(dset), H5Pclose, "H5Dget_create_plist " + path, file);
-    check_filters(dcpl.get(), path, where);
+    check_filters(dset, dcpl.get(), path, where);
     info.raw_files = external_raw_files(dset, dcpl.get(), path, info.file, where);
     info.chunk_rows = chunk_rows_of(dcpl.get(), info.dims.size(), file);
   }

@@ -277,3 +277,21 @@ def test_plugin_that_fails_to_load_says_why(ddstage, filtered, tmp_path):
     proc = ddstage.run("flatten", path, "--field", "lz4", "-o", tmp_path / "f.ddx",
                        env={"HDF5_PLUGIN_PATH": str(plugins)})
     assert_usage_error(proc, "/lz4", "32004", "ddstage_missing_symbol")
+
+
+def test_optional_filter_no_chunk_used(ddstage, tmp_path):
+    """An optional filter HDF5 could not apply when writing (every chunk's mask skips it) needs
+    no plugin to read: flattened, h5py's bytes."""
+    src = tmp_path / "optional.h5"
+    values = np.arange(40 * 3, dtype="<i4").reshape(40, 3)
+    with h5py.File(src, "w") as f:
+        dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+        dcpl.set_chunk((8, 3))
+        dcpl.set_filter(32015, h5py.h5z.FLAG_OPTIONAL, ())  # Zstandard: no plugin here
+        space = h5py.h5s.create_simple(values.shape)
+        h5py.h5d.create(f.id, b"o", h5py.h5t.STD_I32LE, space, dcpl=dcpl)
+        f["o"][...] = values
+        if h5py.h5z.filter_avail(32015) or f["o"].id.get_chunk_info(0).filter_mask != 1:
+            pytest.skip("a Zstandard plugin is installed: the filter was applied")
+    ddx = flatten(ddstage, tmp_path / "o.ddx", src, "--field", "o")
+    assert read_bytes(ddstage, ddx, "0-39") == values.tobytes()
