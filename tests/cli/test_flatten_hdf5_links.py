@@ -237,6 +237,10 @@ def test_filter_plugin_roundtrip(ddstage, filtered, tmp_path, monkeypatch, name)
     if name not in written:
         pytest.skip(f"h5py cannot write the {name} filter here (plugin not installed: "
                     "run scripts/install-deps)")
+    if name == "lzf" and not any((Path(h5py.h5pl.get(i).decode()) / "liblzf_filter.so").exists()
+                                 for i in range(h5py.h5pl.size())):
+        pytest.skip("h5py writes LZF itself, but ddstage needs hdf5-plugin-lzf to read it "
+                    "(run scripts/install-deps)")
     ddx = flatten(ddstage, tmp_path / "f.ddx", path, "--field", name)
     spec, ids = random_spec(N, seed=4)
     assert read_bytes(ddstage, ddx, spec) == rows_bytes(written[name], ids)
