@@ -96,12 +96,9 @@ std::string describe_dangling(hid_t loc, const std::string& link, const std::str
 }  // namespace
 
 std::string file_of(hid_t object, const std::string& file) {
-  ssize_t size = H5Fget_name(object, nullptr, 0);
-  if (size <= 0) return file;
-  std::string name(static_cast<std::size_t>(size) + 1, '\0');
-  if (H5Fget_name(object, name.data(), name.size()) < 0) return file;
-  name.resize(static_cast<std::size_t>(size));
-  return name;
+  auto name =
+      h5_string([object](char* buf, std::size_t size) { return H5Fget_name(object, buf, size); });
+  return name && !name->empty() ? *name : file;
 }
 
 std::optional<std::string> broken_link(hid_t loc, const std::string& loc_path,

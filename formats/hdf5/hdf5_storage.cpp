@@ -59,12 +59,8 @@ std::vector<std::string> plugin_directories() {
   unsigned count = 0;
   if (H5PLsize(&count) < 0) return dirs;
   for (unsigned i = 0; i < count; ++i) {
-    ssize_t size = H5PLget(i, nullptr, 0);
-    if (size <= 0) continue;
-    std::string dir(static_cast<std::size_t>(size) + 1, '\0');
-    if (H5PLget(i, dir.data(), dir.size()) < 0) continue;
-    dir.resize(static_cast<std::size_t>(size));
-    dirs.push_back(std::move(dir));
+    auto dir = h5_string([i](char* buf, std::size_t size) { return H5PLget(i, buf, size); });
+    if (dir && !dir->empty()) dirs.push_back(std::move(*dir));
   }
   return dirs;
 }
@@ -99,13 +95,11 @@ std::string external_prefix(hid_t dset, const std::string& holder, const std::st
   if (const char* env = std::getenv("HDF5_EXTFILE_PREFIX"); env != nullptr) prefix = env;
   if (prefix.empty()) {
     auto dapl = h5_own(H5Dget_access_plist(dset), H5Pclose, "H5Dget_access_plist", file);
-    ssize_t size = H5Pget_efile_prefix(dapl.get(), nullptr, 0);
-    if (size > 0) {
-      prefix.assign(static_cast<std::size_t>(size) + 1, '\0');
-      h5_check(H5Pget_efile_prefix(dapl.get(), prefix.data(), prefix.size()), "H5Pget_efile_prefix",
-               file);
-      prefix.resize(static_cast<std::size_t>(size));
-    }
+    auto stored = h5_string([&dapl](char* buf, std::size_t size) {
+      return H5Pget_efile_prefix(dapl.get(), buf, size);
+    });
+    if (!stored) throw_hdf5_error("H5Pget_efile_prefix", file);
+    prefix = *stored;
   }
   if (prefix == ".") return "";
   constexpr std::string_view origin = "${ORIGIN}";
