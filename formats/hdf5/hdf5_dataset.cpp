@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <stdexcept>
 
 #include "ddstage/error.hpp"
@@ -59,8 +60,19 @@ DatasetInfo describe_dataset(hid_t dset, std::string path, const std::string& fi
             : fmt::format("{} (stored in {} through an external link)", file, info.file);
     auto dcpl = h5_own(H5Dget_create_plist(dset), H5Pclose, "H5Dget_create_plist " + path, file);
     check_filters(dset, dcpl.get(), path, where);
-    info.raw_files = external_raw_files(dset, dcpl.get(), path, info.file, where);
-    info.chunk_rows = chunk_rows_of(dcpl.get(), info.dims.size(), file);
+    auto raw = external_raw_data(dset, dcpl.get(), path, info.file, where);
+    std::error_code ec;
+    if (raw.size() == 1 && stored_as_memory(type.get()) && raw[0].size >= info.total_bytes &&
+        std::filesystem::file_size(raw[0].file, ec) >= raw[0].offset + info.total_bytes && !ec) {
+      // All of it, as stored, at one place in one raw file: read in place like contiguous data.
+      // (A shorter file reads as zeros past its end: HDF5 decodes that.)
+      info.other_files = {info.file};
+      info.file = raw[0].file;
+      info.offset = raw[0].offset;
+    } else {
+      for (auto& slot : raw) info.other_files.push_back(std::move(slot.file));
+      info.chunk_rows = chunk_rows_of(dcpl.get(), info.dims.size(), file);
+    }
   }
   info.path = std::move(path);
   return info;
@@ -68,7 +80,7 @@ DatasetInfo describe_dataset(hid_t dset, std::string path, const std::string& fi
 
 uint32_t add_data_files(IndexWriter& writer, const DatasetInfo& info) {
   const uint32_t id = writer.add_source(info.file);
-  for (const auto& raw : info.raw_files) writer.add_source(raw);
+  for (const auto& other : info.other_files) writer.add_source(other);
   return id;
 }
 

@@ -22,8 +22,10 @@ struct DatasetInfo {
   /// The HDF5 file the dataset lives in: the one named on the command line, or the target of
   /// an external link on the way to it. `offset` is an offset in this file.
   std::string file;
-  /// External raw data files (H5Pset_external) its values are decoded from.
-  std::vector<std::string> raw_files;
+  /// Other files its values depend on, recorded as sources: external raw data files
+  /// (H5Pset_external) they are decoded from, or, when `file` is such a raw file read in
+  /// place, the HDF5 file that describes it.
+  std::vector<std::string> other_files;
   DType dtype = DType::bytes;
   std::vector<uint64_t> dims;  ///< empty for a scalar
   uint64_t row_bytes = 0;      ///< bytes of one index along dim 0 (of the whole value if scalar)

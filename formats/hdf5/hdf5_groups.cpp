@@ -135,7 +135,7 @@ void GroupScan::scan_group(hid_t group, const std::string& path, GroupsSource& s
     if (!dset) missing_field(group, path, field.name, src.file);
     auto info = describe_dataset(dset.get(), path + "/" + field.name, src.file);
     note(field, info, src.file);
-    for (const auto& raw : info.raw_files) src.data_file(raw);
+    for (const auto& other : info.other_files) src.data_file(other);
     src.entries.push_back(
         {info.offset.value_or(decode_marker), info.total_bytes, src.data_file(info.file)});
   }

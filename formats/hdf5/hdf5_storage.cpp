@@ -161,12 +161,12 @@ void check_filters(hid_t dset, hid_t dcpl, const std::string& path, const std::s
   }
 }
 
-std::vector<std::string> external_raw_files(hid_t dset, hid_t dcpl, const std::string& path,
+std::vector<ExternalSlot> external_raw_data(hid_t dset, hid_t dcpl, const std::string& path,
                                             const std::string& holder, const std::string& file) {
   const int count = h5_check(H5Pget_external_count(dcpl), "H5Pget_external_count " + path, file);
   if (count == 0) return {};
   const std::string prefix = external_prefix(dset, holder, file);
-  std::vector<std::string> files;
+  std::vector<ExternalSlot> slots;
   for (int i = 0; i < count; ++i) {
     std::array<char, 4097> name{};
     off_t offset = 0;
@@ -187,9 +187,9 @@ std::vector<std::string> external_raw_files(hid_t dset, hid_t dcpl, const std::s
                            "directory that holds it, or to ${ORIGIN} for the HDF5 file's own"
                          : ""));
     }
-    if (std::find(files.begin(), files.end(), shown) == files.end()) files.push_back(shown);
+    slots.push_back({shown, static_cast<uint64_t>(offset), size});
   }
-  return files;
+  return slots;
 }
 
 }  // namespace ddstage::formats::detail

@@ -172,21 +172,39 @@ def test_dangling_links_are_named(ddstage, linked, tmp_path):
 
 # ---- external raw data storage (H5Pset_external) ---------------------------------------------
 
-def test_external_raw_data_file(ddstage, tmp_path):
+def test_external_raw_data_file(ddstage, tmp_path, monkeypatch):
     """Data kept in an external raw file reads back as h5py reads it (from the same working
-    directory) and the raw file is listed; a missing raw file is named with where it was looked
-    for; HDF5_EXTFILE_PREFIX=${ORIGIN} finds it next to the HDF5 file."""
+    directory): in place when one raw file holds it all as stored, else decoded into packs;
+    every raw file is listed. A missing raw file is named with where it was looked for;
+    HDF5_EXTFILE_PREFIX=${ORIGIN} finds it next to the HDF5 file."""
     values = np.arange(N * 2, dtype="<i4").reshape(N, 2)
-    values.tofile(tmp_path / "raw.bin")
+    with open(tmp_path / "raw.bin", "wb") as f:
+        f.write(b"header!!" + values.tobytes())
+    half = values.nbytes // 2
+    (tmp_path / "a.bin").write_bytes(values.tobytes()[:half])
+    (tmp_path / "b.bin").write_bytes(b"xy" + values.tobytes()[half:])
     src = tmp_path / "ext.h5"
     with h5py.File(src, "w") as f:
         f.create_dataset("e", shape=values.shape, dtype="<i4",
-                         external=[("raw.bin", 0, values.nbytes)])
+                         external=[("raw.bin", 8, values.nbytes)])
+        f.create_dataset("split", shape=values.shape, dtype="<i4",
+                         external=[("a.bin", 0, half), ("b.bin", 2, values.nbytes - half)])
+        f.create_dataset("big", shape=values.shape, dtype=">i4",
+                         external=[("raw.bin", 8, values.nbytes)])
         f.create_dataset("gone", shape=(N,), dtype="<i4", external=[("gone.bin", 0, N * 4)])
-    ddx = flatten(ddstage, tmp_path / "e.ddx", src, "--field", "e", cwd=tmp_path)
+    monkeypatch.chdir(tmp_path)  # where h5py and ddstage look for relative raw file names
+    with h5py.File(src, "r") as f:
+        assert np.array_equal(f["split"][...], values)
+        big = f["big"][...]
+    ddx = flatten(ddstage, tmp_path / "e.ddx", src, "--field", "e")
     assert read_bytes(ddstage, ddx, f"0-{N - 1}") == values.tobytes()
-    assert manifest_files(ddx) == {"ext.h5": True, "raw.bin": True}
-    proc = ddstage.run("flatten", src, "--field", "gone", "-o", tmp_path / "g.ddx", cwd=tmp_path)
+    assert manifest_files(ddx) == {"ext.h5": True, "raw.bin": False}
+    assert pack_files(ddx) == []
+    ddx = flatten(ddstage, tmp_path / "s.ddx", src, "--field", "split", "--field", "big")
+    assert read_bytes(ddstage, ddx, f"0-{N - 1}", field="split") == values.tobytes()
+    assert read_bytes(ddstage, ddx, f"0-{N - 1}", field="big") == le_bytes(big)
+    assert manifest_files(ddx) == {"ext.h5": True, "a.bin": True, "b.bin": True, "raw.bin": True}
+    proc = ddstage.run("flatten", src, "--field", "gone", "-o", tmp_path / "g.ddx")
     assert_usage_error(proc, "/gone", "ext.h5", "gone.bin", str(tmp_path / "gone.bin"))
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
