@@ -5,9 +5,12 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <stdexcept>
 
 #include "ddstage/error.hpp"
+#include "hdf5_links.hpp"
+#include "hdf5_storage.hpp"
 #include "hdf5_types.hpp"
 
 namespace ddstage::formats::detail {
@@ -24,11 +27,10 @@ std::vector<uint64_t> dataset_dims(hid_t space, const std::string& path, const s
   return {dims.begin(), dims.end()};
 }
 
-uint64_t chunk_rows_of(hid_t dset, std::size_t rank, const std::string& file) {
-  auto dcpl = h5_own(H5Dget_create_plist(dset), H5Pclose, "H5Dget_create_plist", file);
-  if (rank == 0 || H5Pget_layout(dcpl.get()) != H5D_CHUNKED) return 1;
+uint64_t chunk_rows_of(hid_t dcpl, std::size_t rank, const std::string& file) {
+  if (rank == 0 || H5Pget_layout(dcpl) != H5D_CHUNKED) return 1;
   std::vector<hsize_t> chunk(rank);
-  h5_check(H5Pget_chunk(dcpl.get(), static_cast<int>(rank), chunk.data()), "H5Pget_chunk", file);
+  h5_check(H5Pget_chunk(dcpl, static_cast<int>(rank), chunk.data()), "H5Pget_chunk", file);
   return std::max<uint64_t>(chunk[0], 1);
 }
 
@@ -36,6 +38,7 @@ uint64_t chunk_rows_of(hid_t dset, std::size_t rank, const std::string& file) {
 
 DatasetInfo describe_dataset(hid_t dset, std::string path, const std::string& file) {
   DatasetInfo info;
+  info.file = file_of(dset, file);
   auto type = h5_own(H5Dget_type(dset), H5Tclose, "H5Dget_type " + path, file);
   info.dtype = dtype_of(type.get(), path, file);
   auto space = h5_own(H5Dget_space(dset), H5Sclose, "H5Dget_space " + path, file);
@@ -44,29 +47,56 @@ DatasetInfo describe_dataset(hid_t dset, std::string path, const std::string& fi
   for (std::size_t d = 1; d < info.dims.size(); ++d) info.row_bytes *= info.dims[d];
   info.total_bytes = info.dims.empty() ? info.row_bytes : info.row_bytes * info.dims[0];
   // HADDR_UNDEF for chunked, compact, external and not yet allocated storage; filters need
-  // chunks, so a defined offset already means contiguous and unfiltered.
+  // chunks, so a defined offset already means contiguous, unfiltered and in this file (which
+  // spares in-place datasets a creation property list: 40,000 small ones took 30% longer).
   haddr_t offset = H5Dget_offset(dset);
   if (offset != HADDR_UNDEF && stored_as_memory(type.get()) &&
       H5Dget_storage_size(dset) == info.total_bytes) {
     info.offset = offset;
   } else {
-    info.chunk_rows = chunk_rows_of(dset, info.dims.size(), file);
+    const std::string where =
+        info.file == file
+            ? file
+            : fmt::format("{} (stored in {} through an external link)", file, info.file);
+    auto dcpl = h5_own(H5Dget_create_plist(dset), H5Pclose, "H5Dget_create_plist " + path, file);
+    check_filters(dset, dcpl.get(), path, where);
+    auto raw = external_raw_data(dset, dcpl.get(), path, info.file, where);
+    std::error_code ec;
+    if (raw.size() == 1 && stored_as_memory(type.get()) && raw[0].size >= info.total_bytes &&
+        std::filesystem::file_size(raw[0].file, ec) >= raw[0].offset + info.total_bytes && !ec) {
+      // All of it, as stored, at one place in one raw file: read in place like contiguous data.
+      // (A shorter file reads as zeros past its end: HDF5 decodes that.)
+      info.other_files = {info.file};
+      info.file = raw[0].file;
+      info.offset = raw[0].offset;
+    } else {
+      for (auto& slot : raw) info.other_files.push_back(std::move(slot.file));
+      info.chunk_rows = chunk_rows_of(dcpl.get(), info.dims.size(), file);
+    }
   }
   info.path = std::move(path);
   return info;
+}
+
+uint32_t add_data_files(IndexWriter& writer, const DatasetInfo& info) {
+  const uint32_t id = writer.add_source(info.file);
+  for (const auto& other : info.other_files) writer.add_source(other);
+  return id;
 }
 
 std::string shape_text(const std::vector<uint64_t>& dims) {
   return fmt::format("[{}]", fmt::join(dims, ","));
 }
 
-void read_all(hid_t dset, hid_t mem_type, std::span<std::byte> dest, const std::string& file) {
+void read_all(hid_t dset, hid_t mem_type, std::span<std::byte> dest, const std::string& path,
+              const std::string& file) {
   if (dest.empty()) return;
-  h5_check(H5Dread(dset, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, dest.data()), "H5Dread", file);
+  h5_check(H5Dread(dset, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, dest.data()), "H5Dread " + path,
+           file);
 }
 
 RowStream::RowStream(const DatasetInfo& info, uint64_t row_bytes, uint64_t granule, uint64_t budget)
-    : m_dims(info.dims), m_row_bytes(row_bytes), m_granule(granule) {
+    : m_dims(info.dims), m_path(info.path), m_row_bytes(row_bytes), m_granule(granule) {
   // Half the budget per read: rows kept from the previous block (a ragged sample that
   // straddles two reads) can take the other half.
   const uint64_t granule_bytes = std::max<uint64_t>(granule * row_bytes, 1);
@@ -82,10 +112,10 @@ RowStream RowStream::decoding(hid_t dset, hid_t mem_type, const DatasetInfo& inf
   return s;
 }
 
-RowStream RowStream::in_place(const FileDescriptor& fd, const DatasetInfo& info, uint64_t budget) {
+RowStream RowStream::in_place(const DatasetInfo& info, uint64_t budget) {
   RowStream s(info, info.row_bytes, 1, budget);
-  s.m_file = fd.path().string();
-  s.m_map = MappedFile(fd.path(), MappedFile::Mode::read_only);
+  s.m_file = info.file;
+  s.m_map = MappedFile(info.file, MappedFile::Mode::read_only);
   s.m_map.advise_sequential();
   const uint64_t offset = info.offset.value();
   const uint64_t bytes = info.dims.empty() ? info.row_bytes : info.dims[0] * info.row_bytes;
@@ -140,7 +170,7 @@ void RowStream::read_block() {
   auto mem_space = h5_own(H5Screate_simple(static_cast<int>(size.size()), size.data(), nullptr),
                           H5Sclose, "H5Screate_simple", m_file);
   h5_check(H5Dread(m_dset, m_mem_type, mem_space.get(), file_space.get(), H5P_DEFAULT, dest.data()),
-           "H5Dread", m_file);
+           fmt::format("H5Dread {} rows [{}, {})", m_path, m_end, m_end + count), m_file);
   m_end += count;
 }
 

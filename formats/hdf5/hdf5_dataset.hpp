@@ -11,6 +11,7 @@
 #include "ddstage/dtype.hpp"
 #include "ddstage/mapped_file.hpp"
 #include "ddstage/tool/file_descriptor.hpp"
+#include "ddstage/tool/index_writer.hpp"
 #include "hdf5_handle.hpp"
 
 namespace ddstage::formats::detail {
@@ -18,6 +19,13 @@ namespace ddstage::formats::detail {
 /// What flattening needs to know about one dataset.
 struct DatasetInfo {
   std::string path;
+  /// The HDF5 file the dataset lives in: the one named on the command line, or the target of
+  /// an external link on the way to it. `offset` is an offset in this file.
+  std::string file;
+  /// Other files its values depend on, recorded as sources: external raw data files
+  /// (H5Pset_external) they are decoded from, or, when `file` is such a raw file read in
+  /// place, the HDF5 file that describes it.
+  std::vector<std::string> other_files;
   DType dtype = DType::bytes;
   std::vector<uint64_t> dims;  ///< empty for a scalar
   uint64_t row_bytes = 0;      ///< bytes of one index along dim 0 (of the whole value if scalar)
@@ -28,14 +36,20 @@ struct DatasetInfo {
   uint64_t chunk_rows = 1;  ///< rows per chunk along dim 0 (1 unless chunked)
 };
 
-/// Reads a dataset's type, shape and storage. UsageError for unsupported types.
+/// Reads a dataset's type, shape and storage. UsageError for unsupported types, filters this
+/// process cannot decode and external raw data files it cannot read.
 DatasetInfo describe_dataset(hid_t dset, std::string path, const std::string& file);
+
+/// Records every file the dataset's bytes come from as a source of the index (so staleness
+/// covers a file reached through an external link) and returns the file id of info.file.
+uint32_t add_data_files(IndexWriter& writer, const DatasetInfo& info);
 
 /// "[1000,28,28]" ("[]" for a scalar).
 std::string shape_text(const std::vector<uint64_t>& dims);
 
-/// Decodes the whole dataset into dest (total_bytes of mem_type).
-void read_all(hid_t dset, hid_t mem_type, std::span<std::byte> dest, const std::string& file);
+/// Decodes the whole dataset at `path` into dest (total_bytes of mem_type).
+void read_all(hid_t dset, hid_t mem_type, std::span<std::byte> dest, const std::string& path,
+              const std::string& file);
 
 /// Streams rows of one dataset in ascending order within a memory budget: in place straight
 /// from a read-only mapping of the file (no copy; the page cache bounds memory), otherwise with
@@ -46,8 +60,8 @@ class RowStream {
   /// Decodes through HDF5 into `mem_type`, `row_bytes` per row in memory.
   static RowStream decoding(hid_t dset, hid_t mem_type, const DatasetInfo& info, uint64_t row_bytes,
                             uint64_t budget, const std::string& file);
-  /// Serves the stored bytes at info.offset of fd's file from a mapping.
-  static RowStream in_place(const FileDescriptor& fd, const DatasetInfo& info, uint64_t budget);
+  /// Serves the stored bytes at info.offset of info.file from a mapping.
+  static RowStream in_place(const DatasetInfo& info, uint64_t budget);
 
   /// Bytes of rows [first, last), valid until the next call. `first` must not decrease
   /// from one call to the next, and last <= dims[0].
@@ -63,6 +77,7 @@ class RowStream {
   MappedFile m_map;
   std::span<const std::byte> m_mapped;
   std::vector<uint64_t> m_dims;
+  std::string m_path;
   std::string m_file;
 
   uint64_t m_row_bytes;

@@ -3,6 +3,7 @@
 #include <fnmatch.h>
 
 #include "ddstage/error.hpp"
+#include "hdf5_links.hpp"
 #include "hdf5_modes.hpp"
 
 namespace ddstage::formats::detail {
@@ -48,8 +49,12 @@ std::vector<std::string> matching_links(hid_t group, const std::string& part,
 
 void walk(hid_t group, const std::string& path, std::size_t depth, const Walk& w) {
   for (const auto& name : matching_links(group, w.parts[depth], path, w.file)) {
-    // Dangling soft links and external links to missing files are not groups: skip them.
+    // A matching name that leads nowhere (a dangling soft link, an external link to a missing
+    // file) may be a sample whose data is elsewhere: refuse rather than leave it out.
     H5Handle object(H5Oopen(group, name.c_str(), H5P_DEFAULT), H5Oclose);
+    if (!object) {
+      if (auto why = broken_link(group, path, name, w.file)) throw UsageError(*why);
+    }
     if (!object || H5Iget_type(object.get()) != H5I_GROUP) continue;
     const std::string child = path + "/" + name;
     if (depth + 1 == w.parts.size()) {

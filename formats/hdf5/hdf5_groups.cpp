@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 
 #include "ddstage/error.hpp"
 #include "hdf5_dataset.hpp"
+#include "hdf5_links.hpp"
 #include "hdf5_modes.hpp"
 #include "hdf5_types.hpp"
 
@@ -21,11 +23,12 @@ constexpr uint64_t decode_marker = std::numeric_limits<uint64_t>::max();
 // across such gaps is cheaper than another pread.
 constexpr uint64_t max_read_gap = 256 << 10;
 
-/// Where one (group, field) dataset's bytes are: a file offset (read with pread, then kept in
-/// place or, under --pack, copied), or decode_marker when only HDF5 can decode them.
+/// Where one (group, field) dataset's bytes are: an offset in data file `file` (read with pread,
+/// then kept in place or, under --pack, copied), or decode_marker when only HDF5 can decode them.
 struct GroupEntry {
   uint64_t offset;
   uint64_t bytes;
+  uint32_t file;  // into GroupsSource::data_files
 };
 
 /// What the metadata pass learns about one field across all groups.
@@ -43,6 +46,16 @@ struct GroupsSource {
   std::string file;
   std::vector<std::string> groups;
   std::vector<GroupEntry> entries;  // [group * fields + field]
+  /// Every file the datasets' bytes come from: the source itself, files reached through
+  /// external links, external raw data files. Each becomes a source of the index.
+  std::vector<std::string> data_files;
+  std::map<std::string, uint32_t> data_file_ids;
+
+  uint32_t data_file(const std::string& path) {
+    auto [it, added] = data_file_ids.try_emplace(path, static_cast<uint32_t>(data_files.size()));
+    if (added) data_files.push_back(path);
+    return it->second;
+  }
 };
 
 herr_t collect_link(hid_t, const char* name, const H5L_info_t*, void* data) noexcept {
@@ -81,7 +94,9 @@ class GroupScan {
 };
 
 GroupsSource GroupScan::scan(const std::string& path) {
-  GroupsSource src{.file = path, .groups = {}, .entries = {}};
+  GroupsSource src{
+      .file = path, .groups = {}, .entries = {}, .data_files = {}, .data_file_ids = {}};
+  src.data_file(path);
   auto file = open_file(path);
   for_each_matching_group(file.get(), m_request.groups, path,
                           [&](const std::string& group_path, hid_t group) {
@@ -100,6 +115,9 @@ void GroupScan::take_fields_from(hid_t group, const std::string& path, const std
            "H5Literate " + path, file);
   for (auto& name : names) {
     H5Handle object(H5Oopen(group, name.c_str(), H5P_DEFAULT), H5Oclose);
+    if (!object) {
+      if (auto why = broken_link(group, path, name, file)) throw UsageError(*why);
+    }
     if (object && H5Iget_type(object.get()) == H5I_DATASET)
       m_fields.push_back({.name = std::move(name)});
   }
@@ -117,13 +135,16 @@ void GroupScan::scan_group(hid_t group, const std::string& path, GroupsSource& s
     if (!dset) missing_field(group, path, field.name, src.file);
     auto info = describe_dataset(dset.get(), path + "/" + field.name, src.file);
     note(field, info, src.file);
-    src.entries.push_back({info.offset.value_or(decode_marker), info.total_bytes});
+    for (const auto& other : info.other_files) src.data_file(other);
+    src.entries.push_back(
+        {info.offset.value_or(decode_marker), info.total_bytes, src.data_file(info.file)});
   }
   src.groups.push_back(path);
 }
 
 void GroupScan::missing_field(hid_t group, const std::string& path, const std::string& field,
                               const std::string& file) const {
+  if (auto why = broken_link(group, path, field, file)) throw UsageError(*why);
   if (H5Lexists(group, field.c_str(), H5P_DEFAULT) > 0) {
     throw UsageError(fmt::format("{}/{} in {} is not a dataset (it is one in {})", path, field,
                                  file, m_first_group));
@@ -178,7 +199,7 @@ struct SourceWrite {
   IndexWriter& writer;
   const GroupsSource& src;
   std::size_t fields;
-  uint32_t file_id;
+  std::vector<uint32_t> file_ids;  // of src.data_files
   uint64_t start;
   uint64_t budget;
   bool pack;
@@ -190,18 +211,25 @@ void write_contiguous(const SourceWrite& s) {
   for (uint64_t i = 0; i < entries.size(); ++i) {
     if (entries[i].offset != decode_marker) order.push_back(i);
   }
-  std::sort(order.begin(), order.end(),
-            [&](uint64_t a, uint64_t b) { return entries[a].offset < entries[b].offset; });
-  auto fd = FileDescriptor::open(s.src.file, O_RDONLY);
+  std::sort(order.begin(), order.end(), [&](uint64_t a, uint64_t b) {
+    return std::pair(entries[a].file, entries[a].offset) <
+           std::pair(entries[b].file, entries[b].offset);
+  });
+  FileDescriptor fd;
   std::vector<std::byte> block;
   for (std::size_t b = 0; b < order.size();) {
+    const uint32_t file = entries[order[b]].file;
+    if (b == 0 || entries[order[b - 1]].file != file) {
+      fd = FileDescriptor::open(s.src.data_files[file], O_RDONLY);
+    }
     const uint64_t begin = entries[order[b]].offset;
     uint64_t end = begin + entries[order[b]].bytes;
     std::size_t e = b + 1;
     for (; e < order.size(); ++e) {
       const auto& next = entries[order[e]];
       const uint64_t new_end = std::max(end, next.offset + next.bytes);
-      if (next.offset > end + max_read_gap || new_end - begin > s.budget) break;
+      if (next.file != file || next.offset > end + max_read_gap || new_end - begin > s.budget)
+        break;
       end = new_end;
     }
     block.resize(end - begin);
@@ -215,7 +243,7 @@ void write_contiguous(const SourceWrite& s) {
       if (s.pack) {
         s.writer.put_packed(sample, field, bytes);
       } else {
-        s.writer.put_in_place(sample, field, s.file_id, entries[i].offset, bytes);
+        s.writer.put_in_place(sample, field, s.file_ids[file], entries[i].offset, bytes);
       }
     }
   }
@@ -243,7 +271,7 @@ void write_decoded(const SourceWrite& s, const std::vector<FieldStats>& fields) 
       auto type = h5_own(H5Dget_type(dset.get()), H5Tclose, "H5Dget_type", file_name);
       auto mem_type = memory_type(type.get(), file_name);
       buffer.resize(entry.bytes);
-      read_all(dset.get(), mem_type.get(), buffer, file_name);
+      read_all(dset.get(), mem_type.get(), buffer, path + "/" + name, file_name);
       s.writer.put_packed(s.start + g, static_cast<uint32_t>(f), buffer);
     }
   }
@@ -265,10 +293,16 @@ void flatten_groups(const FlattenRequest& request, IndexWriter& writer) {
   writer.set_attribute(std::string(attr_groups), request.groups);
   std::vector<std::string> files;
   for (const auto& s : sources) files.push_back(s.file);
-  const auto file_ids = record_sources(writer, "groups", starts, files);
+  record_sources(writer, "groups", starts, files);
   for (std::size_t k = 0; k < sources.size(); ++k) {
-    SourceWrite s{writer,      sources[k], scan.field_count(),
-                  file_ids[k], starts[k],  request.memory_budget,
+    std::vector<uint32_t> file_ids;
+    for (const auto& f : sources[k].data_files) file_ids.push_back(writer.add_source(f));
+    SourceWrite s{writer,
+                  sources[k],
+                  scan.field_count(),
+                  std::move(file_ids),
+                  starts[k],
+                  request.memory_budget,
                   request.pack};
     write_contiguous(s);
     write_decoded(s, scan.fields());

@@ -11,6 +11,8 @@
 #include <mutex>
 
 #include "ddstage/error.hpp"
+#include "hdf5_links.hpp"
+#include "hdf5_storage.hpp"
 
 namespace ddstage::formats::detail {
 
@@ -85,6 +87,7 @@ bool looks_like_hdf5(const std::filesystem::path& path) {
 
 H5Handle open_file(const std::filesystem::path& path) {
   silence_hdf5_errors();
+  prepare_filter_plugins();
   const std::string name = path.string();
   std::error_code ec;
   auto status = std::filesystem::status(path, ec);
@@ -120,7 +123,10 @@ bool path_exists(hid_t loc, const std::string& path) {
 }
 
 H5Handle open_dataset(hid_t loc, const std::string& path, const std::string& file) {
-  if (!path_exists(loc, path)) throw UsageError(fmt::format("no dataset {} in {}", path, file));
+  if (!path_exists(loc, path)) {
+    if (auto why = broken_link(loc, "", path, file)) throw UsageError(*why);
+    throw UsageError(fmt::format("no dataset {} in {}", path, file));
+  }
   auto object = h5_own(H5Oopen(loc, path.c_str(), H5P_DEFAULT), H5Oclose, "H5Oopen " + path, file);
   if (H5Iget_type(object.get()) != H5I_DATASET) {
     throw UsageError(fmt::format("{} in {} is not a dataset (a group or named type)", path, file));

@@ -5,6 +5,7 @@
 
 #include <concepts>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -54,6 +55,18 @@ T h5_check(T rc, std::string_view call, const std::string& file) {
 inline H5Handle h5_own(hid_t id, H5Handle::Closer close, std::string_view call,
                        const std::string& file) {
   return H5Handle(h5_check(id, call, file), close);
+}
+
+/// The text an HDF5 getter of the form get(char* buffer, size_t size) -> length returns (asked
+/// once for the length, once for the text); nullopt when it fails.
+template <class Get>
+std::optional<std::string> h5_string(Get get) {
+  const ssize_t size = get(nullptr, 0);
+  if (size < 0) return std::nullopt;
+  std::string text(static_cast<std::size_t>(size) + 1, '\0');
+  if (get(text.data(), text.size()) < 0) return std::nullopt;
+  text.resize(static_cast<std::size_t>(size));
+  return text;
 }
 
 /// Whether `path` looks like HDF5: its signature, or an .h5/.hdf5/.hdf name.

@@ -179,7 +179,7 @@ std::vector<FieldInfo> field_infos(const std::vector<Column>& columns, const Row
 // same bytes, slower.
 RowStream open_rows(const SourceWrite& s, hid_t dset, const DatasetInfo& info, uint64_t budget,
                     H5Handle& mem_type) {
-  if (info.offset) return RowStream::in_place(s.fd, info, budget);
+  if (info.offset) return RowStream::in_place(info, budget);
   const std::string file = s.fd.path().string();
   auto type = h5_own(H5Dget_type(dset), H5Tclose, "H5Dget_type " + info.path, file);
   mem_type = memory_type(type.get(), file);
@@ -219,12 +219,17 @@ void put_ragged(const SourceWrite& s, uint32_t field, hid_t data, hid_t offsets,
 void write_source(const RowsSource& src, const std::vector<Column>& columns, const SourceWrite& s) {
   auto file = open_file(src.file);
   for (uint32_t f = 0; f < columns.size(); ++f) {
+    // In-place entries point into the file that holds the dataset (another one behind an
+    // external link).
+    SourceWrite column = s;
+    column.file_id = add_data_files(s.writer, src.columns[f].data);
     auto data = open_dataset(file.get(), columns[f].data, src.file);
     if (!columns[f].ragged()) {
-      put_fixed(s, f, data.get(), src.columns[f]);
+      put_fixed(column, f, data.get(), src.columns[f]);
     } else {
+      add_data_files(s.writer, src.columns[f].offsets);
       auto offsets = open_dataset(file.get(), columns[f].offsets, src.file);
-      put_ragged(s, f, data.get(), offsets.get(), src.columns[f]);
+      put_ragged(column, f, data.get(), offsets.get(), src.columns[f]);
     }
   }
 }
@@ -243,6 +248,13 @@ void flatten_rows(const FlattenRequest& request, IndexWriter& writer) {
   for (const auto& s : sources) {
     starts.push_back(total);
     total += s.samples;
+  }
+  if (total == 0) {
+    std::string empty;
+    for (const auto& src : sources)
+      empty += fmt::format("{}{}: {}", empty.empty() ? "" : ", ", src.file,
+                           length_text(columns[0], src.columns[0]));
+    throw UsageError("no samples to index: " + empty);
   }
   writer.define(field_infos(columns, sources.front()), total);
   std::vector<std::string> files;
