@@ -12,6 +12,7 @@
 #include "ddstage/mapped_file.hpp"
 #include "ddstage/tool/file_descriptor.hpp"
 #include "hdf5_handle.hpp"
+#include "hdf5_types.hpp"
 
 namespace ddstage::formats::detail {
 
@@ -19,11 +20,12 @@ namespace ddstage::formats::detail {
 struct DatasetInfo {
   std::string path;
   DType dtype = DType::bytes;
+  ElementType element;         ///< dtype and what else the index records of one element
   std::vector<uint64_t> dims;  ///< empty for a scalar
   uint64_t row_bytes = 0;      ///< bytes of one index along dim 0 (of the whole value if scalar)
   uint64_t total_bytes = 0;
   /// File offset of the data when it can be read in place: contiguous, fully allocated, not
-  /// filtered and stored exactly as it decodes (little-endian).
+  /// filtered and stored exactly as it decodes (element.in_place).
   std::optional<uint64_t> offset;
   uint64_t chunk_rows = 1;  ///< rows per chunk along dim 0 (1 unless chunked)
 };

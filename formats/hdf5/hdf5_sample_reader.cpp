@@ -65,9 +65,18 @@ RowsField open_rows_field(hid_t file, const FieldInfo& info, const std::string& 
     data_path = info.source.substr(0, colon);
     offsets_path = info.source.substr(colon + 1);
   }
-  f.data = detail::open_dataset(file, data_path, name);
+  if (info.variable && offsets_path.empty()) {
+    throw UsageError(fmt::format(
+        "field '{}' ({} in {}) holds variable-length elements: this baseline reads fixed-size "
+        "rows and --ragged slices only",
+        info.name, info.source, name));
+  }
+  const auto path = detail::split_member(file, data_path);
+  f.data = detail::open_dataset(file, path.dataset, name);
   auto type = h5_own(H5Dget_type(f.data.get()), H5Tclose, "H5Dget_type " + data_path, name);
-  f.mem_type = detail::memory_type(type.get(), name);
+  f.mem_type = path.member.empty()
+                   ? detail::memory_type(type.get(), name)
+                   : detail::member_type(type.get(), path.member, path.dataset, name).memory;
   f.space = dataset_space(f.data.get(), name);
   f.dims.resize(static_cast<std::size_t>(
       h5_check(H5Sget_simple_extent_ndims(f.space.get()), "H5Sget_simple_extent_ndims", name)));
