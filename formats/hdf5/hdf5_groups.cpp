@@ -136,11 +136,12 @@ void GroupScan::missing_field(hid_t group, const std::string& path, const std::s
 }
 
 void GroupScan::note(FieldStats& field, const DatasetInfo& info, const std::string& file) const {
-  if (info.element.variable) {
-    throw UsageError(fmt::format(
-        "dataset {} in {} holds variable-length {}: --groups takes fixed-size elements (a "
-        "1-D dataset of them is a variable field with --field)",
-        info.path, file, info.element.encoding.empty() ? "sequences" : "strings"));
+  if (info.element.variable && !info.dims.empty()) {
+    throw UsageError(
+        fmt::format("dataset {} in {} holds {} variable-length {}: --groups takes one per group (a "
+                    "scalar), a 1-D dataset of them is a variable field with --field",
+                    info.path, file, shape_text(info.dims),
+                    info.element.encoding.empty() ? "sequences" : "strings"));
   }
   if (!field.seen) {
     field.seen = true;
@@ -189,6 +190,10 @@ std::vector<FieldInfo> GroupScan::field_infos() const {
     }
     if (f.same_shape || f.same_tail)
       info.shape.insert(info.shape.end(), e.shape.begin(), e.shape.end());
+    if (e.variable) {  // one string or sequence per group: its items are the rows
+      info.variable = true;
+      info.row_bytes = 0;
+    }
     out.push_back(std::move(info));
   }
   return out;
@@ -263,6 +268,13 @@ void write_decoded(const SourceWrite& s, const std::vector<FieldStats>& fields) 
                          "H5Dopen2 " + path + "/" + name, file_name);
       auto type = h5_own(H5Dget_type(dset.get()), H5Tclose, "H5Dget_type", file_name);
       auto mem_type = memory_type(type.get(), file_name);
+      if (fields[f].element.variable) {
+        VlenBuffer one(mem_type.get(), 1, file_name);
+        h5_check(H5Dread(dset.get(), mem_type.get(), one.space(), H5S_ALL, H5P_DEFAULT, one.data()),
+                 "H5Dread " + path + "/" + name, file_name);
+        s.writer.put_packed(s.start + g, static_cast<uint32_t>(f), one.element(0));
+        continue;
+      }
       buffer.resize(entry.bytes);
       read_all(dset.get(), mem_type.get(), buffer, file_name);
       s.writer.put_packed(s.start + g, static_cast<uint32_t>(f), buffer);

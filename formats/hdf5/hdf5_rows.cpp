@@ -285,7 +285,7 @@ void put_variable(const SourceWrite& s, uint32_t field, hid_t dset, const Column
         H5Dread(dset, mem_type.get(), block.space(), file_space.get(), H5P_DEFAULT, block.data()),
         "H5Dread " + col.data.path, file);
     for (uint64_t i = 0; i < count; ++i) {
-      s.writer.put_packed(s.start + first + i, field, block.element(i, col.element.item_bytes));
+      s.writer.put_packed(s.start + first + i, field, block.element(i));
     }
   }
 }

@@ -175,7 +175,6 @@ Mapped map_string(hid_t type, const Where& at) {
   auto memory = own_type(H5Tcopy(type), at, "H5Tcopy");
   if (h5_check(H5Tis_variable_str(type), "H5Tis_variable_str", at.file) > 0) {
     element.variable = true;
-    element.item_bytes = 1;
     return finish(std::move(element), std::move(memory), type, at);
   }
   h5_check(H5Tset_strpad(memory.get(), H5T_STR_NULLPAD), "H5Tset_strpad", at.file);
@@ -210,7 +209,6 @@ Mapped map_sequence(hid_t type, const Where& at) {
   auto memory = own_type(H5Tvlen_create(base.memory.get()), at, "H5Tvlen_create");
   ElementType element = std::move(base.element);
   element.variable = true;
-  element.item_bytes = element.bytes;
   return finish(std::move(element), std::move(memory), type, at);
 }
 
@@ -424,10 +422,19 @@ MemberType member_type(hid_t type, const std::string& member, const std::string&
   return {std::move(mapped.element), H5Tget_member_offset(type, i), std::move(memory)};
 }
 
+bool variable_length(hid_t mem_type) {
+  return H5Tget_class(mem_type) == H5T_VLEN || H5Tis_variable_str(mem_type) > 0;
+}
+
 VlenBuffer::VlenBuffer(hid_t mem_type, uint64_t count, const std::string& file)
     : m_mem_type(mem_type),
       m_string(H5Tget_class(mem_type) == H5T_STRING),
+      m_item_bytes(1),
       m_buffer(count * H5Tget_size(mem_type)) {
+  if (!m_string) {
+    auto item = h5_own(H5Tget_super(mem_type), H5Tclose, "H5Tget_super", file);
+    m_item_bytes = H5Tget_size(item.get());
+  }
   hsize_t n = count;
   m_space = h5_own(H5Screate_simple(1, &n, nullptr), H5Sclose, "H5Screate_simple", file);
 }
@@ -437,7 +444,7 @@ VlenBuffer::~VlenBuffer() {
   H5Dvlen_reclaim(m_mem_type, m_space.get(), H5P_DEFAULT, m_buffer.data());
 }
 
-std::span<const std::byte> VlenBuffer::element(uint64_t i, uint64_t item_bytes) const {
+std::span<const std::byte> VlenBuffer::element(uint64_t i) const {
   if (m_string) {
     const char* s = nullptr;
     std::memcpy(&s, m_buffer.data() + i * sizeof s, sizeof s);
@@ -446,7 +453,7 @@ std::span<const std::byte> VlenBuffer::element(uint64_t i, uint64_t item_bytes) 
   }
   hvl_t v{};
   std::memcpy(&v, m_buffer.data() + i * sizeof v, sizeof v);
-  return {static_cast<const std::byte*>(v.p), v.len * item_bytes};
+  return {static_cast<const std::byte*>(v.p), v.len * m_item_bytes};
 }
 
 }  // namespace ddstage::formats::detail

@@ -23,9 +23,8 @@ struct ElementType {
   /// dataset of them becomes a variable field (rows mode, 1-D datasets only).
   bool variable = false;
   /// Bytes of one element in memory (for a variable element, of the hvl_t or char* HDF5 reads
-  /// into); for a variable element's items, item_bytes.
+  /// into).
   uint64_t bytes = 0;
-  uint64_t item_bytes = 0;
   /// Whether the stored bytes are already the memory type's: only then can data stay in place.
   bool in_place = false;
 };
@@ -67,7 +66,11 @@ struct MemberType {
 MemberType member_type(hid_t type, const std::string& member, const std::string& path,
                        const std::string& file);
 
-/// Frees what H5Dread allocated for variable-length elements when it goes out of scope.
+/// Whether a memory type is a variable-length string or sequence (read into a VlenBuffer).
+bool variable_length(hid_t mem_type);
+
+/// `count` variable-length elements of `mem_type` (which must outlive it) to H5Dread into;
+/// frees what H5Dread allocated for them when it goes out of scope.
 class VlenBuffer {
  public:
   VlenBuffer(hid_t mem_type, uint64_t count, const std::string& file);
@@ -78,11 +81,12 @@ class VlenBuffer {
   hid_t space() const { return m_space.get(); }
   void* data() { return m_buffer.data(); }
   /// Items of element i, as bytes: a string without its NUL, or a sequence's items.
-  std::span<const std::byte> element(uint64_t i, uint64_t item_bytes) const;
+  std::span<const std::byte> element(uint64_t i) const;
 
  private:
   hid_t m_mem_type;
   bool m_string;
+  uint64_t m_item_bytes;
   H5Handle m_space;
   std::vector<std::byte> m_buffer;
 };

@@ -250,13 +250,17 @@ def test_groups_mode_takes_records_strings_and_enums(ddstage, tmp_path):
             grp["points"] = rng.standard_normal((g + 1,)).astype("c8")
             grp.create_dataset("label", data=np.bytes_(f"label {g}"), dtype="S9")
             grp.create_dataset("colour", data=np.int16(-5), dtype=h5py.enum_dtype(COLOURS, "i2"))
+            grp.create_dataset("caption", data="légende %d" % g * g, dtype=h5py.string_dtype())
     ddx = flatten(ddstage, tmp_path / "g.ddx", src, "--groups", "/s/*")
     fields = {f["name"]: f for f in info_json(ddstage, ddx)["fields"]}
     assert fields["meta"]["dtype"] == "structured" and fields["meta"]["shape"] == [RECORD.itemsize]
     assert fields["points"]["variable"] and fields["points"]["dtype"] == "complex64"
     assert fields["label"]["encoding"] == "ascii" and fields["colour"]["enum"] == COLOURS
+    assert fields["caption"]["variable"] and fields["caption"]["encoding"] == "utf-8"
     with h5py.File(src, "r") as f:
-        for name in fields:
+        captions = b"".join(f[f"s/{g:02d}/caption"][()] for g in range(5))
+        assert read_bytes(ddstage, ddx, "0-4", "caption") == captions
+        for name in set(fields) - {"caption"}:
             expected = b"".join(f[f"s/{g:02d}/{name}"][...].tobytes() for g in range(5))
             assert read_bytes(ddstage, ddx, "0-4", name) == expected, name
 
@@ -270,7 +274,7 @@ def refusal_file(path):
         f.create_dataset("objs", (4,), dtype=[("id", "<i4"), ("name", h5py.string_dtype())])
         f["rec"] = np.zeros(4, RECORD)
         f.create_dataset("vs2d", (4, 2), dtype=h5py.string_dtype())
-        f.create_dataset("g/0/caption", data="a caption", dtype=h5py.string_dtype())
+        f.create_dataset("g/0/captions", data=["one", "two"], dtype=h5py.string_dtype())
 
 
 @pytest.mark.parametrize("args, words", [
@@ -280,7 +284,7 @@ def refusal_file(path):
     (["--field", "/objs"], ["/objs", "member 'name'", "variable-length"]),
     (["--field", "x=/rec.nope"], ["/rec", "no member 'nope'", "members: id, score, tag"]),
     (["--field", "/vs2d"], ["/vs2d", "variable-length strings", "1-D"]),
-    (["--groups", "/g/*"], ["/g/0/caption", "variable-length strings", "--groups"]),
+    (["--groups", "/g/*"], ["/g/0/captions", "[2] variable-length strings", "one per group"]),
 ])
 def test_refusals_name_file_dataset_and_reason(ddstage, tmp_path, args, words):
     src = tmp_path / "refuse.h5"
