@@ -34,10 +34,11 @@ uint64_t chunk_rows_of(hid_t dset, std::size_t rank, const std::string& file) {
 
 }  // namespace
 
-DatasetInfo describe_dataset(hid_t dset, std::string path, const std::string& file) {
+DatasetInfo describe_dataset(hid_t dset, std::string path, const std::string& file,
+                             const ElementType* element) {
   DatasetInfo info;
   auto type = h5_own(H5Dget_type(dset), H5Tclose, "H5Dget_type " + path, file);
-  info.element = element_type(type.get(), path, file);
+  info.element = element ? *element : element_type(type.get(), path, file);
   info.dtype = info.element.dtype;
   auto space = h5_own(H5Dget_space(dset), H5Sclose, "H5Dget_space " + path, file);
   info.dims = dataset_dims(space.get(), path, file);

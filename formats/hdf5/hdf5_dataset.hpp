@@ -30,8 +30,11 @@ struct DatasetInfo {
   uint64_t chunk_rows = 1;  ///< rows per chunk along dim 0 (1 unless chunked)
 };
 
-/// Reads a dataset's type, shape and storage. UsageError for unsupported types.
-DatasetInfo describe_dataset(hid_t dset, std::string path, const std::string& file);
+/// Reads a dataset's type, shape and storage. UsageError for unsupported types. `element`,
+/// when given, stands for the dataset's own element type (a compound member's field sees the
+/// records as bytes).
+DatasetInfo describe_dataset(hid_t dset, std::string path, const std::string& file,
+                             const ElementType* element = nullptr);
 
 /// "[1000,28,28]" ("[]" for a scalar).
 std::string shape_text(const std::vector<uint64_t>& dims);

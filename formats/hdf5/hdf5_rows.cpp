@@ -112,18 +112,41 @@ uint64_t elements_per_row(const DatasetInfo& info) {
   return n;
 }
 
-void describe_element(hid_t dset, const Column& c, const std::string& member,
-                      const std::string& name, ColumnInfo& col) {
-  col.element = col.data.element;
-  if (!member.empty()) {
-    auto type = h5_own(H5Dget_type(dset), H5Tclose, "H5Dget_type " + col.data.path, name);
-    auto m = member_type(type.get(), member, col.data.path, name);
-    col.element = std::move(m.element);
-    col.member = member;
-    col.member_offset = m.offset;
-    // In place, a row must be one stored record, so the member is one slice of it.
-    if (c.ragged() || col.data.dims.size() != 1) col.data.offset.reset();
+// A member field sees its dataset's records as opaque bytes of their stored size: only the
+// member must be a supported type (a record may hold strings h5py reads as objects). The
+// records stay in place when the member's stored bytes are its memory bytes, and no
+// variable-length member makes H5Dget_type's offsets (in memory) differ from those on disk.
+DatasetInfo describe_member(hid_t dset, const MemberPath& path, const std::string& name,
+                            ColumnInfo& col) {
+  auto type = h5_own(H5Dget_type(dset), H5Tclose, "H5Dget_type " + path.dataset, name);
+  auto m = member_type(type.get(), path.member, path.dataset, name);
+  const bool has_heap = h5_check(H5Tdetect_class(type.get(), H5T_VLEN), "H5Tdetect_class", name);
+  const ElementType record{.bytes = H5Tget_size(type.get()),
+                           .in_place = m.element.in_place && !has_heap};
+  col.element = std::move(m.element);
+  col.member = path.member;
+  col.member_offset = m.offset;
+  return describe_dataset(dset, path.dataset, name, &record);
+}
+
+ColumnInfo describe_column(hid_t file, const Column& c, const std::string& name, uint64_t budget) {
+  ColumnInfo col;
+  const auto path = split_member(file, c.data);
+  auto data = open_dataset(file, path.dataset, name);
+  if (path.member.empty()) {
+    col.data = describe_dataset(data.get(), path.dataset, name);
+    col.element = col.data.element;
+  } else {
+    col.data = describe_member(data.get(), path, name, col);
   }
+  if (col.data.dims.empty()) {
+    throw UsageError(
+        fmt::format("dataset {} in {} is a scalar (0-d): --field and --ragged need rows "
+                    "along the first dimension (one value per group is --groups)",
+                    c.data, name));
+  }
+  // In place, a member is one slice of each row, so a row must be one stored record.
+  if (!col.member.empty() && (c.ragged() || col.data.dims.size() != 1)) col.data.offset.reset();
   col.row_bytes = col.element.bytes * elements_per_row(col.data);
   if (col.element.variable && (c.ragged() || col.data.dims.size() != 1)) {
     throw UsageError(fmt::format(
@@ -132,20 +155,6 @@ void describe_element(hid_t dset, const Column& c, const std::string& member,
         c.data, name, col.element.encoding.empty() ? "sequences" : "strings",
         shape_text(col.data.dims), c.ragged() ? ", given with --ragged" : ""));
   }
-}
-
-ColumnInfo describe_column(hid_t file, const Column& c, const std::string& name, uint64_t budget) {
-  ColumnInfo col;
-  const auto path = split_member(file, c.data);
-  auto data = open_dataset(file, path.dataset, name);
-  col.data = describe_dataset(data.get(), path.dataset, name);
-  if (col.data.dims.empty()) {
-    throw UsageError(
-        fmt::format("dataset {} in {} is a scalar (0-d): --field and --ragged need rows "
-                    "along the first dimension (one value per group is --groups)",
-                    c.data, name));
-  }
-  describe_element(data.get(), c, path.member, name, col);
   col.samples = col.data.dims[0];
   if (c.ragged()) {
     auto offsets = open_dataset(file, c.offsets, name);

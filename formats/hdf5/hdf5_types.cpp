@@ -262,7 +262,9 @@ Mapped map_compound(hid_t type, const Where& at) {
     auto mapped = map_type(m.type.get(), inner);
     const auto& e = mapped.element;
     if (e.variable) {
-      refuse(inner, type, "variable-length members are Python objects to h5py, not bytes");
+      refuse(inner, type,
+             "variable-length members are Python objects to h5py, not bytes (take the other "
+             "members with --field NAME=/DATASET.MEMBER)");
     }
     if (e.dtype == DType::structured) {
       refuse(inner, type,

@@ -239,6 +239,22 @@ def test_member_as_its_own_field(ddstage, corpus, tmp_path, layout):
         assert read_bytes(ddstage, ddx, spec, name) == np.ascontiguousarray(values[ids]).tobytes()
 
 
+def test_fixed_members_of_records_holding_strings(ddstage, tmp_path):
+    """h5py tables often hold a variable-length string member: the whole record is refused
+    (h5py reads it as objects), its other members are fields (decoded: the stored records are
+    laid out otherwise than HDF5 describes them in memory)."""
+    src = tmp_path / "table.h5"
+    table = np.dtype([("id", "<i8"), ("name", h5py.string_dtype()), ("w", "<f4")])
+    with h5py.File(src, "w") as f:
+        ds = f.create_dataset("t", (N,), dtype=table)
+        for i in range(N):
+            ds[i] = (i * 3, f"row {i}", i / 4)
+    ddx = flatten(ddstage, tmp_path / "t.ddx", src, "--field", "id=/t.id", "--field", "w=/t.w")
+    with h5py.File(src, "r") as f:
+        for name in ("id", "w"):
+            assert read_bytes(ddstage, ddx, f"0-{N - 1}", name) == f["t"][name].tobytes()
+
+
 def test_groups_mode_takes_records_strings_and_enums(ddstage, tmp_path):
     src = tmp_path / "groups.h5"
     rng = np.random.default_rng(4)
@@ -283,6 +299,7 @@ def refusal_file(path):
     (["--field", "/nested"], ["/nested", "member 'pos'", "records inside records"]),
     (["--field", "/objs"], ["/objs", "member 'name'", "variable-length"]),
     (["--field", "x=/rec.nope"], ["/rec", "no member 'nope'", "members: id, score, tag"]),
+    (["--field", "x=/objs.name"], ["/objs", "member 'name'", "cannot be its own field"]),
     (["--field", "/vs2d"], ["/vs2d", "variable-length strings", "1-D"]),
     (["--groups", "/g/*"], ["/g/0/captions", "[2] variable-length strings", "one per group"]),
 ])
