@@ -75,10 +75,13 @@ H5Handle half_type(const Where& at) {
 
 // Stored bytes equal decoded ones only when every property of the two types agrees (byte
 // order, precision, padding, exponent bias, member offsets...): the layout alone is not enough
-// (VAX floats have IEEE's layout and another bias).
+// (VAX floats have IEEE's layout and another bias). A variable-length element is never stored
+// as it decodes (the file holds references into its heap), even where H5Dget_type's type,
+// described as in memory, equals the memory type.
 Mapped finish(ElementType element, H5Handle memory, hid_t file_type, const Where& at) {
   element.bytes = H5Tget_size(memory.get());
-  element.in_place = h5_check(H5Tequal(file_type, memory.get()), "H5Tequal", at.file) > 0;
+  element.in_place =
+      !element.variable && h5_check(H5Tequal(file_type, memory.get()), "H5Tequal", at.file) > 0;
   return {std::move(element), std::move(memory)};
 }
 

@@ -267,16 +267,20 @@ def test_groups_mode_takes_records_strings_and_enums(ddstage, tmp_path):
             grp.create_dataset("label", data=np.bytes_(f"label {g}"), dtype="S9")
             grp.create_dataset("colour", data=np.int16(-5), dtype=h5py.enum_dtype(COLOURS, "i2"))
             grp.create_dataset("caption", data="légende %d" % g * g, dtype=h5py.string_dtype())
+            grp.create_dataset("seq", (), dtype=h5py.vlen_dtype("i4"))[()] = np.arange(g) * 7
     ddx = flatten(ddstage, tmp_path / "g.ddx", src, "--groups", "/s/*")
     fields = {f["name"]: f for f in info_json(ddstage, ddx)["fields"]}
     assert fields["meta"]["dtype"] == "structured" and fields["meta"]["shape"] == [RECORD.itemsize]
     assert fields["points"]["variable"] and fields["points"]["dtype"] == "complex64"
     assert fields["label"]["encoding"] == "ascii" and fields["colour"]["enum"] == COLOURS
     assert fields["caption"]["variable"] and fields["caption"]["encoding"] == "utf-8"
+    assert fields["seq"]["variable"] and fields["seq"]["dtype"] == "int32"
     with h5py.File(src, "r") as f:
-        captions = b"".join(f[f"s/{g:02d}/caption"][()] for g in range(5))
-        assert read_bytes(ddstage, ddx, "0-4", "caption") == captions
-        for name in set(fields) - {"caption"}:
+        for name in ("caption", "seq"):  # one string or sequence per group: its bytes
+            items = [f[f"s/{g:02d}/{name}"][()] for g in range(5)]
+            expected = b"".join(i if isinstance(i, bytes) else i.tobytes() for i in items)
+            assert read_bytes(ddstage, ddx, "0-4", name) == expected, name
+        for name in set(fields) - {"caption", "seq"}:
             expected = b"".join(f[f"s/{g:02d}/{name}"][...].tobytes() for g in range(5))
             assert read_bytes(ddstage, ddx, "0-4", name) == expected, name
 
