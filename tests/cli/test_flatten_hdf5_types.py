@@ -23,7 +23,7 @@ LAYOUTS = ["contiguous", "gzip", "compact"]
 RECORD = np.dtype([("id", "<i4"), ("score", "<f8"), ("tag", "S5"), ("patch", "<f4", (2, 3)),
                    ("flag", "u1")])
 ALIGNED = np.dtype([("a", "i1"), ("b", "<f8"), ("c", "<i2")], align=True)  # padding inside
-BIG = np.dtype([("x", ">i4"), ("y", ">f8")])
+BIG = np.dtype([("x", ">i4"), ("y", ">f8"), ("z", ">c8")])  # a complex member: h5py's {r, i}
 COLOURS = {"RED": 0, "GREEN": 1, "BLUE": -5}
 
 
@@ -55,6 +55,14 @@ def nbit_int():
     return t
 
 
+def shifted_uint():
+    """10 significant bits at bit offset 3 of a uint16."""
+    t = h5t.STD_U16LE.copy()
+    t.set_precision(10)
+    t.set_offset(3)
+    return t
+
+
 def type_corpus(rng):
     """name -> (data to write, HDF5 file type or None for h5py's own from data's dtype)."""
     rec = np.zeros(N, RECORD)
@@ -66,7 +74,7 @@ def type_corpus(rng):
     aligned = np.zeros(N, ALIGNED)
     aligned["a"], aligned["b"], aligned["c"] = rng.integers(-9, 9, N), rng.random(N), np.arange(N)
     big = np.zeros(N, BIG)
-    big["x"], big["y"] = rng.integers(-99, 99, N), rng.standard_normal(N)
+    big["x"], big["y"], big["z"] = rng.integers(-99, 99, N), rng.standard_normal(N), 1 - 1j * np.arange(N)
     text = words(rng, N)
     return {
         "rec": (rec, None),
@@ -87,6 +95,7 @@ def type_corpus(rng):
         "vfloat": (np.array([rng.standard_normal(i % 4) for i in range(N)] + [None], object)[:N],
                    h5py.vlen_dtype("f8")),
         "nbit": (rng.integers(-2048, 2047, N).astype("i2"), nbit_int()),
+        "shifted": (rng.integers(0, 1023, N).astype("u2"), shifted_uint()),
         "reduced": (rng.standard_normal(N).astype("f4"), reduced_float()),
         "bias": (rng.standard_normal(N) * 1e3, ieee_layout_other_bias()),
         "f16": (rng.standard_normal((N, 3)).astype("f2"), None),
@@ -207,8 +216,9 @@ def test_info_describes_the_types(ddstage, flattened):
     assert (fields["array"]["dtype"], fields["array"]["shape"]) == ("float32", [2, 3])
     assert (fields["vint"]["dtype"], fields["vint"]["variable"]) == ("int32", True)
     assert fields["vfloat"]["dtype"] == "float64"
-    assert [fields[n]["dtype"] for n in ("nbit", "reduced", "bias", "f16")] == \
-        ["int16", "float32", "float64", "float16"]
+    assert [fields[n]["dtype"] for n in ("nbit", "shifted", "reduced", "bias", "f16")] == \
+        ["int16", "uint16", "float32", "float64", "float16"]
+    assert [m["dtype"] for m in fields["big"]["members"]] == ["int32", "float64", "complex64"]
 
 
 def test_records_stay_in_place_unless_converted(ddstage, corpus, tmp_path):
@@ -222,11 +232,13 @@ def test_records_stay_in_place_unless_converted(ddstage, corpus, tmp_path):
     assert pack_files(ddx) != []
 
 
-@pytest.mark.parametrize("layout", ["contiguous", "gzip"])
-def test_member_as_its_own_field(ddstage, corpus, tmp_path, layout):
+@pytest.mark.parametrize("layout, pack", [("contiguous", False), ("contiguous", True),
+                                          ("gzip", False)])
+def test_member_as_its_own_field(ddstage, corpus, tmp_path, layout, pack):
     src = corpus[layout]
     ddx = flatten(ddstage, tmp_path / "m.ddx", src, "--field", "id=/rec.id", "--field",
-                  "patch=/rec.patch", "--field", "tag=/rec.tag", "--field", "y=/big.y")
+                  "patch=/rec.patch", "--field", "tag=/rec.tag", "--field", "y=/big.y",
+                  *(["--pack"] if pack else []))
     fields = {f["name"]: f for f in info_json(ddstage, ddx)["fields"]}
     assert (fields["patch"]["dtype"], fields["patch"]["shape"], fields["patch"]["source"]) == \
         ("float32", [2, 3], "/rec.patch")
@@ -294,12 +306,16 @@ def refusal_file(path):
         f.create_dataset("objs", (4,), dtype=[("id", "<i4"), ("name", h5py.string_dtype())])
         f["rec"] = np.zeros(4, RECORD)
         f.create_dataset("vs2d", (4, 2), dtype=h5py.string_dtype())
+        f["blobs"] = np.zeros(4, "V6")  # h5py writes numpy void as opaque
+        h5d.create(f.id, b"bits", h5t.STD_B16LE, h5s.create_simple((4,)))
         f.create_dataset("g/0/captions", data=["one", "two"], dtype=h5py.string_dtype())
 
 
 @pytest.mark.parametrize("args, words", [
     (["--field", "/ld"], ["/ld", "float of 16 bytes", "long double"]),
     (["--field", "/refs"], ["/refs", "reference", "point at objects"]),
+    (["--field", "/blobs"], ["/blobs", "opaque of 6 bytes", "no type to record"]),
+    (["--field", "/bits"], ["/bits", "bitfield of 2 bytes", "no numpy type"]),
     (["--field", "/nested"], ["/nested", "member 'pos'", "records inside records"]),
     (["--field", "/objs"], ["/objs", "member 'name'", "variable-length"]),
     (["--field", "x=/rec.nope"], ["/rec", "no member 'nope'", "members: id, score, tag"]),
