@@ -36,21 +36,23 @@ uint64_t chunk_rows_of(hid_t dcpl, std::size_t rank, const std::string& file) {
 
 }  // namespace
 
-DatasetInfo describe_dataset(hid_t dset, std::string path, const std::string& file) {
+DatasetInfo describe_dataset(hid_t dset, std::string path, const std::string& file,
+                             const ElementType* element) {
   DatasetInfo info;
   info.file = file_of(dset, file);
   auto type = h5_own(H5Dget_type(dset), H5Tclose, "H5Dget_type " + path, file);
-  info.dtype = dtype_of(type.get(), path, file);
+  info.element = element ? *element : element_type(type.get(), path, file);
+  info.dtype = info.element.dtype;
   auto space = h5_own(H5Dget_space(dset), H5Sclose, "H5Dget_space " + path, file);
   info.dims = dataset_dims(space.get(), path, file);
-  info.row_bytes = dtype_size(info.dtype);
+  info.row_bytes = info.element.bytes;
   for (std::size_t d = 1; d < info.dims.size(); ++d) info.row_bytes *= info.dims[d];
   info.total_bytes = info.dims.empty() ? info.row_bytes : info.row_bytes * info.dims[0];
   // HADDR_UNDEF for chunked, compact, external and not yet allocated storage; filters need
   // chunks, so a defined offset already means contiguous, unfiltered and in this file (which
   // spares in-place datasets a creation property list: 40,000 small ones took 30% longer).
   haddr_t offset = H5Dget_offset(dset);
-  if (offset != HADDR_UNDEF && stored_as_memory(type.get()) &&
+  if (offset != HADDR_UNDEF && info.element.in_place &&
       H5Dget_storage_size(dset) == info.total_bytes) {
     info.offset = offset;
   } else {

@@ -13,6 +13,7 @@
 #include "ddstage/tool/file_descriptor.hpp"
 #include "ddstage/tool/index_writer.hpp"
 #include "hdf5_handle.hpp"
+#include "hdf5_types.hpp"
 
 namespace ddstage::formats::detail {
 
@@ -27,18 +28,22 @@ struct DatasetInfo {
   /// place, the HDF5 file that describes it.
   std::vector<std::string> other_files;
   DType dtype = DType::bytes;
+  ElementType element;         ///< dtype and what else the index records of one element
   std::vector<uint64_t> dims;  ///< empty for a scalar
   uint64_t row_bytes = 0;      ///< bytes of one index along dim 0 (of the whole value if scalar)
   uint64_t total_bytes = 0;
   /// File offset of the data when it can be read in place: contiguous, fully allocated, not
-  /// filtered and stored exactly as it decodes (little-endian).
+  /// filtered and stored exactly as it decodes (element.in_place).
   std::optional<uint64_t> offset;
   uint64_t chunk_rows = 1;  ///< rows per chunk along dim 0 (1 unless chunked)
 };
 
 /// Reads a dataset's type, shape and storage. UsageError for unsupported types, filters this
-/// process cannot decode and external raw data files it cannot read.
-DatasetInfo describe_dataset(hid_t dset, std::string path, const std::string& file);
+/// process cannot decode and external raw data files it cannot read. `element`, when given,
+/// stands for the dataset's own element type (a compound member's field sees the records as
+/// bytes).
+DatasetInfo describe_dataset(hid_t dset, std::string path, const std::string& file,
+                             const ElementType* element = nullptr);
 
 /// Records every file the dataset's bytes come from as a source of the index (so staleness
 /// covers a file reached through an external link) and returns the file id of info.file.

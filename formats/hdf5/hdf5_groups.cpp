@@ -35,7 +35,7 @@ struct GroupEntry {
 struct FieldStats {
   std::string name;
   bool seen = false;
-  DType dtype = DType::bytes;
+  ElementType element;
   std::vector<uint64_t> dims;  // of the first group's dataset
   std::string first;           // "PATH in FILE" of that dataset, for messages
   bool same_shape = true;
@@ -157,17 +157,25 @@ void GroupScan::missing_field(hid_t group, const std::string& path, const std::s
 }
 
 void GroupScan::note(FieldStats& field, const DatasetInfo& info, const std::string& file) const {
+  if (info.element.variable && !info.dims.empty()) {
+    throw UsageError(
+        fmt::format("dataset {} in {} holds {} variable-length {}: --groups takes one per group (a "
+                    "scalar), a 1-D dataset of them is a variable field with --field",
+                    info.path, file, shape_text(info.dims),
+                    info.element.encoding.empty() ? "sequences" : "strings"));
+  }
   if (!field.seen) {
     field.seen = true;
-    field.dtype = info.dtype;
+    field.element = info.element;
     field.dims = info.dims;
     field.first = fmt::format("{} in {}", info.path, file);
     return;
   }
-  if (info.dtype != field.dtype) {
-    throw UsageError(
-        fmt::format("dataset {} in {} is {} but {} is {}: a field's dtype must agree across groups",
-                    info.path, file, dtype_name(info.dtype), field.first, dtype_name(field.dtype)));
+  if (!same_element(info.element, field.element)) {
+    throw UsageError(fmt::format(
+        "dataset {} in {} is {} but {} is {}: a field's dtype (with its members, encoding or "
+        "enum names) must agree across groups",
+        info.path, file, dtype_name(info.dtype), field.first, dtype_name(field.element.dtype)));
   }
   if (info.dims != field.dims) field.same_shape = false;
   if (!same_tail(info.dims, field.dims)) field.same_tail = false;
@@ -176,18 +184,36 @@ void GroupScan::note(FieldStats& field, const DatasetInfo& info, const std::stri
 std::vector<FieldInfo> GroupScan::field_infos() const {
   std::vector<FieldInfo> out;
   for (const auto& f : m_fields) {
+    const auto& e = f.element;
     FieldInfo info{.name = f.name,
-                   .dtype = f.dtype,
+                   .dtype = e.dtype,
                    .shape = {},
                    .variable = !f.same_shape,
                    .row_bytes = 0,
-                   .source = m_request.groups + "/" + f.name};
+                   .source = m_request.groups + "/" + f.name,
+                   .members = e.members,
+                   .encoding = e.encoding,
+                   .enum_names = e.enum_names};
     if (f.same_shape) {
       info.shape = f.dims;
-      info.row_bytes = dtype_size(f.dtype);
+      info.row_bytes = e.bytes;
       for (auto d : f.dims) info.row_bytes *= d;
     } else if (f.same_tail) {
       info.shape.assign(f.dims.begin() + 1, f.dims.end());
+    }
+    // A variable field without a common tail is opaque bytes: its last axis cannot be a
+    // record's or a string's size.
+    if (!f.same_shape && !f.same_tail && !e.shape.empty()) {
+      throw UsageError(
+          fmt::format("field {} ({}) has a different shape in different groups: "
+                      "--groups can vary the first dimension of {} only",
+                      f.name, f.first, dtype_name(e.dtype)));
+    }
+    if (f.same_shape || f.same_tail)
+      info.shape.insert(info.shape.end(), e.shape.begin(), e.shape.end());
+    if (e.variable) {  // one string or sequence per group: its items are the rows
+      info.variable = true;
+      info.row_bytes = 0;
     }
     out.push_back(std::move(info));
   }
@@ -270,6 +296,13 @@ void write_decoded(const SourceWrite& s, const std::vector<FieldStats>& fields) 
                          "H5Dopen2 " + path + "/" + name, file_name);
       auto type = h5_own(H5Dget_type(dset.get()), H5Tclose, "H5Dget_type", file_name);
       auto mem_type = memory_type(type.get(), file_name);
+      if (fields[f].element.variable) {
+        VlenBuffer one(mem_type.get(), 1, file_name);
+        h5_check(H5Dread(dset.get(), mem_type.get(), one.space(), H5S_ALL, H5P_DEFAULT, one.data()),
+                 "H5Dread " + path + "/" + name, file_name);
+        s.writer.put_packed(s.start + g, static_cast<uint32_t>(f), one.element(0));
+        continue;
+      }
       buffer.resize(entry.bytes);
       read_all(dset.get(), mem_type.get(), buffer, path + "/" + name, file_name);
       s.writer.put_packed(s.start + g, static_cast<uint32_t>(f), buffer);

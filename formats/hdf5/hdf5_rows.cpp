@@ -2,6 +2,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 #include <set>
 
@@ -23,9 +24,13 @@ struct Column {
 
 /// A column as found in one source file.
 struct ColumnInfo {
-  DatasetInfo data;
+  DatasetInfo data;     // a member column's: the whole compound dataset
   DatasetInfo offsets;  // ragged only
   uint64_t samples = 0;
+  ElementType element;  // what one element of the field is: data's, or the member's
+  std::string member;   // a compound member taken as the field (--field NAME=/DATASET.MEMBER)
+  uint64_t member_offset = 0;
+  uint64_t row_bytes = 0;  // of the field, in memory (a variable element's hvl_t or char*)
 };
 
 struct RowsSource {
@@ -101,15 +106,54 @@ void check_offsets(hid_t dset, const ColumnInfo& col, const std::string& file, u
   }
 }
 
+uint64_t elements_per_row(const DatasetInfo& info) {
+  uint64_t n = 1;
+  for (std::size_t d = 1; d < info.dims.size(); ++d) n *= info.dims[d];
+  return n;
+}
+
+// A member field sees its dataset's records as opaque bytes of their stored size: only the
+// member must be a supported type (a record may hold strings h5py reads as objects). The
+// records stay in place when the member's stored bytes are its memory bytes, and no
+// variable-length member makes H5Dget_type's offsets (in memory) differ from those on disk.
+DatasetInfo describe_member(hid_t dset, const MemberPath& path, const std::string& name,
+                            ColumnInfo& col) {
+  auto type = h5_own(H5Dget_type(dset), H5Tclose, "H5Dget_type " + path.dataset, name);
+  auto m = member_type(type.get(), path.member, path.dataset, name);
+  const bool has_heap = h5_check(H5Tdetect_class(type.get(), H5T_VLEN), "H5Tdetect_class", name);
+  const ElementType record{.bytes = H5Tget_size(type.get()),
+                           .in_place = m.element.in_place && !has_heap};
+  col.element = std::move(m.element);
+  col.member = path.member;
+  col.member_offset = m.offset;
+  return describe_dataset(dset, path.dataset, name, &record);
+}
+
 ColumnInfo describe_column(hid_t file, const Column& c, const std::string& name, uint64_t budget) {
   ColumnInfo col;
-  auto data = open_dataset(file, c.data, name);
-  col.data = describe_dataset(data.get(), c.data, name);
+  const auto path = split_member(file, c.data);
+  auto data = open_dataset(file, path.dataset, name);
+  if (path.member.empty()) {
+    col.data = describe_dataset(data.get(), path.dataset, name);
+    col.element = col.data.element;
+  } else {
+    col.data = describe_member(data.get(), path, name, col);
+  }
   if (col.data.dims.empty()) {
     throw UsageError(
         fmt::format("dataset {} in {} is a scalar (0-d): --field and --ragged need rows "
                     "along the first dimension (one value per group is --groups)",
                     c.data, name));
+  }
+  // In place, a member is one slice of each row, so a row must be one stored record.
+  if (!col.member.empty() && (c.ragged() || col.data.dims.size() != 1)) col.data.offset.reset();
+  col.row_bytes = col.element.bytes * elements_per_row(col.data);
+  if (col.element.variable && (c.ragged() || col.data.dims.size() != 1)) {
+    throw UsageError(fmt::format(
+        "dataset {} in {} holds variable-length {}: each row is one of them, so it must be "
+        "1-D and given with --field (it is {}{})",
+        c.data, name, col.element.encoding.empty() ? "sequences" : "strings",
+        shape_text(col.data.dims), c.ragged() ? ", given with --ragged" : ""));
   }
   col.samples = col.data.dims[0];
   if (c.ragged()) {
@@ -142,20 +186,24 @@ RowsSource describe_source(const std::string& path, const std::vector<Column>& c
   return src;
 }
 
-std::vector<uint64_t> row_shape(const DatasetInfo& info) {
-  return {info.dims.begin() + 1, info.dims.end()};
+std::vector<uint64_t> row_shape(const ColumnInfo& col) {
+  std::vector<uint64_t> shape(col.data.dims.begin() + 1, col.data.dims.end());
+  shape.insert(shape.end(), col.element.shape.begin(), col.element.shape.end());
+  return shape;
 }
 
 void check_same_layout(const RowsSource& first, const RowsSource& other,
                        const std::vector<Column>& columns) {
   for (std::size_t k = 0; k < columns.size(); ++k) {
-    const auto& a = first.columns[k].data;
-    const auto& b = other.columns[k].data;
-    if (a.dtype != b.dtype || row_shape(a) != row_shape(b)) {
-      throw UsageError(fmt::format("field {}: {} is {} rows of {} in {} but {} rows of {} in {}",
-                                   columns[k].name, a.path, dtype_name(b.dtype),
-                                   shape_text(row_shape(b)), other.file, dtype_name(a.dtype),
-                                   shape_text(row_shape(a)), first.file));
+    const auto& a = first.columns[k];
+    const auto& b = other.columns[k];
+    if (!same_element(a.element, b.element) || row_shape(a) != row_shape(b)) {
+      throw UsageError(fmt::format(
+          "field {}: {} is {} rows of {} in {} but {} rows of {} in {}{}", columns[k].name,
+          columns[k].data, dtype_name(b.element.dtype), shape_text(row_shape(b)), other.file,
+          dtype_name(a.element.dtype), shape_text(row_shape(a)), first.file,
+          a.element.dtype == b.element.dtype ? " (or members, encoding or enum names differ)"
+                                             : ""));
     }
   }
 }
@@ -164,33 +212,41 @@ std::vector<FieldInfo> field_infos(const std::vector<Column>& columns, const Row
   std::vector<FieldInfo> fields;
   for (std::size_t k = 0; k < columns.size(); ++k) {
     const auto& c = columns[k];
-    const auto& data = first.columns[k].data;
+    const auto& col = first.columns[k];
+    const auto& e = col.element;
+    const bool variable = c.ragged() || e.variable;
     fields.push_back({.name = c.name,
-                      .dtype = data.dtype,
-                      .shape = row_shape(data),
-                      .variable = c.ragged(),
-                      .row_bytes = c.ragged() ? 0 : data.row_bytes,
-                      .source = c.ragged() ? c.data + ":" + c.offsets : c.data});
+                      .dtype = e.dtype,
+                      .shape = e.variable ? e.shape : row_shape(col),
+                      .variable = variable,
+                      .row_bytes = variable ? 0 : col.row_bytes,
+                      .source = c.ragged() ? c.data + ":" + c.offsets : c.data,
+                      .members = e.members,
+                      .encoding = e.encoding,
+                      .enum_names = e.enum_names});
   }
   return fields;
 }
 
 // Contiguous data is read with pread even under --pack: decoding it through HDF5 gives the
-// same bytes, slower.
-RowStream open_rows(const SourceWrite& s, hid_t dset, const DatasetInfo& info, uint64_t budget,
+// same bytes, slower. A member is decoded alone, through a memory record holding only it.
+RowStream open_rows(const SourceWrite& s, hid_t dset, const ColumnInfo& col, uint64_t budget,
                     H5Handle& mem_type) {
-  if (info.offset) return RowStream::in_place(info, budget);
+  if (col.data.offset) return RowStream::in_place(col.data, budget);
   const std::string file = s.fd.path().string();
-  auto type = h5_own(H5Dget_type(dset), H5Tclose, "H5Dget_type " + info.path, file);
-  mem_type = memory_type(type.get(), file);
-  return RowStream::decoding(dset, mem_type.get(), info, info.row_bytes, budget, file);
+  auto type = h5_own(H5Dget_type(dset), H5Tclose, "H5Dget_type " + col.data.path, file);
+  mem_type = col.member.empty() ? memory_type(type.get(), file)
+                                : member_type(type.get(), col.member, col.data.path, file).memory;
+  return RowStream::decoding(dset, mem_type.get(), col.data, col.row_bytes, budget, file);
 }
 
-void put(const SourceWrite& s, uint64_t local, uint32_t field, const DatasetInfo& info,
-         uint64_t row, std::span<const std::byte> bytes) {
-  if (!s.pack && info.offset) {
-    s.writer.put_in_place(s.start + local, field, s.file_id, *info.offset + row * info.row_bytes,
-                          bytes);
+// In place, the stream serves whole stored records; a member is a slice of each, at a stride
+// of the record size.
+void put(const SourceWrite& s, uint64_t local, uint32_t field, const ColumnInfo& col, uint64_t row,
+         std::span<const std::byte> bytes) {
+  if (!s.pack && col.data.offset) {
+    const uint64_t offset = *col.data.offset + row * col.data.row_bytes + col.member_offset;
+    s.writer.put_in_place(s.start + local, field, s.file_id, offset, bytes);
   } else {
     s.writer.put_packed(s.start + local, field, bytes);
   }
@@ -198,34 +254,64 @@ void put(const SourceWrite& s, uint64_t local, uint32_t field, const DatasetInfo
 
 void put_fixed(const SourceWrite& s, uint32_t field, hid_t dset, const ColumnInfo& col) {
   H5Handle mem_type;
-  auto stream = open_rows(s, dset, col.data, s.budget, mem_type);
-  for (uint64_t i = 0; i < col.samples; ++i) put(s, i, field, col.data, i, stream.rows(i, i + 1));
+  auto stream = open_rows(s, dset, col, s.budget, mem_type);
+  const bool slice = col.data.offset && !col.member.empty();
+  for (uint64_t i = 0; i < col.samples; ++i) {
+    auto row = stream.rows(i, i + 1);
+    put(s, i, field, col, i, slice ? row.subspan(col.member_offset, col.row_bytes) : row);
+  }
 }
 
 void put_ragged(const SourceWrite& s, uint32_t field, hid_t data, hid_t offsets,
                 const ColumnInfo& col) {
   H5Handle mem_type;
-  auto rows = open_rows(s, data, col.data, s.budget - s.budget / 4, mem_type);
+  auto rows = open_rows(s, data, col, s.budget - s.budget / 4, mem_type);
   auto offs = RowStream::decoding(offsets, H5T_NATIVE_INT64, col.offsets, sizeof(int64_t),
                                   s.budget / 4, s.fd.path().string());
   auto begin = static_cast<uint64_t>(load_offset(offs.rows(0, 1)));
   for (uint64_t i = 0; i < col.samples; ++i) {
     auto end = static_cast<uint64_t>(load_offset(offs.rows(i + 1, i + 2)));
-    put(s, i, field, col.data, begin, rows.rows(begin, end));
+    put(s, i, field, col, begin, rows.rows(begin, end));
     begin = end;
+  }
+}
+
+// Variable-length strings and sequences live on HDF5's heap: H5Dread hands out one allocation
+// per element, so rows are read a chunk-aligned block at a time and freed after packing.
+void put_variable(const SourceWrite& s, uint32_t field, hid_t dset, const ColumnInfo& col) {
+  const std::string file = s.fd.path().string();
+  auto type = h5_own(H5Dget_type(dset), H5Tclose, "H5Dget_type " + col.data.path, file);
+  auto mem_type = memory_type(type.get(), file);
+  const uint64_t step = std::max<uint64_t>(4096 / col.data.chunk_rows, 1) * col.data.chunk_rows;
+  auto file_space = h5_own(H5Dget_space(dset), H5Sclose, "H5Dget_space", file);
+  for (uint64_t first = 0; first < col.samples; first += step) {
+    const hsize_t start = first, count = std::min(step, col.samples - first);
+    h5_check(
+        H5Sselect_hyperslab(file_space.get(), H5S_SELECT_SET, &start, nullptr, &count, nullptr),
+        "H5Sselect_hyperslab", file);
+    VlenBuffer block(mem_type.get(), count, file);
+    h5_check(
+        H5Dread(dset, mem_type.get(), block.space(), file_space.get(), H5P_DEFAULT, block.data()),
+        "H5Dread " + col.data.path, file);
+    for (uint64_t i = 0; i < count; ++i) {
+      s.writer.put_packed(s.start + first + i, field, block.element(i));
+    }
   }
 }
 
 void write_source(const RowsSource& src, const std::vector<Column>& columns, const SourceWrite& s) {
   auto file = open_file(src.file);
   for (uint32_t f = 0; f < columns.size(); ++f) {
+    const auto& col = src.columns[f];
     // In-place entries point into the file that holds the dataset (another one behind an
     // external link).
     SourceWrite column = s;
-    column.file_id = add_data_files(s.writer, src.columns[f].data);
-    auto data = open_dataset(file.get(), columns[f].data, src.file);
-    if (!columns[f].ragged()) {
-      put_fixed(column, f, data.get(), src.columns[f]);
+    column.file_id = add_data_files(s.writer, col.data);
+    auto data = open_dataset(file.get(), col.data.path, src.file);
+    if (col.element.variable) {
+      put_variable(column, f, data.get(), col);
+    } else if (!columns[f].ragged()) {
+      put_fixed(column, f, data.get(), col);
     } else {
       add_data_files(s.writer, src.columns[f].offsets);
       auto offsets = open_dataset(file.get(), columns[f].offsets, src.file);

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,7 @@ struct RowsField {
   std::vector<hsize_t> offsets_dims;  // N+1
   uint64_t row_bytes = 0;             // one row of data, in memory
   uint64_t row_elements = 0;
+  bool variable = false;  // each row one variable-length string or sequence
 };
 
 struct Source {
@@ -65,9 +67,13 @@ RowsField open_rows_field(hid_t file, const FieldInfo& info, const std::string& 
     data_path = info.source.substr(0, colon);
     offsets_path = info.source.substr(colon + 1);
   }
-  f.data = detail::open_dataset(file, data_path, name);
+  const auto path = detail::split_member(file, data_path);
+  f.data = detail::open_dataset(file, path.dataset, name);
   auto type = h5_own(H5Dget_type(f.data.get()), H5Tclose, "H5Dget_type " + data_path, name);
-  f.mem_type = detail::memory_type(type.get(), name);
+  f.mem_type = path.member.empty()
+                   ? detail::memory_type(type.get(), name)
+                   : detail::member_type(type.get(), path.member, path.dataset, name).memory;
+  f.variable = detail::variable_length(f.mem_type.get());
   f.space = dataset_space(f.data.get(), name);
   f.dims.resize(static_cast<std::size_t>(
       h5_check(H5Sget_simple_extent_ndims(f.space.get()), "H5Sget_simple_extent_ndims", name)));
@@ -101,6 +107,18 @@ void check_room(uint64_t needed, std::span<std::byte> dest) {
                 fmt::format("destination of {} bytes is too small for a sample of {} bytes",
                             dest.size(), needed));
   }
+}
+
+// One variable-length string or sequence (the selected point of file_space): its items.
+uint64_t read_variable(hid_t dset, hid_t mem_type, hid_t file_space, std::span<std::byte> dest,
+                       const std::string& file) {
+  detail::VlenBuffer one(mem_type, 1, file);
+  h5_check(H5Dread(dset, mem_type, one.space(), file_space, H5P_DEFAULT, one.data()), "H5Dread",
+           file);
+  auto items = one.element(0);
+  check_room(items.size(), dest);
+  if (!items.empty()) std::memcpy(dest.data(), items.data(), items.size());
+  return items.size();
 }
 
 }  // namespace
@@ -179,6 +197,8 @@ uint64_t Hdf5SampleReader::Impl::read_group(const Source& s, uint64_t local, uin
                      s.name);
   auto type = h5_own(H5Dget_type(dset.get()), H5Tclose, "H5Dget_type", s.name);
   auto mem_type = detail::memory_type(type.get(), s.name);
+  if (detail::variable_length(mem_type.get()))
+    return read_variable(dset.get(), mem_type.get(), H5S_ALL, dest, s.name);
   auto space = dataset_space(dset.get(), s.name);
   const uint64_t bytes = static_cast<uint64_t>(H5Sget_simple_extent_npoints(space.get())) *
                          H5Tget_size(mem_type.get());
@@ -192,6 +212,10 @@ uint64_t Hdf5SampleReader::Impl::read_group(const Source& s, uint64_t local, uin
 
 uint64_t Hdf5SampleReader::Impl::read_row(RowsField& f, const std::string& file, uint64_t local,
                                           std::span<std::byte> dest) const {
+  if (f.variable) {
+    select_rows(f.space.get(), f.dims, local, 1, file);
+    return read_variable(f.data.get(), f.mem_type.get(), f.space.get(), dest, file);
+  }
   if (!f.offsets) {
     check_room(f.row_bytes, dest);
     select_rows(f.space.get(), f.dims, local, 1, file);

@@ -2,12 +2,52 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "ddstage/error.hpp"
 
 namespace ddstage::formats::detail {
 namespace {
+
+/// Where a type was found, for refusals; `member` names the record member being mapped.
+struct Where {
+  const std::string& path;
+  const std::string& file;
+  std::string member;
+};
+
+/// An element type together with the memory type HDF5 decodes it to.
+struct Mapped {
+  ElementType element;
+  H5Handle memory;
+};
+
+[[noreturn]] void refuse(const Where& at, hid_t type, const std::string& reason) {
+  const std::string member = at.member.empty() ? "" : fmt::format("member '{}' ", at.member);
+  throw UsageError(fmt::format("dataset {} in {} has unsupported type {}: {}{}", at.path, at.file,
+                               describe_type(type), member, reason),
+                   {.file = at.file});
+}
+
+H5Handle own_type(hid_t id, const Where& at, std::string_view call) {
+  return h5_own(id, H5Tclose, call, at.file);
+}
+
+hid_t native_integer(std::size_t size, bool is_signed) {
+  switch (size) {
+    case 1:
+      return is_signed ? H5T_NATIVE_INT8 : H5T_NATIVE_UINT8;
+    case 2:
+      return is_signed ? H5T_NATIVE_INT16 : H5T_NATIVE_UINT16;
+    case 4:
+      return is_signed ? H5T_NATIVE_INT32 : H5T_NATIVE_UINT32;
+    case 8:
+      return is_signed ? H5T_NATIVE_INT64 : H5T_NATIVE_UINT64;
+    default:
+      return H5I_INVALID_HID;
+  }
+}
 
 DType integer_dtype(std::size_t size, bool is_signed) {
   switch (size) {
@@ -17,55 +57,257 @@ DType integer_dtype(std::size_t size, bool is_signed) {
       return is_signed ? DType::int16 : DType::uint16;
     case 4:
       return is_signed ? DType::int32 : DType::uint32;
-    case 8:
-      return is_signed ? DType::int64 : DType::uint64;
     default:
-      return DType::bytes;
+      return is_signed ? DType::int64 : DType::uint64;
   }
 }
 
-// Layout (sign, exponent, mantissa positions and sizes) of IEEE binary16/32/64; a float of
-// the right size but another layout would be mislabelled if we went by size alone.
-bool is_ieee_float(hid_t type, std::size_t size) {
-  size_t spos = 0, epos = 0, esize = 0, mpos = 0, msize = 0;
-  if (H5Tget_fields(type, &spos, &epos, &esize, &mpos, &msize) < 0) return false;
-  const size_t bits = size * 8;
-  const size_t exponent_bits = size == 2 ? 5 : size == 4 ? 8 : 11;
-  return spos == bits - 1 && esize == exponent_bits && epos == bits - 1 - exponent_bits &&
-         mpos == 0 && msize == epos && H5Tget_offset(type) == 0 && H5Tget_precision(type) == bits;
+/// IEEE binary16 little-endian, which HDF5 1.10 has no predefined type for (h5py builds it
+/// the same way).
+H5Handle half_type(const Where& at) {
+  auto t = own_type(H5Tcopy(H5T_IEEE_F32LE), at, "H5Tcopy");
+  h5_check(H5Tset_fields(t.get(), 15, 10, 5, 0, 10), "H5Tset_fields", at.file);
+  h5_check(H5Tset_size(t.get(), 2), "H5Tset_size", at.file);
+  h5_check(H5Tset_precision(t.get(), 16), "H5Tset_precision", at.file);
+  h5_check(H5Tset_ebias(t.get(), 15), "H5Tset_ebias", at.file);
+  return t;
+}
+
+// Stored bytes equal decoded ones only when every property of the two types agrees (byte
+// order, precision, padding, exponent bias, member offsets...): the layout alone is not enough
+// (VAX floats have IEEE's layout and another bias). A variable-length element is never stored
+// as it decodes (the file holds references into its heap), even where H5Dget_type's type,
+// described as in memory, equals the memory type.
+Mapped finish(ElementType element, H5Handle memory, hid_t file_type, const Where& at) {
+  element.bytes = H5Tget_size(memory.get());
+  element.in_place =
+      !element.variable && h5_check(H5Tequal(file_type, memory.get()), "H5Tequal", at.file) > 0;
+  return {std::move(element), std::move(memory)};
+}
+
+Mapped map_type(hid_t type, const Where& at);
+
+Mapped map_integer(hid_t type, const Where& at) {
+  const std::size_t size = H5Tget_size(type);
+  const bool is_signed = H5Tget_sign(type) == H5T_SGN_2;
+  const hid_t native = native_integer(size, is_signed);
+  if (native < 0) refuse(at, type, "integers of this size have no numpy type");
+  return finish({.dtype = integer_dtype(size, is_signed)}, own_type(H5Tcopy(native), at, "H5Tcopy"),
+                type, at);
+}
+
+Mapped map_float(hid_t type, const Where& at) {
+  const std::size_t size = H5Tget_size(type);
+  if (size > 8) {
+    refuse(at, type,
+           "long double has no portable layout (numpy's longdouble is the platform's); store "
+           "it as float64");
+  }
+  if (size <= 2) return finish({.dtype = DType::float16}, half_type(at), type, at);
+  const bool single = size <= 4;
+  return finish({.dtype = single ? DType::float32 : DType::float64},
+                own_type(H5Tcopy(single ? H5T_NATIVE_FLOAT : H5T_NATIVE_DOUBLE), at, "H5Tcopy"),
+                type, at);
+}
+
+std::string member_name(hid_t type, unsigned i, const Where& at) {
+  char* name = H5Tget_member_name(type, i);
+  if (name == nullptr) throw_hdf5_error("H5Tget_member_name", at.file);
+  std::string out(name);
+  H5free_memory(name);
+  return out;
 }
 
 // h5py writes numpy bools as an enum with an int8 base and the members FALSE=0, TRUE=1.
-bool is_h5py_bool(hid_t type) {
+bool is_h5py_bool(hid_t type, const Where& at) {
   if (H5Tget_size(type) != 1 || H5Tget_nmembers(type) != 2) return false;
   for (unsigned i = 0; i < 2; ++i) {
-    char* name = H5Tget_member_name(type, i);
-    if (name == nullptr) return false;
     int8_t value = -1;
-    bool ok = H5Tget_member_value(type, i, &value) >= 0 &&
-              std::strcmp(name, value == 0 ? "FALSE" : "TRUE") == 0 && (value == 0 || value == 1);
-    H5free_memory(name);
-    if (!ok) return false;
+    if (H5Tget_member_value(type, i, &value) < 0 || (value != 0 && value != 1) ||
+        member_name(type, i, at) != (value == 0 ? "FALSE" : "TRUE")) {
+      return false;
+    }
   }
   return true;
 }
 
-DType supported_dtype(hid_t type) {
+int64_t integer_value(const std::byte* bytes, std::size_t size, bool is_signed) {
+  uint64_t raw = 0;
+  std::memcpy(&raw, bytes, size);  // little-endian host: the low bytes
+  if (is_signed && size < 8 && (raw >> (size * 8 - 1)) != 0) raw |= ~uint64_t{0} << (size * 8);
+  return static_cast<int64_t>(raw);
+}
+
+// HDF5 converts enums only to enums, so the memory type is the same enum on the native base;
+// its values, stored in the file's byte order, are converted along.
+Mapped map_enum(hid_t type, const Where& at) {
+  if (is_h5py_bool(type, at)) {
+    return finish({.dtype = DType::boolean}, own_type(H5Tcopy(type), at, "H5Tcopy"), type, at);
+  }
+  auto base = own_type(H5Tget_super(type), at, "H5Tget_super");
+  auto mapped_base = map_integer(base.get(), at);
+  auto memory = own_type(H5Tenum_create(mapped_base.memory.get()), at, "H5Tenum_create");
+  ElementType element{.dtype = mapped_base.element.dtype};
+  const std::size_t size = H5Tget_size(base.get());
+  const bool is_signed = H5Tget_sign(base.get()) == H5T_SGN_2;
+  const int members = h5_check(H5Tget_nmembers(type), "H5Tget_nmembers", at.file);
+  for (unsigned i = 0; i < static_cast<unsigned>(members); ++i) {
+    std::byte value[8] = {};
+    h5_check(H5Tget_member_value(type, i, value), "H5Tget_member_value", at.file);
+    h5_check(H5Tconvert(base.get(), mapped_base.memory.get(), 1, value, nullptr, H5P_DEFAULT),
+             "H5Tconvert", at.file);
+    auto name = member_name(type, i, at);
+    h5_check(H5Tenum_insert(memory.get(), name.c_str(), value), "H5Tenum_insert", at.file);
+    element.enum_names.push_back({std::move(name), integer_value(value, size, is_signed)});
+  }
+  return finish(std::move(element), std::move(memory), type, at);
+}
+
+std::string encoding_of(hid_t type, const Where& at) {
+  const H5T_cset_t cset = H5Tget_cset(type);
+  if (cset == H5T_CSET_ASCII) return "ascii";
+  if (cset == H5T_CSET_UTF8) return "utf-8";
+  refuse(at, type, "strings in a character set other than ASCII or UTF-8");
+}
+
+// h5py reads fixed strings as numpy "S<n>": NUL-padded whatever the stored padding (HDF5
+// converts space padding and NUL termination while reading). A variable-length string is
+// read as a char* per element.
+Mapped map_string(hid_t type, const Where& at) {
+  ElementType element{.dtype = DType::bytes, .encoding = encoding_of(type, at)};
+  auto memory = own_type(H5Tcopy(type), at, "H5Tcopy");
+  if (h5_check(H5Tis_variable_str(type), "H5Tis_variable_str", at.file) > 0) {
+    element.variable = true;
+    return finish(std::move(element), std::move(memory), type, at);
+  }
+  h5_check(H5Tset_strpad(memory.get(), H5T_STR_NULLPAD), "H5Tset_strpad", at.file);
+  element.shape = {H5Tget_size(type)};
+  return finish(std::move(element), std::move(memory), type, at);
+}
+
+Mapped map_base(hid_t type, const Where& at, std::string_view container) {
+  auto base = own_type(H5Tget_super(type), at, "H5Tget_super");
+  auto mapped = map_type(base.get(), at);
+  if (mapped.element.variable) {
+    refuse(at, type, fmt::format("{} of variable-length items", container));
+  }
+  return mapped;
+}
+
+Mapped map_array(hid_t type, const Where& at) {
+  auto base = map_base(type, at, "an array");
+  const int rank = h5_check(H5Tget_array_ndims(type), "H5Tget_array_ndims", at.file);
+  std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
+  h5_check(H5Tget_array_dims2(type, dims.data()), "H5Tget_array_dims2", at.file);
+  auto memory =
+      own_type(H5Tarray_create2(base.memory.get(), static_cast<unsigned>(rank), dims.data()), at,
+               "H5Tarray_create2");
+  ElementType element = std::move(base.element);
+  element.shape.insert(element.shape.begin(), dims.begin(), dims.end());
+  return finish(std::move(element), std::move(memory), type, at);
+}
+
+Mapped map_sequence(hid_t type, const Where& at) {
+  auto base = map_base(type, at, "a sequence");
+  auto memory = own_type(H5Tvlen_create(base.memory.get()), at, "H5Tvlen_create");
+  ElementType element = std::move(base.element);
+  element.variable = true;
+  return finish(std::move(element), std::move(memory), type, at);
+}
+
+struct StoredMember {
+  std::string name;
+  uint64_t offset;
+  H5Handle type;
+};
+
+std::vector<StoredMember> members_of(hid_t type, const Where& at) {
+  std::vector<StoredMember> out;
+  const int count = h5_check(H5Tget_nmembers(type), "H5Tget_nmembers", at.file);
+  for (unsigned i = 0; i < static_cast<unsigned>(count); ++i) {
+    out.push_back({member_name(type, i, at), H5Tget_member_offset(type, i),
+                   own_type(H5Tget_member_type(type, i), at, "H5Tget_member_type")});
+  }
+  return out;
+}
+
+H5Handle record_type(std::size_t size, const Where& at) {
+  return own_type(H5Tcreate(H5T_COMPOUND, size), at, "H5Tcreate");
+}
+
+// h5py reads a compound of two equal floats named r and i as numpy complex.
+bool is_complex(const std::vector<StoredMember>& members, std::size_t size) {
+  if (members.size() != 2 || members[0].name != "r" || members[1].name != "i") return false;
+  const hid_t r = members[0].type.get();
+  const std::size_t half = H5Tget_size(r);
+  return H5Tget_class(r) == H5T_FLOAT && H5Tequal(r, members[1].type.get()) > 0 &&
+         (half == 4 || half == 8) && members[0].offset == 0 && members[1].offset == half &&
+         size == 2 * half;
+}
+
+Mapped map_compound(hid_t type, const Where& at) {
   const std::size_t size = H5Tget_size(type);
+  auto members = members_of(type, at);
+  auto memory = record_type(size, at);
+  if (is_complex(members, size)) {
+    auto part = map_float(members[0].type.get(), at);
+    for (const auto& m : members) {
+      h5_check(H5Tinsert(memory.get(), m.name.c_str(), m.offset, part.memory.get()), "H5Tinsert",
+               at.file);
+    }
+    return finish(
+        {.dtype = H5Tget_size(part.memory.get()) == 4 ? DType::complex64 : DType::complex128},
+        std::move(memory), type, at);
+  }
+  ElementType element{.dtype = DType::structured, .shape = {size}};
+  for (const auto& m : members) {
+    const Where inner{at.path, at.file, at.member.empty() ? m.name : at.member + "." + m.name};
+    auto mapped = map_type(m.type.get(), inner);
+    const auto& e = mapped.element;
+    if (e.variable) {
+      refuse(inner, type,
+             "variable-length members are Python objects to h5py, not bytes (take the other "
+             "members with --field NAME=/DATASET.MEMBER)");
+    }
+    if (e.dtype == DType::structured) {
+      refuse(inner, type,
+             "records inside records are not supported (take the inner record "
+             "with --field NAME=/DATASET.MEMBER)");
+    }
+    if (m.offset + e.bytes > size) {
+      refuse(inner, type, "it does not fit the record once converted to its native type");
+    }
+    h5_check(H5Tinsert(memory.get(), m.name.c_str(), m.offset, mapped.memory.get()), "H5Tinsert",
+             at.file);
+    element.members.push_back({m.name, e.dtype, m.offset, e.shape});
+  }
+  return finish(std::move(element), std::move(memory), type, at);
+}
+
+Mapped map_type(hid_t type, const Where& at) {
   switch (H5Tget_class(type)) {
     case H5T_INTEGER:
-      // Padding bits (precision below the size) would make raw bytes differ from the values.
-      if (H5Tget_precision(type) != size * 8 || H5Tget_offset(type) != 0) return DType::bytes;
-      return integer_dtype(size, H5Tget_sign(type) == H5T_SGN_2);
+      return map_integer(type, at);
     case H5T_FLOAT:
-      if (size == 2 && is_ieee_float(type, 2)) return DType::float16;
-      if (size == 4 && is_ieee_float(type, 4)) return DType::float32;
-      if (size == 8 && is_ieee_float(type, 8)) return DType::float64;
-      return DType::bytes;
+      return map_float(type, at);
     case H5T_ENUM:
-      return is_h5py_bool(type) ? DType::boolean : DType::bytes;
+      return map_enum(type, at);
+    case H5T_STRING:
+      return map_string(type, at);
+    case H5T_ARRAY:
+      return map_array(type, at);
+    case H5T_VLEN:
+      return map_sequence(type, at);
+    case H5T_COMPOUND:
+      return map_compound(type, at);
+    case H5T_REFERENCE:
+      refuse(at, type, "references point at objects inside the file; they are not data");
+    case H5T_OPAQUE:
+      refuse(at, type, "opaque bytes have no type to record");
+    case H5T_BITFIELD:
+      refuse(at, type, "bitfields have no numpy type");
     default:
-      return DType::bytes;
+      refuse(at, type, "HDF5 has no conversion of it to a numpy type");
   }
 }
 
@@ -90,7 +332,7 @@ std::string_view class_name(H5T_class_t c) {
     case H5T_ENUM:
       return "enum";
     case H5T_VLEN:
-      return "variable-length";
+      return "variable-length sequence";
     case H5T_ARRAY:
       return "array";
     default:
@@ -98,41 +340,125 @@ std::string_view class_name(H5T_class_t c) {
   }
 }
 
+bool is_ieee(hid_t type) {
+  for (hid_t ieee : {H5T_IEEE_F32LE, H5T_IEEE_F64LE, H5T_IEEE_F32BE, H5T_IEEE_F64BE}) {
+    if (H5Tequal(type, ieee) > 0) return true;
+  }
+  return false;
+}
+
 }  // namespace
+
+bool same_element(const ElementType& a, const ElementType& b) {
+  const auto member_key = [](const FieldMember& m) {
+    return std::tie(m.name, m.dtype, m.offset, m.shape);
+  };
+  const auto enum_key = [](const EnumName& e) { return std::tie(e.name, e.value); };
+  return a.dtype == b.dtype && a.shape == b.shape && a.variable == b.variable &&
+         a.encoding == b.encoding &&
+         std::ranges::equal(a.members, b.members, {}, member_key, member_key) &&
+         std::ranges::equal(a.enum_names, b.enum_names, {}, enum_key, enum_key);
+}
+
+ElementType element_type(hid_t type, const std::string& path, const std::string& file) {
+  return map_type(type, {path, file, ""}).element;
+}
+
+H5Handle memory_type(hid_t file_type, const std::string& file) {
+  const std::string path = "(decoding)";
+  return map_type(file_type, {path, file, ""}).memory;
+}
 
 std::string describe_type(hid_t type) {
   const H5T_class_t cls = H5Tget_class(type);
+  const std::size_t size = H5Tget_size(type);
   if (cls == H5T_STRING && H5Tis_variable_str(type) > 0) return "variable-length string";
-  auto dtype = supported_dtype(type);
-  std::string name = dtype == DType::bytes
-                         ? fmt::format("{} of {} bytes", class_name(cls), H5Tget_size(type))
-                         : std::string(dtype_name(dtype));
-  if (H5Tget_size(type) > 1 && (cls == H5T_INTEGER || cls == H5T_FLOAT) &&
-      H5Tget_order(type) == H5T_ORDER_BE) {
+  std::string name;
+  if (cls == H5T_INTEGER) {
+    name = fmt::format("{}int{}", H5Tget_sign(type) == H5T_SGN_2 ? "" : "u", size * 8);
+    if (H5Tget_precision(type) != size * 8)
+      name += fmt::format(" of {} bits", H5Tget_precision(type));
+  } else if (cls == H5T_FLOAT && is_ieee(type)) {
+    name = fmt::format("float{}", size * 8);
+  } else {
+    name = fmt::format("{} of {} bytes", class_name(cls), size);
+    if (cls == H5T_FLOAT && H5Tget_order(type) == H5T_ORDER_VAX) name += " (VAX)";
+  }
+  if (size > 1 && (cls == H5T_INTEGER || cls == H5T_FLOAT) && H5Tget_order(type) == H5T_ORDER_BE) {
     name += " big-endian";
   }
   return name;
 }
 
-DType dtype_of(hid_t type, const std::string& path, const std::string& file) {
-  auto dtype = supported_dtype(type);
-  if (dtype == DType::bytes) {
-    throw UsageError(fmt::format("dataset {} in {} has unsupported type {} (supported: {})", path,
-                                 file, describe_type(type), supported_dtypes()));
+MemberPath split_member(hid_t file, const std::string& path) {
+  const auto dot = path.rfind('.');
+  if (dot == std::string::npos || path.find('/', dot) != std::string::npos ||
+      path_exists(file, path)) {
+    return {path, ""};
   }
-  return dtype;
+  auto dataset = path.substr(0, dot);
+  if (!path_exists(file, dataset)) return {path, ""};
+  return {std::move(dataset), path.substr(dot + 1)};
 }
 
-bool stored_as_memory(hid_t type) {
-  return H5Tget_size(type) == 1 || H5Tget_order(type) == H5T_ORDER_LE;
+MemberType member_type(hid_t type, const std::string& member, const std::string& path,
+                       const std::string& file) {
+  const Where at{path, file, ""};
+  const int index =
+      H5Tget_class(type) == H5T_COMPOUND ? H5Tget_member_index(type, member.c_str()) : -1;
+  if (index < 0) {
+    std::string names;
+    if (H5Tget_class(type) == H5T_COMPOUND) {
+      for (const auto& m : members_of(type, at)) names += (names.empty() ? "" : ", ") + m.name;
+    }
+    throw UsageError(
+        fmt::format("dataset {} in {} ({}) has no member '{}'{}", path, file, describe_type(type),
+                    member, names.empty() ? "" : " (members: " + names + ")"),
+        {.file = file});
+  }
+  const auto i = static_cast<unsigned>(index);
+  auto stored = own_type(H5Tget_member_type(type, i), at, "H5Tget_member_type");
+  auto mapped = map_type(stored.get(), {path, file, member});
+  if (mapped.element.variable) {
+    refuse({path, file, member}, type, "a variable-length member cannot be its own field");
+  }
+  auto memory = record_type(mapped.element.bytes, at);
+  h5_check(H5Tinsert(memory.get(), member.c_str(), 0, mapped.memory.get()), "H5Tinsert", file);
+  return {std::move(mapped.element), H5Tget_member_offset(type, i), std::move(memory)};
 }
 
-H5Handle memory_type(hid_t file_type, const std::string& file) {
-  auto type = h5_own(H5Tcopy(file_type), H5Tclose, "H5Tcopy", file);
-  if (!stored_as_memory(file_type)) {
-    h5_check(H5Tset_order(type.get(), H5T_ORDER_LE), "H5Tset_order", file);
+bool variable_length(hid_t mem_type) {
+  return H5Tget_class(mem_type) == H5T_VLEN || H5Tis_variable_str(mem_type) > 0;
+}
+
+VlenBuffer::VlenBuffer(hid_t mem_type, uint64_t count, const std::string& file)
+    : m_mem_type(mem_type),
+      m_string(H5Tget_class(mem_type) == H5T_STRING),
+      m_item_bytes(1),
+      m_buffer(count * H5Tget_size(mem_type)) {
+  if (!m_string) {
+    auto item = h5_own(H5Tget_super(mem_type), H5Tclose, "H5Tget_super", file);
+    m_item_bytes = H5Tget_size(item.get());
   }
-  return type;
+  hsize_t n = count;
+  m_space = h5_own(H5Screate_simple(1, &n, nullptr), H5Sclose, "H5Screate_simple", file);
+}
+
+VlenBuffer::~VlenBuffer() {
+  // The buffer starts zeroed, so elements a failed read never filled are null and free nothing.
+  H5Dvlen_reclaim(m_mem_type, m_space.get(), H5P_DEFAULT, m_buffer.data());
+}
+
+std::span<const std::byte> VlenBuffer::element(uint64_t i) const {
+  if (m_string) {
+    const char* s = nullptr;
+    std::memcpy(&s, m_buffer.data() + i * sizeof s, sizeof s);
+    return s == nullptr ? std::span<const std::byte>{}
+                        : std::span(reinterpret_cast<const std::byte*>(s), std::strlen(s));
+  }
+  hvl_t v{};
+  std::memcpy(&v, m_buffer.data() + i * sizeof v, sizeof v);
+  return {static_cast<const std::byte*>(v.p), v.len * m_item_bytes};
 }
 
 }  // namespace ddstage::formats::detail

@@ -1,6 +1,7 @@
 #include "batch.hpp"
 
 #include <fmt/format.h>
+#include <pybind11/stl.h>
 
 #include "ddstage/error.hpp"
 #include "device_out.hpp"
@@ -22,9 +23,11 @@ py::dtype scalar_dtype(DType t) {
 }
 
 // The index keeps a string's length and a record's size as the last axis (every size stays
-// dtype_size() times the shape); numpy makes that axis part of the element type.
+// dtype_size() times the shape); numpy makes that axis part of the element type. A variable
+// text field has no such axis (each row is one string): its rows are bytes.
 bool last_axis_is_element(const FieldInfo& f) {
-  return f.dtype == DType::structured || (f.dtype == DType::bytes && !f.encoding.empty());
+  return f.dtype == DType::structured ||
+         (f.dtype == DType::bytes && !f.encoding.empty() && !f.shape.empty());
 }
 
 py::dtype record_dtype(const FieldInfo& f) {
