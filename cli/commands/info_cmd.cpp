@@ -86,7 +86,7 @@ void print_text(const Index& index, const std::vector<FieldStats>& stats) {
              m.tool_version);
   if (!m.attributes.empty()) fmt::print("attributes\n");
   for (const auto& [k, v] : m.attributes) fmt::print("  {:<16} {}\n", k, v);
-  fmt::print("fields\n  {:<16} {:<8} {:<16} {:<24} {}\n", "name", "dtype", "shape", "bytes/row",
+  fmt::print("fields\n  {:<16} {:<10} {:<16} {:<24} {}\n", "name", "dtype", "shape", "bytes/row",
              "source");
   for (uint32_t i = 0; i < stats.size(); ++i) {
     const auto& f = index.fields()[i];
@@ -94,7 +94,7 @@ void print_text(const Index& index, const std::vector<FieldStats>& stats) {
     std::string rows = f.variable
                            ? fmt::format("{}-{} (mean {:.0f})", stats[i].min, stats[i].max, mean)
                            : std::to_string(f.row_bytes);
-    fmt::print("  {:<16} {:<8} {:<16} {:<24} {}\n", f.name, dtype_name(f.dtype), shape_text(f),
+    fmt::print("  {:<16} {:<10} {:<16} {:<24} {}\n", f.name, dtype_name(f.dtype), shape_text(f),
                rows, f.source);
     print_type_details(f);
   }

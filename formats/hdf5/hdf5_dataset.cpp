@@ -64,7 +64,7 @@ DatasetInfo describe_dataset(hid_t dset, std::string path, const std::string& fi
     check_filters(dset, dcpl.get(), path, where);
     auto raw = external_raw_data(dset, dcpl.get(), path, info.file, where);
     std::error_code ec;
-    if (raw.size() == 1 && stored_as_memory(type.get()) && raw[0].size >= info.total_bytes &&
+    if (raw.size() == 1 && info.element.in_place && raw[0].size >= info.total_bytes &&
         std::filesystem::file_size(raw[0].file, ec) >= raw[0].offset + info.total_bytes && !ec) {
       // All of it, as stored, at one place in one raw file: read in place like contiguous data.
       // (A shorter file reads as zeros past its end: HDF5 decodes that.)
