@@ -247,7 +247,7 @@ void put_deflated(IndexWriter& writer, const FileDescriptor& fd, const NpyArray&
   ZipInflater inflater(fd, m, a.name, memory_budget);
   const uint64_t rows = h.shape[0];
   const uint64_t per_block =
-      h.row_bytes == 0 ? rows : std::clamp<uint64_t>(memory_budget / h.row_bytes, 1, rows);
+      std::max<uint64_t>(1, h.row_bytes == 0 ? rows : std::min(rows, memory_budget / h.row_bytes));
   std::vector<std::byte> block(std::max(h.data_offset, per_block * h.row_bytes));
   inflater.read(std::span(block).first(h.data_offset));
   for (uint64_t first = 0; first < rows; first += per_block) {

@@ -457,10 +457,43 @@ NpyHeader read_npy_header(const FileDescriptor& fd) {
   return read_npy_header(fd, 0, fd.size(), fd.path().string());
 }
 
+namespace {
+
+template <typename Word, Word (*swap)(Word)>
+void swap_words(std::byte* p, uint64_t count) {
+  for (uint64_t i = 0; i < count; ++i, p += sizeof(Word)) {
+    Word w;
+    std::memcpy(&w, p, sizeof w);
+    w = swap(w);
+    std::memcpy(p, &w, sizeof w);
+  }
+}
+
+uint16_t bswap16(uint16_t w) {
+  return __builtin_bswap16(w);
+}
+uint32_t bswap32(uint32_t w) {
+  return __builtin_bswap32(w);
+}
+uint64_t bswap64(uint64_t w) {
+  return __builtin_bswap64(w);
+}
+
+/// Reverses `count` consecutive elements of `width` bytes (2, 4 or 8: what parse_element makes).
+void swap_run(std::byte* p, uint32_t width, uint64_t count) {
+  switch (width) {
+    case 2:
+      return swap_words<uint16_t, bswap16>(p, count);
+    case 4:
+      return swap_words<uint32_t, bswap32>(p, count);
+    default:
+      return swap_words<uint64_t, bswap64>(p, count);
+  }
+}
+
+}  // namespace
+
 void NpyHeader::to_little_endian(std::span<std::byte> elements) const {
-  const auto swap_run = [](std::byte* p, uint32_t width, uint64_t count) {
-    for (uint64_t i = 0; i < count; ++i, p += width) std::reverse(p, p + width);
-  };
   if (swaps.empty() || item_bytes == 0) return;
   // A plain big-endian array is one run of equal elements: swap it without the per-item loop.
   if (swaps.size() == 1 && swaps[0].width * swaps[0].count == item_bytes) {

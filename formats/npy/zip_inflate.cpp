@@ -9,6 +9,12 @@
 #include "ddstage/error.hpp"
 
 namespace ddstage::formats {
+namespace {
+
+// Compressed input needs no large buffer: zlib's output, the rows, is what the budget is for.
+constexpr uint64_t max_chunk = 1u << 20;
+
+}  // namespace
 
 struct ZipInflater::Stream {
   z_stream z{};
@@ -19,7 +25,7 @@ ZipInflater::ZipInflater(const FileDescriptor& fd, const ZipMember& member, std:
     : m_fd(fd),
       m_member(member),
       m_name(std::move(name)),
-      m_input(std::clamp<uint64_t>(chunk_bytes, 4096, std::numeric_limits<uInt>::max())),
+      m_input(std::clamp<uint64_t>(chunk_bytes, 4096, max_chunk)),
       m_crc(static_cast<uint32_t>(crc32(0, nullptr, 0))),
       m_stream(std::make_unique<Stream>()) {
   // Negative window bits: a raw deflate stream, as zip stores it (no zlib header).

@@ -13,9 +13,9 @@
 
 namespace ddstage::formats {
 
-/// Inflates one deflated (method 8) member of an archive, reading at most `chunk_bytes` of
-/// compressed data at a time. Corrupt data, a short member or a CRC-32 that does not match
-/// throw Error(runtime) naming `name`.
+/// Inflates one deflated (method 8) member of an archive, reading `chunk_bytes` (4 KiB to
+/// 1 MiB) of compressed data at a time. Corrupt data, a short member or a CRC-32 that does not
+/// match throw Error(runtime) naming `name`.
 class ZipInflater {
  public:
   ZipInflater(const FileDescriptor& fd, const ZipMember& member, std::string name,
