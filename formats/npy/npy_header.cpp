@@ -330,10 +330,10 @@ void parse_record(const PyValue& list, const std::string& name, NpyHeader& h) {
     }
     if (__builtin_add_overflow(offset, size, &offset)) invalid(name, "shape is too large");
   }
-  if (h.members.empty()) {
-    throw UsageError(
-        fmt::format("{}: the structured dtype {} has no members", name, printable(list.raw)),
-        {.file = name});
+  if (h.members.empty() || offset == 0) {
+    throw UsageError(fmt::format("{}: the structured dtype {} has no members with bytes", name,
+                                 printable(list.raw)),
+                     {.file = name});
   }
   h.dtype = DType::structured;
   h.item_bytes = offset;

@@ -175,6 +175,10 @@ def test_npz_stored_members_are_indexed_in_place(ddstage, tmp_path):
     ddx = flatten(ddstage, tmp_path / "l.ddx", tmp_path / "little.npz")
     check_npz(ddstage, ddx, tmp_path / "little.npz", little)
     assert pack_files(ddx) == []
+    # Recognised by its zip magic and first member, whatever its name.
+    (tmp_path / "little.bin").write_bytes((tmp_path / "little.npz").read_bytes())
+    ddx = flatten(ddstage, tmp_path / "b.ddx", tmp_path / "little.bin")
+    assert [f["name"] for f in info_json(ddstage, ddx)["fields"]] == list(little)
 
 
 def test_npz_deflated_members_are_inflated_into_packs(ddstage, tmp_path):
@@ -233,11 +237,22 @@ def test_corrupt_npz_is_refused(ddstage, tmp_path):
     (tmp_path / "bad.npz").write_bytes(bytes(data))
     assert_runtime_error(ddstage.run("flatten", tmp_path / "bad.npz", "-o", tmp_path / "x.ddx"),
                          "bad.npz (member labels.npy)")
-    (tmp_path / "other.npz").write_bytes(b"")
     with zipfile.ZipFile(tmp_path / "other.npz", "w") as z:
         z.writestr("notes.txt", "hello")
     assert_usage_error(ddstage.run("flatten", tmp_path / "other.npz", "-o", tmp_path / "x.ddx"),
                        "other.npz (member notes.txt)", "not a .npy")
+    with zipfile.ZipFile(tmp_path / "bz.npz", "w", compression=zipfile.ZIP_BZIP2) as z:
+        z.writestr("x.npy", src.read_bytes())
+    assert_usage_error(ddstage.run("flatten", tmp_path / "bz.npz", "-o", tmp_path / "x.ddx"),
+                       "bz.npz (member x.npy)", "compression method 12")
+    # A local header that names another member than the directory says.
+    np.savez(tmp_path / "s.npz", labels=arrays["labels"])
+    data = bytearray((tmp_path / "s.npz").read_bytes())
+    data[30] = ord("L")
+    (tmp_path / "renamed.npz").write_bytes(bytes(data))
+    assert_usage_error(ddstage.run("flatten", tmp_path / "renamed.npz", "-o", tmp_path / "x.ddx"),
+                       "renamed.npz is not a valid zip archive", "member 'labels.npy'",
+                       "another name")
     assert not (tmp_path / "x.ddx").exists()
 
 

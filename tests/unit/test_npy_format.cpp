@@ -265,6 +265,7 @@ TEST_CASE("npy: unsupported and unindexable dtypes name the file, member and rea
       {"[('a', '<i4'), ('b', '|O')]", "x.npy: member 'b' has unsupported dtype '|O' (pickled"},
       {"[('a', [('b', '<i4')])]", "x.npy: member 'a' is itself a record"},
       {"[('', '|V4')]", "has no members"},
+      {"[('a', '<i4', (0,))]", "has no members with bytes"},
       {"[('a', '<i4'), ('a', '<i4')]", "repeated member name"},
       {"5", "x.npy: unsupported dtype '5' (not a type string)"},
   }));
