@@ -302,6 +302,11 @@ bool detect(const FlattenRequest& request) {
 }
 
 void flatten(const FlattenRequest& request, IndexWriter& writer) {
+  // Ignoring them would index something else than the user asked for, silently.
+  if (!request.groups.empty() || !request.ragged.empty()) {
+    throw UsageError(
+        "--groups and --ragged are HDF5 options; .npy and .npz sources take --field NAME=PATH");
+  }
   std::vector<SourceFile> files;
   std::vector<NpyArray> all;
   open_sources(request, files, all);

@@ -260,7 +260,8 @@ def test_corrupt_npz_is_refused(ddstage, tmp_path):
 
 def test_field_chooses_and_names_npy_arrays(ddstage, tmp_path):
     """--field NAME=PATH picks arrays (a .npy path, ARCHIVE.npz/MEMBER or an array's name)
-    and names them; unlisted arrays are left out; an unknown PATH is refused."""
+    and names them; unlisted arrays are left out; an unknown PATH, an ambiguous name and
+    HDF5's --ragged are refused."""
     arrays = npz_arrays(seed=10)
     np.savez(tmp_path / "a.npz", images=arrays["images"], labels=arrays["labels"])
     np.save(tmp_path / "labels.npy", arrays["labels"][::-1])
@@ -277,6 +278,8 @@ def test_field_chooses_and_names_npy_arrays(ddstage, tmp_path):
                                    tmp_path / "x.ddx"), "no source array is 'nope.npy'")
     assert_usage_error(ddstage.run("flatten", *srcs, "-o", tmp_path / "x.ddx"),
                        "would both be field 'labels'", "--field")
+    assert_usage_error(ddstage.run("flatten", *srcs, "--ragged", "x=/a:/b", "-o",
+                                   tmp_path / "x.ddx"), "--ragged are HDF5 options")
 
 
 # ---- through a store and Python ------------------------------------------------------------
