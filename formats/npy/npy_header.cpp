@@ -8,6 +8,7 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <set>
 #include <string_view>
 
 #include "ddstage/error.hpp"
@@ -168,13 +169,30 @@ class LiteralParser {
   const std::string& m_name;
 };
 
-/// The DType for a numpy descr such as "<f4", or nullopt when ddstage has none.
-std::optional<DType> numpy_dtype(std::string_view descr) {
+/// One numpy element type ("<f4", "|S8", "<U3", ">M8[ns]") in ddstage's terms.
+struct Element {
+  DType dtype = DType::uint8;
+  uint64_t bytes = 0;          // numpy's itemsize
+  std::vector<uint64_t> axes;  // the extra axis of a string, a void or 'U<n>'
+  std::string encoding;        // "ascii" for 'S<n>'
+  uint32_t swap_width = 0;     // nonzero when big-endian with elements of this many bytes
+  bool foreign = false;        // ddstage's dtype is not numpy's ('U', datetimes)
+};
+
+[[noreturn]] void unsupported(const std::string& name, const std::string& what,
+                              std::string_view descr, const std::string& reason) {
+  throw UsageError(
+      fmt::format("{}: {}unsupported dtype '{}' ({})", name, what, printable(descr), reason),
+      {.file = name});
+}
+
+/// The element type of a numpy type string; `what` says which member, for messages.
+Element parse_element(std::string_view descr, const std::string& name, const std::string& what) {
   struct Code {
     std::string_view code;
     DType type;
   };
-  static constexpr std::array<Code, 12> codes = {{
+  static constexpr std::array<Code, 14> codes = {{
       {"b1", DType::boolean},
       {"i1", DType::int8},
       {"i2", DType::int16},
@@ -187,16 +205,152 @@ std::optional<DType> numpy_dtype(std::string_view descr) {
       {"f2", DType::float16},
       {"f4", DType::float32},
       {"f8", DType::float64},
+      {"c8", DType::complex64},
+      {"c16", DType::complex128},
   }};
-  if (descr.size() != 3) return std::nullopt;
-  for (const auto& c : codes) {
-    if (descr.substr(1) != c.code) continue;
-    // Byte order means nothing for one-byte types, so numpy's '>u1' is as good as '|u1'.
-    const bool ok = descr[0] == '<' || descr[0] == '=' || descr[0] == '|' ||
-                    (descr[0] == '>' && dtype_size(c.type) == 1);
-    return ok ? std::optional(c.type) : std::nullopt;
+  const auto supported = [&] {
+    return fmt::format(
+        "supported: bool, int8-64, uint8-64, float16/32/64, complex64/128 in either byte "
+        "order, S<n>, V<n>, U<n>, M8, m8, one level of records; as ddstage dtypes: {}",
+        supported_dtypes());
+  };
+  if (descr.empty() || std::string_view("<>=|").find(descr[0]) == std::string_view::npos) {
+    unsupported(name, what, descr, supported());
   }
-  return std::nullopt;
+  const bool big = descr[0] == '>';
+  const std::string_view code = descr.substr(1);
+  if (code == "O") {
+    unsupported(name, what, descr,
+                "pickled Python objects: ddstage cannot index them; store them as fixed-size "
+                "or bytes");
+  }
+  Element e;
+  for (const auto& c : codes) {
+    if (code != c.code) continue;
+    e.dtype = c.type;
+    e.bytes = dtype_size(c.type);
+    // A complex number is two floats, each swapped on its own.
+    const bool complex = c.type == DType::complex64 || c.type == DType::complex128;
+    const uint64_t width = complex ? e.bytes / 2 : e.bytes;
+    if (big && width > 1) e.swap_width = static_cast<uint32_t>(width);
+    return e;
+  }
+  // Datetimes and timedeltas are int64 counts of the unit in brackets.
+  if (code.starts_with("M8") || code.starts_with("m8")) {
+    const auto unit = code.substr(2);
+    if (!unit.empty() && (unit.front() != '[' || unit.back() != ']'))
+      unsupported(name, what, descr, supported());
+    e = Element{.dtype = DType::int64, .bytes = 8, .foreign = true};
+    if (big) e.swap_width = 8;
+    return e;
+  }
+  if (code.size() >= 2 && (code[0] == 'S' || code[0] == 'V' || code[0] == 'U') &&
+      code.find_first_not_of("0123456789", 1) == std::string_view::npos && code.size() < 12) {
+    uint64_t n = 0;
+    for (char digit : code.substr(1)) n = n * 10 + static_cast<uint64_t>(digit - '0');
+    if (n == 0) unsupported(name, what, descr, "a zero-length string has no bytes to index");
+    e.axes = {n};
+    if (code[0] == 'U') {
+      // UCS-4 code points: numpy's bytes exactly, viewable as '<U<n>' again.
+      e.dtype = DType::uint32;
+      e.bytes = 4 * n;
+      e.foreign = true;
+      if (big) e.swap_width = 4;
+    } else {
+      e.dtype = DType::bytes;
+      e.bytes = n;
+      if (code[0] == 'S') e.encoding = "ascii";
+    }
+    return e;
+  }
+  unsupported(name, what, descr, supported());
+}
+
+uint64_t checked_mul(uint64_t a, uint64_t b, const std::string& name) {
+  uint64_t product = 0;
+  if (__builtin_mul_overflow(a, b, &product)) invalid(name, "shape is too large");
+  return product;
+}
+
+/// A structured descr: a list of (name, type) or (name, type, shape) tuples in offset order,
+/// padding being unnamed voids. One level only: a member that is itself a record is refused.
+void parse_record(const PyValue& list, const std::string& name, NpyHeader& h) {
+  uint64_t offset = 0;
+  std::set<std::string> names;
+  for (const auto& item : list.items) {
+    if (item.kind != PyValue::Kind::sequence || item.items.size() < 2 || item.items.size() > 3)
+      invalid(name, fmt::format("descr entry {} is not (name, type[, shape])", item.raw));
+    const PyValue* title = &item.items[0];
+    // (title, name) pairs: numpy writes a titled member so; the name is what indexes it.
+    if (title->kind == PyValue::Kind::sequence && title->items.size() == 2)
+      title = &title->items[1];
+    if (title->kind != PyValue::Kind::string)
+      invalid(name, fmt::format("descr entry {} has no member name", item.raw));
+    const std::string member = title->text;
+    const std::string what = fmt::format("member '{}' has ", printable(member));
+    const PyValue& type = item.items[1];
+    if (type.kind == PyValue::Kind::sequence) {
+      throw UsageError(fmt::format("{}: member '{}' is itself a record (a nested structured "
+                                   "dtype); ddstage keeps one level of members: save it with "
+                                   "numpy.lib.recfunctions.structured_to_unstructured or "
+                                   "as separate arrays",
+                                   name, printable(member)),
+                       {.file = name});
+    }
+    if (type.kind != PyValue::Kind::string)
+      invalid(name, fmt::format("descr entry {} has no type string", item.raw));
+    Element e = parse_element(type.text, name, what);
+    std::vector<uint64_t> shape;
+    uint64_t elements = 1;
+    if (item.items.size() == 3) {
+      if (item.items[2].kind != PyValue::Kind::sequence)
+        invalid(name, fmt::format("descr entry {} has a shape that is not a tuple", item.raw));
+      for (const auto& dim : item.items[2].items) {
+        if (dim.kind != PyValue::Kind::integer)
+          invalid(name, fmt::format("descr entry {} has a non-integer dimension", item.raw));
+        shape.push_back(dim.integer);
+        elements = checked_mul(elements, dim.integer, name);
+      }
+    }
+    const uint64_t size = checked_mul(elements, e.bytes, name);
+    if (member.empty() && e.dtype == DType::bytes && e.encoding.empty()) {
+      // Padding numpy adds for alignment or a larger itemsize: bytes of no member.
+    } else {
+      if (member.empty() || !names.insert(member).second)
+        invalid(name, fmt::format("descr has an empty or repeated member name in {}", item.raw));
+      if (e.foreign) h.numpy_descr = list.raw;
+      if (e.swap_width) {
+        h.swaps.push_back({.offset = offset,
+                           .width = e.swap_width,
+                           .count = checked_mul(elements, e.bytes / e.swap_width, name)});
+      }
+      shape.insert(shape.end(), e.axes.begin(), e.axes.end());
+      h.members.push_back(
+          FieldMember{.name = member, .dtype = e.dtype, .offset = offset, .shape = shape});
+    }
+    if (__builtin_add_overflow(offset, size, &offset)) invalid(name, "shape is too large");
+  }
+  if (h.members.empty() || offset == 0) {
+    throw UsageError(fmt::format("{}: the structured dtype {} has no members with bytes", name,
+                                 printable(list.raw)),
+                     {.file = name});
+  }
+  h.dtype = DType::structured;
+  h.item_bytes = offset;
+  h.item_axes = {offset};
+}
+
+/// Fills the element type of h from the header's 'descr'.
+void parse_descr(const PyValue& descr, const std::string& name, NpyHeader& h) {
+  if (descr.kind == PyValue::Kind::sequence) return parse_record(descr, name, h);
+  if (descr.kind != PyValue::Kind::string) unsupported(name, "", descr.raw, "not a type string");
+  const Element e = parse_element(descr.text, name, "");
+  h.dtype = e.dtype;
+  h.item_bytes = e.bytes;
+  h.item_axes = e.axes;
+  h.encoding = e.encoding;
+  if (e.foreign) h.numpy_descr = descr.text;
+  if (e.swap_width) h.swaps.push_back({.width = e.swap_width, .count = e.bytes / e.swap_width});
 }
 
 const PyValue& require(const std::map<std::string, PyValue>& dict, const std::string& key,
@@ -248,11 +402,9 @@ Preamble parse_preamble(std::span<const std::byte> bytes, const std::string& nam
 
 /// row_bytes and data_bytes from shape and item size, refusing products that overflow.
 void compute_sizes(NpyHeader& h, const std::string& name) {
-  h.row_bytes = dtype_size(h.dtype);
-  for (size_t d = 1; d < h.shape.size(); ++d) {
-    if (__builtin_mul_overflow(h.row_bytes, h.shape[d], &h.row_bytes))
-      invalid(name, "shape is too large");
-  }
+  h.row_bytes = h.item_bytes;
+  for (size_t d = 1; d < h.shape.size(); ++d)
+    h.row_bytes = checked_mul(h.row_bytes, h.shape[d], name);
   h.data_bytes = h.row_bytes;
   if (!h.shape.empty() && __builtin_mul_overflow(h.row_bytes, h.shape[0], &h.data_bytes)) {
     invalid(name, "shape is too large");
@@ -271,15 +423,7 @@ NpyHeader parse_npy_header(std::span<const std::byte> bytes, const std::string& 
   NpyHeader h{.major = p.major, .minor = p.minor, .data_offset = p.header_end};
   const auto descr = dict.find("descr");
   if (descr == dict.end()) invalid(name, "the header has no 'descr'");
-  const bool is_string = descr->second.kind == PyValue::Kind::string;
-  const auto dtype = is_string ? numpy_dtype(descr->second.text) : std::nullopt;
-  if (!dtype) {
-    throw UsageError(fmt::format("{}: unsupported dtype '{}' (supported: {})", name,
-                                 printable(is_string ? descr->second.text : descr->second.raw),
-                                 supported_dtypes()),
-                     {.file = name});
-  }
-  h.dtype = *dtype;
+  parse_descr(descr->second, name, h);
   h.fortran_order = require(dict, "fortran_order", PyValue::Kind::boolean, name).boolean;
   for (const auto& dim : require(dict, "shape", PyValue::Kind::sequence, name).items) {
     if (dim.kind != PyValue::Kind::integer)
@@ -291,16 +435,73 @@ NpyHeader parse_npy_header(std::span<const std::byte> bytes, const std::string& 
   return h;
 }
 
-NpyHeader read_npy_header(const FileDescriptor& fd) {
-  const std::string name = fd.path().string();
-  const uint64_t size = fd.size();
-  std::vector<std::byte> bytes(std::min<uint64_t>(size, 12));
-  fd.pread_exact(bytes, 0);
-  const uint64_t header_end = parse_preamble(bytes, name).header_end;
-  if (header_end > size) invalid(name, "the file ends inside the header");
+uint64_t npy_header_end(std::span<const std::byte> bytes, const std::string& name) {
+  return parse_preamble(bytes, name).header_end;
+}
+
+NpyHeader read_npy_header(const FileDescriptor& fd, uint64_t offset, uint64_t limit,
+                          const std::string& name) {
+  std::vector<std::byte> bytes(std::min<uint64_t>(limit, npy_preamble_bytes));
+  fd.pread_exact(bytes, offset);
+  const uint64_t header_end = npy_header_end(bytes, name);
+  if (header_end > limit) invalid(name, "the file ends inside the header");
   bytes.resize(header_end);
-  fd.pread_exact(bytes, 0);
-  return parse_npy_header(bytes, name);
+  fd.pread_exact(bytes, offset);
+  NpyHeader h = parse_npy_header(bytes, name);
+  h.data_offset += offset;
+  if (h.data_bytes > UINT64_MAX - h.data_offset) invalid(name, "shape is too large");
+  return h;
+}
+
+NpyHeader read_npy_header(const FileDescriptor& fd) {
+  return read_npy_header(fd, 0, fd.size(), fd.path().string());
+}
+
+namespace {
+
+template <typename Word, Word (*swap)(Word)>
+void swap_words(std::byte* p, uint64_t count) {
+  for (uint64_t i = 0; i < count; ++i, p += sizeof(Word)) {
+    Word w;
+    std::memcpy(&w, p, sizeof w);
+    w = swap(w);
+    std::memcpy(p, &w, sizeof w);
+  }
+}
+
+uint16_t bswap16(uint16_t w) {
+  return __builtin_bswap16(w);
+}
+uint32_t bswap32(uint32_t w) {
+  return __builtin_bswap32(w);
+}
+uint64_t bswap64(uint64_t w) {
+  return __builtin_bswap64(w);
+}
+
+/// Reverses `count` consecutive elements of `width` bytes (2, 4 or 8: what parse_element makes).
+void swap_run(std::byte* p, uint32_t width, uint64_t count) {
+  switch (width) {
+    case 2:
+      return swap_words<uint16_t, bswap16>(p, count);
+    case 4:
+      return swap_words<uint32_t, bswap32>(p, count);
+    default:
+      return swap_words<uint64_t, bswap64>(p, count);
+  }
+}
+
+}  // namespace
+
+void NpyHeader::to_little_endian(std::span<std::byte> elements) const {
+  if (swaps.empty() || item_bytes == 0) return;
+  // A plain big-endian array is one run of equal elements: swap it without the per-item loop.
+  if (swaps.size() == 1 && swaps[0].width * swaps[0].count == item_bytes) {
+    return swap_run(elements.data(), swaps[0].width, elements.size() / swaps[0].width);
+  }
+  for (uint64_t item = 0; item + item_bytes <= elements.size(); item += item_bytes) {
+    for (const auto& s : swaps) swap_run(elements.data() + item + s.offset, s.width, s.count);
+  }
 }
 
 }  // namespace ddstage::formats

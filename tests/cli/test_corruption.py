@@ -156,7 +156,7 @@ MANIFEST_FIXED = {
     "shape negative": (field("shape", [-1]), ["manifest.yaml", "shape"]),
     "shape 40 dims": (field("shape", [1] * 39 + [64]), ["manifest.yaml", "dimensions"]),
     "dtype float64": (field("dtype", "float64"), ["manifest.yaml", "makes 512"]),
-    "dtype complex64": (field("dtype", "complex64"), ["manifest.yaml", "dtype"]),
+    "dtype complex256": (field("dtype", "complex256"), ["manifest.yaml", "dtype"]),
     "variable": (field("variable", True), ["manifest.yaml", "variable"]),
     "no row_bytes": (lambda m: m["fields"][0].pop("row_bytes"), ["manifest.yaml", "row_bytes"]),
     "samples 99": (lambda m: m.__setitem__("samples", 99), ["manifest.yaml", "samples"]),

@@ -26,7 +26,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 export OMPI_MCA_btl=self,vader OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_pml=ob1
 
 # Generated seeds are rewritten; inputs the fuzzers found (found-*, crash-*) stay.
-for t in index_bin manifest npy_header store_yaml control_frame id_spec config settings; do
+for t in index_bin manifest npy_header zip_directory store_yaml control_frame id_spec config settings; do
   mkdir -p "$corpus/$t"
   find "$corpus/$t" -type f ! -name 'found-*' ! -name 'crash-*' -delete
 done
@@ -62,12 +62,30 @@ arrays = {
     "v2_float64": (np.zeros((2, 2, 2)), (2, 0)),
     "v3_int16": (np.zeros(5, dtype="<i2"), (3, 0)),
     "v1_bigendian": (np.zeros(2, dtype=">u4"), (1, 0)),
+    "v1_record": (np.zeros(2, dtype=np.dtype([("a", "<i4"), ("b", ">f4", (3,)), ("s", "S8")],
+                                             align=True)), (1, 0)),
+    "v1_unicode": (np.zeros(2, dtype="<U5"), (1, 0)),
+    "v1_complex": (np.zeros(2, dtype=">c16"), (1, 0)),
 }
 for name, (a, version) in arrays.items():
     buf = io.BytesIO()
     np.lib.format.write_array(buf, a, version=version, allow_pickle=False)
     open(f"{out}/{name}", "wb").write(buf.getvalue()[:256])
 PY
+
+# .npz archives as numpy writes them: stored, deflated, and with zip64 end records (what numpy
+# writes past 4 GiB, made small by lowering zipfile's limit while writing).
+/usr/bin/python3 - "$corpus/zip_directory" <<'PY'
+import sys, zipfile
+import numpy as np
+out = sys.argv[1]
+arrays = {"x": np.arange(6, dtype="<f4").reshape(3, 2), "y": np.array([1, 2, 3], dtype=">i2")}
+np.savez(f"{out}/stored", **arrays)
+np.savez_compressed(f"{out}/deflated", **arrays)
+zipfile.ZIP64_LIMIT = 0
+np.savez(f"{out}/zip64", **arrays)
+PY
+for f in "$corpus"/zip_directory/*.npz; do mv "$f" "${f%.npz}"; done
 
 # store.yaml of a real 2-rank store with a dataset loaded.
 mkdir -m 0700 "$work/store"

@@ -1,0 +1,201 @@
+#include "zip_directory.hpp"
+
+#include <fmt/format.h>
+#include <algorithm>
+#include <cstring>
+#include <optional>
+
+#include "ddstage/error.hpp"
+
+namespace ddstage::formats {
+namespace {
+
+constexpr uint32_t end_signature = 0x06054b50;
+constexpr uint32_t zip64_end_signature = 0x06064b50;
+constexpr uint32_t zip64_locator_signature = 0x07064b50;
+constexpr uint32_t central_signature = 0x02014b50;
+constexpr uint32_t local_signature = 0x04034b50;
+constexpr uint64_t end_bytes = 22;
+constexpr uint64_t zip64_end_bytes = 56;
+constexpr uint64_t zip64_locator_bytes = 20;
+constexpr uint64_t central_bytes = 46;
+constexpr uint64_t local_bytes = 30;
+// The end record's comment is at most 65535 bytes: the record lies within this of the end.
+constexpr uint64_t max_tail = end_bytes + 0xffff;
+
+[[noreturn]] void invalid(const std::string& name, const std::string& reason) {
+  throw UsageError(fmt::format("{} is not a valid zip archive: {}", name, reason), {.file = name});
+}
+
+/// Little-endian fields of a record, bounds-checked against the bytes read.
+class Fields {
+ public:
+  Fields(std::span<const std::byte> bytes, const std::string& name)
+      : m_bytes(bytes), m_name(name) {}
+  uint64_t get(uint64_t at, unsigned width) const {
+    if (at > m_bytes.size() || width > m_bytes.size() - at)
+      invalid(m_name, "a record is cut short");
+    uint64_t value = 0;
+    for (unsigned i = width; i-- > 0;)
+      value = (value << 8) | std::to_integer<uint64_t>(m_bytes[at + i]);
+    return value;
+  }
+  uint16_t u16(uint64_t at) const { return static_cast<uint16_t>(get(at, 2)); }
+  uint32_t u32(uint64_t at) const { return static_cast<uint32_t>(get(at, 4)); }
+  uint64_t u64(uint64_t at) const { return get(at, 8); }
+  std::string_view text(uint64_t at, uint64_t length) const {
+    if (at > m_bytes.size() || length > m_bytes.size() - at)
+      invalid(m_name, "a record is cut short");
+    return {reinterpret_cast<const char*>(m_bytes.data()) + at, length};
+  }
+
+ private:
+  std::span<const std::byte> m_bytes;
+  const std::string& m_name;
+};
+
+struct Directory {
+  uint64_t entries = 0;
+  uint64_t size = 0;
+  uint64_t offset = 0;
+};
+
+std::vector<std::byte> read(const ReadAt& read_at, uint64_t offset, uint64_t length) {
+  std::vector<std::byte> bytes(length);
+  read_at(bytes, offset);
+  return bytes;
+}
+
+/// The end of central directory record: the last signature whose comment reaches the end.
+Directory find_directory(uint64_t file_size, const ReadAt& read_at, const std::string& name) {
+  if (file_size < end_bytes) invalid(name, "it is too short to hold an end of central directory");
+  const uint64_t tail_offset = file_size - std::min(file_size, max_tail);
+  const auto tail = read(read_at, tail_offset, file_size - tail_offset);
+  const Fields tail_fields(tail, name);
+  std::optional<uint64_t> end;
+  for (uint64_t at = tail.size() - end_bytes + 1; at-- > 0;) {
+    if (tail_fields.u32(at) != end_signature) continue;
+    if (at + end_bytes + tail_fields.u16(at + 20) == tail.size()) {
+      end = at;
+      break;
+    }
+  }
+  if (!end) invalid(name, "it has no end of central directory record");
+  const Fields e(std::span<const std::byte>(tail).subspan(*end), name);
+  if (e.u16(4) != 0 || e.u16(6) != 0) invalid(name, "it spans several disks");
+  Directory d{.entries = e.u16(10), .size = e.u32(12), .offset = e.u32(16)};
+  // Zip64: a locator right before the end record points at the zip64 end record, whose
+  // fields replace the 16- and 32-bit ones (numpy writes it past 65535 members or 4 GiB).
+  const uint64_t end_offset = tail_offset + *end;
+  if (end_offset >= zip64_locator_bytes) {
+    const auto locator = read(read_at, end_offset - zip64_locator_bytes, zip64_locator_bytes);
+    const Fields l(locator, name);
+    if (l.u32(0) == zip64_locator_signature) {
+      const uint64_t at = l.u64(8);
+      if (at > end_offset - zip64_locator_bytes ||
+          end_offset - zip64_locator_bytes - at < zip64_end_bytes) {
+        invalid(name, "its zip64 end record lies outside the archive");
+      }
+      const auto record = read(read_at, at, zip64_end_bytes);
+      const Fields z(record, name);
+      if (z.u32(0) != zip64_end_signature)
+        invalid(name, "its zip64 locator points at no zip64 end record");
+      if (z.u32(16) != 0 || z.u32(20) != 0) invalid(name, "it spans several disks");
+      d = {.entries = z.u64(32), .size = z.u64(40), .offset = z.u64(48)};
+    }
+  }
+  if (d.offset > end_offset || d.size > end_offset - d.offset)
+    invalid(name, "its central directory lies outside the archive");
+  if (d.entries > d.size / central_bytes)
+    invalid(name, fmt::format("its central directory of {} bytes cannot hold {} members", d.size,
+                              d.entries));
+  return d;
+}
+
+/// The zip64 extended information extra field replaces, in order, each of the three sizes
+/// and offsets that is 0xffffffff in the fixed part.
+void apply_zip64_extra(const Fields& f, uint64_t at, uint64_t length, ZipMember& m,
+                       const std::string& name) {
+  const uint64_t end = at + length;
+  while (at + 4 <= end) {
+    const uint16_t id = f.u16(at);
+    const uint16_t size = f.u16(at + 2);
+    if (size > end - at - 4)
+      invalid(name, fmt::format("member '{}' has a cut extra field", m.name));
+    if (id == 0x0001) {
+      uint64_t p = at + 4;
+      for (uint64_t* value : {&m.size, &m.compressed_size, &m.header_offset}) {
+        if (*value != 0xffffffff) continue;
+        if (p + 8 > at + 4 + size)
+          invalid(name, fmt::format("member '{}' has a zip64 field too short", m.name));
+        *value = f.u64(p);
+        p += 8;
+      }
+    }
+    at += 4 + size;
+  }
+}
+
+ZipMember parse_central(const Fields& f, uint64_t& at, const std::string& name) {
+  if (f.u32(at) != central_signature)
+    invalid(name, "a central directory entry has a bad signature");
+  ZipMember m{.flags = f.u16(at + 8),
+              .method = f.u16(at + 10),
+              .crc32 = f.u32(at + 16),
+              .compressed_size = f.u32(at + 20),
+              .size = f.u32(at + 24),
+              .header_offset = f.u32(at + 42)};
+  const uint16_t name_length = f.u16(at + 28);
+  const uint16_t extra_length = f.u16(at + 30);
+  const uint16_t comment_length = f.u16(at + 32);
+  m.name = f.text(at + central_bytes, name_length);
+  if (std::any_of(m.name.begin(), m.name.end(),
+                  [](char c) { return static_cast<unsigned char>(c) < 0x20; }))
+    invalid(name, "a member name has control characters");
+  f.text(at + central_bytes + name_length, uint64_t{extra_length} + comment_length);
+  apply_zip64_extra(f, at + central_bytes + name_length, extra_length, m, name);
+  at += central_bytes + name_length + extra_length + comment_length;
+  return m;
+}
+
+/// The local header must agree with the directory; the data starts after its own (possibly
+/// different) extra field.
+void locate_data(ZipMember& m, uint64_t directory_offset, const ReadAt& read_at,
+                 const std::string& name) {
+  const auto where = [&] { return fmt::format("member '{}'", m.name); };
+  if (m.header_offset > directory_offset ||
+      directory_offset - m.header_offset < local_bytes + m.name.size())
+    invalid(name, where() + " has its local header outside the archive");
+  const auto header = read(read_at, m.header_offset, local_bytes + m.name.size());
+  const Fields l(header, name);
+  if (l.u32(0) != local_signature) invalid(name, where() + " has no local header at its offset");
+  if (l.u16(8) != m.method)
+    invalid(name, where() + " has a local header that disagrees on the compression method");
+  if (l.text(local_bytes, l.u16(26)) != m.name)
+    invalid(name, where() + " has a local header with another name");
+  m.data_offset = m.header_offset + local_bytes + l.u16(26) + l.u16(28);
+  if (m.data_offset > directory_offset || m.compressed_size > directory_offset - m.data_offset)
+    invalid(name, where() + " runs past the start of the central directory");
+}
+
+}  // namespace
+
+std::vector<ZipMember> read_zip_directory(uint64_t file_size, const ReadAt& read_at,
+                                          const std::string& name) {
+  const Directory d = find_directory(file_size, read_at, name);
+  const auto bytes = read(read_at, d.offset, d.size);
+  const Fields f(bytes, name);
+  std::vector<ZipMember> members;
+  uint64_t at = 0;
+  while (members.size() < d.entries) {
+    members.push_back(parse_central(f, at, name));
+    locate_data(members.back(), d.offset, read_at, name);
+  }
+  if (at != d.size) {
+    invalid(name, fmt::format("its central directory has {} bytes after its {} members",
+                              d.size - at, d.entries));
+  }
+  return members;
+}
+
+}  // namespace ddstage::formats

@@ -1,0 +1,102 @@
+#include "zip_inflate.hpp"
+
+#include <zlib.h>
+
+#include <fmt/format.h>
+#include <algorithm>
+#include <limits>
+
+#include "ddstage/error.hpp"
+
+namespace ddstage::formats {
+namespace {
+
+// Compressed input needs no large buffer: zlib's output, the rows, is what the budget is for.
+constexpr uint64_t max_chunk = 1u << 20;
+
+}  // namespace
+
+struct ZipInflater::Stream {
+  z_stream z{};
+};
+
+ZipInflater::ZipInflater(const FileDescriptor& fd, const ZipMember& member, std::string name,
+                         uint64_t chunk_bytes)
+    : m_fd(fd),
+      m_member(member),
+      m_name(std::move(name)),
+      m_input(std::clamp<uint64_t>(chunk_bytes, 4096, max_chunk)),
+      m_crc(static_cast<uint32_t>(crc32(0, nullptr, 0))),
+      m_stream(std::make_unique<Stream>()) {
+  // Negative window bits: a raw deflate stream, as zip stores it (no zlib header).
+  if (inflateInit2(&m_stream->z, -MAX_WBITS) != Z_OK) {
+    throw Error(ErrorKind::runtime, m_name + ": cannot start zlib's inflate", {.file = m_name});
+  }
+}
+
+ZipInflater::~ZipInflater() {
+  inflateEnd(&m_stream->z);
+}
+
+void ZipInflater::corrupt(const std::string& reason) const {
+  throw Error(ErrorKind::runtime,
+              fmt::format("{}: the deflated data is corrupt: {}", m_name, reason),
+              {.file = m_name});
+}
+
+void ZipInflater::refill() {
+  const uint64_t left = m_member.compressed_size - m_consumed;
+  if (left == 0) corrupt(fmt::format("the compressed bytes end after {} bytes", m_produced));
+  const auto chunk = std::span(m_input).first(std::min<uint64_t>(left, m_input.size()));
+  m_fd.pread_exact(chunk, m_member.data_offset + m_consumed);
+  m_consumed += chunk.size();
+  m_stream->z.next_in = reinterpret_cast<Bytef*>(chunk.data());
+  m_stream->z.avail_in = static_cast<uInt>(chunk.size());
+}
+
+void ZipInflater::read(std::span<std::byte> out) {
+  auto& z = m_stream->z;
+  while (!out.empty()) {
+    if (m_ended) corrupt(fmt::format("it ends after {} bytes", m_produced));
+    if (z.avail_in == 0) refill();
+    const auto piece = out.first(std::min<uint64_t>(out.size(), std::numeric_limits<uInt>::max()));
+    z.next_out = reinterpret_cast<Bytef*>(piece.data());
+    z.avail_out = static_cast<uInt>(piece.size());
+    const int rc = inflate(&z, Z_NO_FLUSH);
+    if (rc != Z_OK && rc != Z_STREAM_END && rc != Z_BUF_ERROR)
+      corrupt(z.msg ? z.msg : fmt::format("zlib error {}", rc));
+    const uint64_t produced = piece.size() - z.avail_out;
+    m_crc = static_cast<uint32_t>(
+        crc32(m_crc, reinterpret_cast<const Bytef*>(piece.data()), static_cast<uInt>(produced)));
+    m_produced += produced;
+    out = out.subspan(produced);
+    m_ended = rc == Z_STREAM_END;
+  }
+}
+
+void ZipInflater::finish() {
+  if (!m_ended) {
+    // The stream may still hold its end marker: ask for one more byte, which must not come.
+    std::byte extra{};
+    auto& z = m_stream->z;
+    z.next_out = reinterpret_cast<Bytef*>(&extra);
+    z.avail_out = 1;
+    while (!m_ended) {
+      if (z.avail_in == 0) refill();
+      const int rc = inflate(&z, Z_NO_FLUSH);
+      if (z.avail_out == 0)
+        corrupt(fmt::format("it holds more than the {} bytes its directory says", m_member.size));
+      if (rc != Z_OK && rc != Z_STREAM_END)
+        corrupt(z.msg ? z.msg : fmt::format("zlib error {}", rc));
+      m_ended = rc == Z_STREAM_END;
+    }
+  }
+  if (m_produced != m_member.size) {
+    corrupt(fmt::format("it holds {} bytes but its directory says {}", m_produced, m_member.size));
+  }
+  if (m_crc != m_member.crc32)
+    corrupt(
+        fmt::format("CRC-32 {:08x} does not match the directory's {:08x}", m_crc, m_member.crc32));
+}
+
+}  // namespace ddstage::formats
