@@ -1,0 +1,171 @@
+// The "tar" format: tar shards indexed in place, every regular member's bytes where they lie in
+// the archive; compressed shards decoded once into pack files.
+
+#include <fcntl.h>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <array>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "block_reader.hpp"
+#include "builtin_formats.hpp"
+#include "ddstage/error.hpp"
+#include "tar_decoder.hpp"
+#include "tar_layout.hpp"
+#include "tar_reader.hpp"
+
+namespace ddstage::formats {
+namespace detail {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr std::array tar_extensions = {".tar",    ".tar.gz", ".tgz",     ".tar.bz2", ".tbz2",
+                                       ".tar.xz", ".txz",    ".tar.zst", ".tzst"};
+
+bool has_tar_extension(const std::string& path) {
+  return std::any_of(tar_extensions.begin(), tar_extensions.end(),
+                     [&path](const char* ext) { return path.ends_with(ext); });
+}
+
+/// The first 512 bytes of path (fewer if it is shorter); empty if it cannot be read.
+std::vector<std::byte> head_of(const std::string& path) {
+  std::vector<std::byte> head(512);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return {};
+  const auto n = ::pread(fd, head.data(), head.size(), 0);
+  ::close(fd);
+  head.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
+  return head;
+}
+
+bool detect(const FlattenRequest& request) {
+  const auto& first = request.sources.front();
+  std::error_code ec;
+  if (first.starts_with('@') || !fs::is_regular_file(first, ec)) return false;
+  return has_tar_extension(first) || has_ustar_magic(head_of(first));
+}
+
+void check_request(const FlattenRequest& request) {
+  if (!request.fields.empty() || !request.groups.empty() || !request.ragged.empty()) {
+    throw UsageError(
+        "--field, --groups and --ragged do not apply to tar shards (their fields are the "
+        "member names, or the extensions under --webdataset)");
+  }
+  for (const auto& source : request.sources) {
+    std::error_code ec;
+    const auto status = fs::status(source, ec);
+    if (status.type() == fs::file_type::not_found)
+      throw UsageError(fmt::format("{} does not exist", source), {.file = source});
+    if (!fs::is_regular_file(status)) {
+      throw UsageError(fmt::format("{} is not a file; the tar format takes tar shards (list them, "
+                                   "e.g. shards/*.tar)",
+                                   source),
+                       {.file = source});
+    }
+  }
+}
+
+/// A shard's archive: the file itself, or its decoded copy when it is compressed.
+struct Archive {
+  FileDescriptor fd;
+  bool decoded = false;
+};
+
+Archive open_archive(const std::string& path, const fs::path& scratch_dir) {
+  const auto compression = compression_of(head_of(path));
+  if (compression.empty()) return {FileDescriptor::open(path, O_RDONLY), false};
+  spdlog::info("{}: decoding {} once into pack files", path, compression);
+  return {decode_to_scratch(path, scratch_dir), true};
+}
+
+std::vector<FieldInfo> field_infos(const TarLayout& layout) {
+  std::vector<FieldInfo> fields;
+  for (const auto& name : layout.data_fields) {
+    fields.push_back(
+        FieldInfo{.name = name, .dtype = DType::bytes, .variable = true, .source = "tar member"});
+  }
+  fields.push_back(
+      FieldInfo{.name = layout.label_field,
+                .dtype = DType::bytes,
+                .variable = true,
+                .source = layout.label_field == "name" ? "tar member name" : "WebDataset key"});
+  return fields;
+}
+
+void flatten(const FlattenRequest& request, IndexWriter& writer) {
+  check_request(request);
+  const fs::path scratch =
+      request.scratch_dir.empty() ? fs::temp_directory_path() : request.scratch_dir;
+  std::vector<TarShard> shards;
+  std::vector<Archive> archives;
+  for (const auto& path : request.sources) {
+    auto archive = open_archive(path, scratch);
+    shards.push_back({path, list_tar_members(archive.fd, path)});
+    // Plain shards are reopened when read, so a thousand of them do not hold a thousand fds.
+    if (!archive.decoded) archive.fd = {};
+    archives.push_back(std::move(archive));
+  }
+  const auto layout = request.webdataset ? webdataset_layout(shards) : member_layout(shards);
+  if (layout.samples.empty()) {
+    throw UsageError(
+        shards.size() == 1
+            ? fmt::format("{} has no regular file members", shards[0].path)
+            : fmt::format("none of the {} shards has a regular file member", shards.size()),
+        {.file = shards[0].path});
+  }
+  writer.define(field_infos(layout), layout.samples.size());
+
+  BlockReader reader(request.memory_budget);
+  const auto width = static_cast<uint32_t>(layout.data_fields.size());
+  uint64_t sample = 0;
+  for (uint32_t s = 0; s < shards.size(); ++s) {
+    auto& archive = archives[s];
+    if (!archive.decoded) archive.fd = FileDescriptor::open(shards[s].path, O_RDONLY);
+    // Recorded even when packed: the manifest names every source, and staleness covers it.
+    const uint32_t file = writer.add_source(shards[s].path);
+    std::optional<uint32_t> in_place;
+    if (!request.pack && !archive.decoded) in_place = file;
+    for (; sample < layout.samples.size() && layout.samples[sample].shard == s; ++sample) {
+      const auto& plan = layout.samples[sample];
+      for (uint32_t f = 0; f < width; ++f) {
+        const auto& member = shards[s].members[layout.members[sample * width + f]];
+        put_records(writer, reader, archive.fd,
+                    RecordRange{.field = f,
+                                .first_sample = sample,
+                                .offset = member.data_offset,
+                                .record_bytes = member.size,
+                                .count = 1},
+                    in_place);
+      }
+      // The label's bytes are the member name's first bytes, which the reader took from the
+      // archive: where they lie contiguously there, they are referenced in place too.
+      const auto& named = shards[s].members[plan.label_member];
+      const auto label = std::as_bytes(std::span(named.name).first(plan.label_length));
+      if (in_place && named.name_offset) {
+        writer.put_in_place(sample, width, file, *named.name_offset, label);
+      } else {
+        writer.put_packed(sample, width, label);
+      }
+    }
+    archive.fd = {};  // a decoded copy's disk space is freed once its bytes are in packs
+  }
+}
+
+}  // namespace
+}  // namespace detail
+
+Format tar_format() {
+  return Format{.name = "tar",
+                .help =
+                    "tar shards (ustar, pax, GNU; .tar.gz/.bz2/.xz/.zst decoded into packs): "
+                    "each member is a sample, or each key's members under --webdataset",
+                .detect = &detail::detect,
+                .flatten = &detail::flatten};
+}
+
+}  // namespace ddstage::formats
