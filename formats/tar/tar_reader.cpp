@@ -188,7 +188,6 @@ class TarLister {
   uint64_t member(std::span<const std::byte> block, Where& where) {
     check_checksum(block, where);
     const char type = static_cast<char>(block[f_type]);
-    uint64_t size = number_of(block, f_size, "size", where);
     const uint64_t data_offset = where.header_offset + block_size;
     std::string name(text_of(block, f_name));
     std::optional<uint64_t> name_offset = where.header_offset;
@@ -199,12 +198,15 @@ class TarLister {
       name = std::string(prefix) + "/" + name;
       name_offset.reset();
     }
-    if (m_long_name) {
-      name = std::move(m_long_name->value);
-      name_offset = m_long_name->offset;
-      m_long_name.reset();
-    }
-    if (!is_meta(type)) {
+    uint64_t size = 0;
+    if (is_meta(type)) {
+      size = number_of(block, f_size, "size", where);
+    } else {
+      if (m_long_name) {
+        name = std::move(m_long_name->value);
+        name_offset = m_long_name->offset;
+        m_long_name.reset();
+      }
       PaxRecords pax = std::move(m_local);
       m_local.clear();
       auto global = m_global;
@@ -215,8 +217,9 @@ class TarLister {
         name_offset = it->second.offset;
       }
       where.member = name;
-      if (const auto it = pax.find("size"); it != pax.end())
-        size = pax_size(it->second.value, where);
+      const auto it = pax.find("size");
+      size = it == pax.end() ? number_of(block, f_size, "size", where)
+                             : pax_size(it->second.value, where);
       if (const auto it = pax.lower_bound("GNU.sparse.");
           it != pax.end() && it->first.starts_with("GNU.sparse."))
         where.refuse("sparse members are not supported");
