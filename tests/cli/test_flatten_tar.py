@@ -294,3 +294,25 @@ def test_webdataset_needs_tar(ddstage, tmp_path):
     np.save(tmp_path / "a.npy", np.arange(4))
     proc = ddstage.run("flatten", tmp_path / "a.npy", "--webdataset", "-o", tmp_path / "x.ddx")
     assert_usage_error(proc, "--webdataset", "npy")
+
+
+# ---- bench origin ----------------------------------------------------------------------------
+
+def test_bench_origin_against_tarfile(ddstage, wds, tmp_path):
+    """bench origin on WebDataset shards measures index+pread and Python's tarfile in the same
+    run; tarfile's pass covers every sample and its bytes add up to the index's (no speed is
+    asserted)."""
+    import json
+    paths, samples = wds
+    ddx = flatten(ddstage, tmp_path / "w.ddx", *paths, "--webdataset")
+    out = tmp_path / "o.json"
+    stdout = ddstage.ok("bench", "origin", ddx, "--samples", 50, "--json", out).stdout
+    result = json.loads(out.read_text())
+    cells = {c["dims"]["mode"]: c for c in result["cells"]}
+    assert list(cells) == ["index+pread", "python-tarfile"]
+    assert cells["index+pread"]["rows"] == 50
+    assert cells["python-tarfile"]["rows"] == len(samples)
+    data_bytes = sum(len(d) for _, fields in samples for d in fields.values())
+    assert cells["python-tarfile"]["bytes"] == data_bytes
+    assert all(c["mismatches"] == 0 for c in cells.values())
+    assert "ratio: python-tarfile" in stdout
