@@ -24,9 +24,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (m.data_offset > size || m.size > size - m.data_offset)
         fuzz::violated("member '" + m.name + "' runs past the archive");
       if (m.data_offset % 512 != 0) fuzz::violated("member data not on a 512-byte block");
-      if (m.name_offset &&
-          (*m.name_offset > size || m.name.size() > size - *m.name_offset ||
-           std::memcmp(data + *m.name_offset, m.name.data(), m.name.size()) != 0))
+      if (m.name_offset && (*m.name_offset > size || m.name.size() > size - *m.name_offset ||
+                            std::memcmp(data + *m.name_offset, m.name.data(), m.name.size()) != 0))
         fuzz::violated("name offset of '" + m.name + "' does not hold its name");
     }
   });
