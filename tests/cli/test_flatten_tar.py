@@ -30,9 +30,11 @@ def add(t, name, data, **info):
 
 
 def add_non_files(t):
-    """A directory, a symlink and a hard link: not samples (tarfile's isreg() is False)."""
+    """Directories (also v7's: a regular type with a trailing slash), a symlink, a hard link
+    and a fifo: not samples (tarfile's isreg() is False)."""
     for name, kind in (("adir", tarfile.DIRTYPE), ("alink", tarfile.SYMTYPE),
-                       ("ahard", tarfile.LNKTYPE)):
+                       ("ahard", tarfile.LNKTYPE), ("olddir/", tarfile.AREGTYPE),
+                       ("afifo", tarfile.FIFOTYPE)):
         ti = tarfile.TarInfo(name)
         ti.type = kind
         ti.linkname = "" if kind == tarfile.DIRTYPE else "m0"
@@ -129,6 +131,40 @@ def test_pax_size_record(ddstage, tmp_path):
     assert [d for _, d in tar_members(src)] == [data, b"next member"]
     ddx = flatten(ddstage, tmp_path / "z.ddx", src)
     assert read_bytes(ddstage, ddx, "0,1", "data") == data + b"next member"
+
+
+def test_base256_size(ddstage, tmp_path):
+    """GNU's base-256 size field (what sizes of 8 GiB and more use) reads like octal."""
+    src = tmp_path / "b256.tar"
+    data = os.urandom(700)
+    with tarfile.open(src, "w", format=tarfile.GNU_FORMAT) as t:
+        add(t, "one.bin", data)
+    raw = bytearray(src.read_bytes())
+    raw[124:136] = bytes([0x80]) + len(data).to_bytes(11, "big")
+    fix_checksum(raw, 0)
+    src.write_bytes(raw)
+    assert tar_members(src) == [(b"one.bin", data)]
+    ddx = flatten(ddstage, tmp_path / "b.ddx", src)
+    assert read_bytes(ddstage, ddx, "0", "data") == data
+
+
+@pytest.mark.parametrize("how", ["gnu-type", "pax-records"])
+def test_sparse_refused(ddstage, tmp_path, how):
+    """Sparse members (GNU type 'S', or pax GNU.sparse.* records) are refused, naming them."""
+    src = tmp_path / "sparse.tar"
+    with tarfile.open(src, "w", format=tarfile.PAX_FORMAT) as t:
+        ti = tarfile.TarInfo("holes.bin")
+        ti.size = 4
+        if how == "pax-records":
+            ti.pax_headers = {"GNU.sparse.major": "1", "GNU.sparse.minor": "0"}
+        t.addfile(ti, io.BytesIO(b"abcd"))
+    if how == "gnu-type":
+        raw = bytearray(src.read_bytes())
+        raw[156:157] = b"S"
+        fix_checksum(raw, 0)
+        src.write_bytes(raw)
+    proc = ddstage.run("flatten", src, "-o", tmp_path / "x.ddx")
+    assert_usage_error(proc, str(src), "holes.bin", "sparse")
 
 
 # ---- WebDataset ------------------------------------------------------------------------------
