@@ -27,8 +27,8 @@ struct Field {
   std::size_t at;
   std::size_t length;
 };
-constexpr Field f_name{0, 100}, f_size{124, 12}, f_checksum{148, 8}, f_magic{257, 6},
-    f_prefix{345, 155};
+constexpr Field f_name{0, 100}, f_mode{100, 8}, f_uid{108, 8}, f_gid{116, 8}, f_size{124, 12},
+    f_mtime{136, 12}, f_checksum{148, 8}, f_magic{257, 6}, f_prefix{345, 155};
 constexpr std::size_t f_type = 156;
 
 std::string_view text_of(std::span<const std::byte> block, Field f) {
@@ -187,6 +187,13 @@ class TarLister {
   /// Handles the header at where.header_offset; returns the offset of the next header.
   uint64_t member(std::span<const std::byte> block, Where& where) {
     check_checksum(block, where);
+    // Unused, but tarfile refuses a header whose numbers do not parse, and so do we; base-256
+    // values may be negative here (times before 1970), so only octal ones are read.
+    for (const auto& [field, what] : {std::pair{f_mode, "mode"}, std::pair{f_uid, "uid"},
+                                      std::pair{f_gid, "gid"}, std::pair{f_mtime, "mtime"}}) {
+      if (!(std::to_integer<unsigned char>(block[field.at]) & 0x80))
+        number_of(block, field, what, where);
+    }
     const char type = static_cast<char>(block[f_type]);
     const uint64_t data_offset = where.header_offset + block_size;
     std::string name(text_of(block, f_name));
@@ -224,7 +231,8 @@ class TarLister {
           it != pax.end() && it->first.starts_with("GNU.sparse."))
         where.refuse("sparse members are not supported");
     }
-    if (type == '\0' && name.ends_with('/')) return data_offset;  // an old-style directory
+    // A v7 directory, by its header's own name as tarfile decides it.
+    if (type == '\0' && text_of(block, f_name).ends_with('/')) return data_offset;
     if (has_no_data(type)) return data_offset;
     if (size > m_size - data_offset) {
       where.refuse(

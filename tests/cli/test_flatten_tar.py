@@ -291,6 +291,9 @@ def broken(good, what):
     elif what == "octal":
         raw[second + 124:second + 136] = b"00000009999\0"
         fix_checksum(raw, second)
+    elif what == "mtime":
+        raw[second + 136:second + 148] = b"1234567z012\0"
+        fix_checksum(raw, second)
     elif what == "past-end":
         raw = raw[:second + 512 + 1000]
     elif what == "no-end-block":
@@ -303,6 +306,7 @@ def broken(good, what):
 @pytest.mark.parametrize("what,words", [
     ("checksum", ["checksum", "header at byte 2560"]),
     ("octal", ["second.bin", "not an octal number"]),
+    ("mtime", ["header at byte 2560", "mtime", "not an octal number"]),
     ("past-end", ["second.bin", "past the end", "truncated"]),
     ("no-end-block", ["end-of-archive", "truncated"]),
     ("inside-header", ["inside a header", "truncated"]),
