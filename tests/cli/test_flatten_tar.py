@@ -111,6 +111,20 @@ def test_several_shards_detected_and_pack(ddstage, shards, tmp_path):
     assert_same(ddstage, packed, expected(order), seed=6)
 
 
+def test_tar_of_hdf5_is_a_tar(ddstage, tmp_path):
+    """A shard whose first member is an HDF5 file (its signature at byte 512, where HDF5 looks
+    for one after a user block) is detected as tar, not HDF5."""
+    import h5py
+    with h5py.File(tmp_path / "x.h5", "w") as f:
+        f["a"] = np.arange(10)
+    src = tmp_path / "h5shard"
+    with tarfile.open(src, "w") as t:
+        t.add(tmp_path / "x.h5", arcname="x.h5")
+    ddx = flatten(ddstage, tmp_path / "h.ddx", src)
+    assert info_json(ddstage, ddx)["format"] == "tar"
+    assert read_bytes(ddstage, ddx, "0", "data") == (tmp_path / "x.h5").read_bytes()
+
+
 def test_pax_size_record(ddstage, tmp_path):
     """A pax size= record overrides the header's size field (0 here), as for members of 8 GiB
     and more."""
