@@ -5,8 +5,10 @@
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <algorithm>
 #include <array>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,11 +37,9 @@ bool has_tar_extension(const std::string& path) {
 /// The first 512 bytes of path (fewer if it is shorter); empty if it cannot be read.
 std::vector<std::byte> head_of(const std::string& path) {
   std::vector<std::byte> head(512);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return {};
-  const auto n = ::pread(fd, head.data(), head.size(), 0);
-  ::close(fd);
-  head.resize(n > 0 ? static_cast<std::size_t>(n) : 0);
+  std::ifstream in(path, std::ios::binary);
+  in.read(reinterpret_cast<char*>(head.data()), static_cast<std::streamsize>(head.size()));
+  head.resize(static_cast<std::size_t>(std::max<std::streamsize>(in.gcount(), 0)));
   return head;
 }
 
