@@ -7,15 +7,18 @@
 #include <spdlog/spdlog.h>
 #include <algorithm>
 #include <array>
+#include <atomic>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
-#include "block_reader.hpp"
 #include "builtin_formats.hpp"
 #include "ddstage/error.hpp"
+#include "ddstage/mapped_file.hpp"
 #include "tar_decoder.hpp"
 #include "tar_layout.hpp"
 #include "tar_reader.hpp"
@@ -74,7 +77,12 @@ void check_request(const FlattenRequest& request) {
 struct Archive {
   FileDescriptor fd;
   bool decoded = false;
+  uint64_t size = 0;  ///< when listed
 };
+
+/// Shards listed (and decoded) at once: a parallel file system or an SSD serves several
+/// streams faster than one, and decoding is bound by a core.
+constexpr std::size_t shards_at_once = 8;
 
 Archive open_archive(const std::string& path, const fs::path& scratch_dir) {
   const auto compression = compression_of(head_of(path));
@@ -103,20 +111,61 @@ std::vector<FieldInfo> field_infos(const TarLayout& layout) {
   return fields;
 }
 
+/// Lists (and decodes) every shard, shards_at_once at a time. An error is the first failing
+/// shard's in the given order, whatever order the threads finished in.
+void list_shards(const std::vector<std::string>& sources, const fs::path& scratch,
+                 std::vector<TarShard>& shards, std::vector<Archive>& archives) {
+  const auto n = sources.size();
+  shards.resize(n);
+  archives.resize(n);
+  std::vector<std::exception_ptr> errors(n);
+  std::atomic<std::size_t> next{0};
+  const auto work = [&] {
+    for (std::size_t i; (i = next++) < n;) {
+      try {
+        archives[i] = open_archive(sources[i], scratch);
+        archives[i].size = archives[i].fd.size();
+        shards[i] = {sources[i], list_tar_members(archives[i].fd, sources[i])};
+        // Plain shards are reopened when read: a thousand of them do not hold a thousand fds.
+        if (!archives[i].decoded) archives[i].fd = {};
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+  };
+  {
+    std::vector<std::jthread> workers;
+    for (std::size_t t = 0; t < std::min(n, shards_at_once); ++t) workers.emplace_back(work);
+  }
+  for (const auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+/// A shard's bytes, mapped: entries are checksummed straight from the page cache, without the
+/// copy a pread makes.
+MappedFile map_archive(const TarShard& shard, const Archive& archive) {
+  MappedFile map(archive.decoded ? archive.fd.path() : fs::path(shard.path),
+                 MappedFile::Mode::read_only);
+  if (map.bytes().size() != archive.size) {
+    throw Error(ErrorKind::runtime,
+                fmt::format("{} changed while being read: {} bytes when listed, {} now", shard.path,
+                            archive.size, map.bytes().size()),
+                {.file = shard.path});
+  }
+  map.advise_sequential();
+  return map;
+}
+
 void flatten(const FlattenRequest& request, IndexWriter& writer) {
   check_request(request);
   const fs::path scratch =
       request.scratch_dir.empty() ? fs::temp_directory_path() : request.scratch_dir;
   std::vector<TarShard> shards;
   std::vector<Archive> archives;
-  for (const auto& path : request.sources) {
-    auto archive = open_archive(path, scratch);
-    shards.push_back({path, list_tar_members(archive.fd, path)});
-    // Plain shards are reopened when read, so a thousand of them do not hold a thousand fds.
-    if (!archive.decoded) archive.fd = {};
-    archives.push_back(std::move(archive));
-  }
+  list_shards(request.sources, scratch, shards, archives);
   const auto layout = request.webdataset ? webdataset_layout(shards) : member_layout(shards);
+  spdlog::debug("tar: listed {} shards: {} samples", shards.size(), layout.samples.size());
   if (layout.samples.empty()) {
     throw UsageError(
         shards.size() == 1
@@ -126,39 +175,37 @@ void flatten(const FlattenRequest& request, IndexWriter& writer) {
   }
   writer.define(field_infos(layout), layout.samples.size());
 
-  BlockReader reader(request.memory_budget);
   const auto width = static_cast<uint32_t>(layout.data_fields.size());
   uint64_t sample = 0;
   for (uint32_t s = 0; s < shards.size(); ++s) {
-    auto& archive = archives[s];
-    if (!archive.decoded) archive.fd = FileDescriptor::open(shards[s].path, O_RDONLY);
     // Recorded even when packed: the manifest names every source, and staleness covers it.
     const uint32_t file = writer.add_source(shards[s].path);
-    std::optional<uint32_t> in_place;
-    if (!request.pack && !archive.decoded) in_place = file;
+    const bool in_place = !request.pack && !archives[s].decoded;
+    const auto put = [&](uint32_t field, uint64_t offset, std::span<const std::byte> bytes) {
+      if (in_place) {
+        writer.put_in_place(sample, field, file, offset, bytes);
+      } else {
+        writer.put_packed(sample, field, bytes);
+      }
+    };
+    const auto map = map_archive(shards[s], archives[s]);
     for (; sample < layout.samples.size() && layout.samples[sample].shard == s; ++sample) {
       const auto& plan = layout.samples[sample];
       for (uint32_t f = 0; f < width; ++f) {
         const auto& member = shards[s].members[layout.members[sample * width + f]];
-        put_records(writer, reader, archive.fd,
-                    RecordRange{.field = f,
-                                .first_sample = sample,
-                                .offset = member.data_offset,
-                                .record_bytes = member.size,
-                                .count = 1},
-                    in_place);
+        put(f, member.data_offset, map.bytes().subspan(member.data_offset, member.size));
       }
       // The label's bytes are the member name's first bytes, which the reader took from the
       // archive: where they lie contiguously there, they are referenced in place too.
       const auto& named = shards[s].members[plan.label_member];
       const auto label = std::as_bytes(std::span(named.name).first(plan.label_length));
       if (in_place && named.name_offset) {
-        writer.put_in_place(sample, width, file, *named.name_offset, label);
+        put(width, *named.name_offset, label);
       } else {
         writer.put_packed(sample, width, label);
       }
     }
-    archive.fd = {};  // a decoded copy's disk space is freed once its bytes are in packs
+    archives[s].fd = {};  // a decoded copy's disk space is freed once its bytes are in packs
   }
 }
 
