@@ -162,6 +162,39 @@ def test_base256_size(ddstage, tmp_path):
     assert read_bytes(ddstage, ddx, "0", "data") == data
 
 
+def test_unknown_type_and_signed_checksum(ddstage, tmp_path):
+    """A member of a type tarfile does not know is skipped with its data, as tarfile skips it;
+    a header checksummed the old way (signed bytes) is accepted, as tarfile accepts it."""
+    src = tmp_path / "odd.tar"
+    with tarfile.open(src, "w", format=tarfile.GNU_FORMAT) as t:
+        add(t, "vendor.bin", os.urandom(900))
+        add(t, "caf\u00e9.bin", os.urandom(300))
+    raw = bytearray(src.read_bytes())
+    raw[156:157] = b"Z"
+    fix_checksum(raw, 0)
+    second = 512 + 1024
+    raw[second + 148:second + 156] = b" " * 8
+    signed = sum(b - 256 if b > 127 else b for b in raw[second:second + 512])
+    assert signed != sum(raw[second:second + 512])
+    raw[second + 148:second + 156] = b"%06o\0 " % signed
+    src.write_bytes(raw)
+    members = tar_members(src)
+    assert [m[0] for m in members] == ["caf\u00e9.bin".encode()]
+    ddx = flatten(ddstage, tmp_path / "o.ddx", src)
+    assert_same(ddstage, ddx, members)
+
+
+def test_long_name_without_member_refused(ddstage, tmp_path):
+    """A GNU long-name header followed by the end of the archive is refused, not ignored."""
+    src = tmp_path / "dangling.tar"
+    with tarfile.open(src, "w", format=tarfile.GNU_FORMAT) as t:
+        add(t, "x" * 150, b"data")
+    raw = src.read_bytes()
+    src.write_bytes(raw[:1024] + bytes(1024))  # the 'L' header and its name, then the end
+    proc = ddstage.run("flatten", src, "-o", tmp_path / "x.ddx")
+    assert_usage_error(proc, str(src), "followed by no member")
+
+
 @pytest.mark.parametrize("how", ["gnu-type", "pax-records"])
 def test_sparse_refused(ddstage, tmp_path, how):
     """Sparse members (GNU type 'S', or pax GNU.sparse.* records) are refused, naming them."""
