@@ -93,7 +93,7 @@ Archive open_archive(const std::string& path, const fs::path& scratch_dir) {
     ::posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
     return {std::move(fd), false};
   }
-  spdlog::info("{}: decoding {} once into pack files", path, compression);
+  spdlog::debug("{}: decoding {} once into pack files", path, compression);
   return {decode_to_scratch(path, scratch_dir), true};
 }
 
