@@ -8,6 +8,7 @@ namespace ddstage::formats {
 
 Format files_format();
 Format npy_format();
+Format tar_format();
 #if DDSTAGE_HAVE_HDF5
 Format hdf5_format();
 #endif

@@ -11,6 +11,7 @@ std::span<const Format> format_registry() {
     hdf5_format(),
 #endif
     npy_format(),
+    tar_format(),
     files_format(),
   };
   return formats;
@@ -19,6 +20,10 @@ std::span<const Format> format_registry() {
 namespace {
 
 void run(const Format& format, const FlattenRequest& request, IndexWriter& writer) {
+  if (request.webdataset && format.name != "tar") {
+    throw UsageError(
+        fmt::format("--webdataset applies to tar shards, not to format '{}'", format.name));
+  }
   writer.set_format(std::string(format.name));
   format.flatten(request, writer);
 }

@@ -1,11 +1,18 @@
 #include "bench/bench_origin.hpp"
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdio>
+#include <optional>
 #include <random>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "bench/page_cache.hpp"
 #include "ddstage/config.hpp"
 #include "ddstage/error.hpp"
 #include "ddstage/index.hpp"
@@ -65,6 +72,86 @@ ModeResult time_mode(std::string mode, const Index& index, const std::vector<uin
   return r;
 }
 
+/// What WebDataset does with its shards (webdataset.tariterators): stream each through Python's
+/// tarfile and read every regular member in order. Prints one line per member: the nanoseconds
+/// from the previous member (or the shard's open) to its last byte read, and its size.
+constexpr const char* tarfile_script = R"(import sys, tarfile, time
+for path in sys.argv[1:]:
+    t0 = time.perf_counter_ns()
+    with tarfile.open(path, "r|*") as t:
+        for m in t:
+            if m.isreg():
+                n = len(t.extractfile(m).read())
+                print(time.perf_counter_ns() - t0, n)
+                t0 = time.perf_counter_ns()
+)";
+
+/// Runs `python3 -c SCRIPT ARGS...` and returns its standard output; Error if it cannot start
+/// or does not exit 0.
+std::string run_python(const char* script, const std::vector<std::string>& args) {
+  std::vector<std::string> words = {"python3", "-c", script};
+  words.insert(words.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& w : words) argv.push_back(w.data());
+  argv.push_back(nullptr);
+  int out[2];
+  if (::pipe(out) != 0) throw IoError("pipe", errno);
+  const pid_t pid = ::fork();
+  if (pid < 0) throw IoError("fork", errno);
+  if (pid == 0) {  // only async-signal-safe calls until exec
+    ::dup2(out[1], STDOUT_FILENO);
+    ::close(out[0]);
+    ::close(out[1]);
+    ::execvp(argv[0], argv.data());
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  std::string text;
+  char buffer[65536];
+  for (ssize_t n; (n = ::read(out[0], buffer, sizeof buffer)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    text.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::close(out[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    throw Error(ErrorKind::runtime, fmt::format("python3 with tarfile failed (status {})", status));
+  }
+  return text;
+}
+
+/// The tarfile baseline over every shard of a tar index, after reading them once (so it reads
+/// the page cache, as index+pread does). A sample's time is the sum of its members' (every
+/// field but the last, which is the member name or WebDataset key); the bytes must add up to
+/// the index's, or the run counts as a mismatch.
+ModeResult time_tarfile(const Index& index) {
+  const auto shards = index_files(index, {FileKind::source, FileKind::copied});
+  read_sequentially(shards);
+  std::vector<std::string> args;
+  for (const auto& s : shards) args.push_back(s.string());
+  std::istringstream lines(run_python(tarfile_script, args));
+  const auto width = index.fields().size() - 1;
+  ModeResult r{"python-tarfile"};
+  uint64_t ns = 0, length = 0, members = 0, sample_ns = 0;
+  while (lines >> ns >> length) {
+    sample_ns += ns;
+    r.bytes += length;
+    if (++members % width == 0) {
+      r.ns.record(sample_ns);
+      sample_ns = 0;
+    }
+  }
+  uint64_t expected = 0;
+  for (uint64_t s = 0; s < index.samples(); ++s) {
+    for (uint32_t f = 0; f < width; ++f) expected += index.entry(s, f).length;
+  }
+  r.mismatches = members != index.samples() * width || r.bytes != expected;
+  return r;
+}
+
 BenchCell cell_of(const ModeResult& r, uint64_t samples) {
   BenchCell c{.dims = {{"mode", r.mode}}, .rows = samples, .bytes = r.bytes};
   c.seconds = static_cast<double>(r.ns.sum()) / 1e9;
@@ -102,6 +189,14 @@ void run_bench_origin(const BenchOriginOptions& opts, const CliContext& ctx) {
         }));
   }
 #endif
+  std::optional<std::string> tarfile_failed;
+  if (index.manifest().format == "tar") {
+    try {
+      results.push_back(time_tarfile(index));
+    } catch (const Error& e) {
+      tarfile_failed = e.what();
+    }
+  }
   BenchReport report("origin", "sample");
   report.describe("dataset",
                   fmt::format("{} ({} samples, {} fields, format {})", index.dir().string(),
@@ -109,16 +204,25 @@ void run_bench_origin(const BenchOriginOptions& opts, const CliContext& ctx) {
   report.describe("samples", fmt::format("{} random ones, seed {}, every field of each", ids.size(),
                                          opts.seed));
   report.describe("page cache", "warm: the samples are read once before timing");
-  if (results.size() == 1)
+  if (index.manifest().format == "tar") {
+    report.describe("python-tarfile",
+                    tarfile_failed ? "n/a: " + *tarfile_failed
+                                   : "every sample, shard by shard, streamed through Python's "
+                                     "tarfile as WebDataset does (shards read once before)");
+  } else if (results.size() == 1) {
     report.describe("hdf5-api", "n/a: not an HDF5 source (" + index.manifest().format + ")");
-  for (const auto& r : results) report.add(cell_of(r, ids.size()));
+  }
+  for (const auto& r : results) {
+    report.add(cell_of(r, r.mode == "python-tarfile" ? r.ns.count() : ids.size()));
+  }
   if (results.size() == 2) {
     const auto& pread = results[0].ns;
-    const auto& h5 = results[1].ns;
+    const auto& other = results[1];
     report.note(fmt::format(
-        "ratio: hdf5-api is {:.1f}x the cost of index+pread per sample (mean), {:.1f}x at p50",
-        h5.mean() / pread.mean(),
-        static_cast<double>(h5.percentile(0.5)) / static_cast<double>(pread.percentile(0.5))));
+        "ratio: {} is {:.1f}x the cost of index+pread per sample (mean), {:.1f}x at p50",
+        other.mode, other.ns.mean() / pread.mean(),
+        static_cast<double>(other.ns.percentile(0.5)) /
+            static_cast<double>(pread.percentile(0.5))));
   }
   report.print();
   for (const auto& r : results) {
@@ -131,8 +235,9 @@ void run_bench_origin(const BenchOriginOptions& opts, const CliContext& ctx) {
 
 void setup_bench_origin(CLI::App& bench, CliContext& ctx) {
   auto opts = std::make_shared<BenchOriginOptions>();
-  auto* sub = bench.add_subcommand("origin",
-                                   "Per-sample reads: index + pread vs the HDF5 API, same samples");
+  auto* sub = bench.add_subcommand(
+      "origin",
+      "Per-sample reads: index + pread vs the HDF5 API (or, for tar shards, Python's tarfile)");
   sub->add_option("dataset", opts->dataset, "The index directory (DATASET.ddx)")->required();
   sub->add_option("--samples", opts->samples, "Random samples to read")
       ->capture_default_str()

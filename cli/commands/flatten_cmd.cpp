@@ -1,6 +1,7 @@
 #include "commands/flatten_cmd.hpp"
 
 #include <fmt/format.h>
+#include <filesystem>
 
 #include "ddstage/error.hpp"
 #include "ddstage/tool/index_writer.hpp"
@@ -56,6 +57,9 @@ formats::FlattenRequest make_request(const FlattenOptions& opts, const Settings&
   for (const auto& g : opts.ragged) r.ragged.push_back(parse_ragged(g));
   r.groups = opts.groups;
   r.pack = opts.pack;
+  r.webdataset = opts.webdataset;
+  // Beside the output: that file system has room for the packs a decoded shard becomes.
+  if (!opts.output.empty()) r.scratch_dir = std::filesystem::absolute(opts.output).parent_path();
   r.memory_budget = settings.get_size("flatten.memory");
   return r;
 }
@@ -63,13 +67,16 @@ formats::FlattenRequest make_request(const FlattenOptions& opts, const Settings&
 void add_flatten_options(CLI::App& app, CliContext& ctx, FlattenOptions& opts) {
   app.add_option("sources", opts.sources, "Source files, directories, or @LIST (one path per line)")
       ->required();
-  app.add_option("--format", opts.format, "Source format: auto, hdf5, files, npy")
+  app.add_option("--format", opts.format, "Source format: auto, hdf5, npy, tar, files")
       ->capture_default_str();
   app.add_option("--field", opts.fields,
-                 "HDF5: a field NAME=PATH (or PATH; name = last path component)");
+                 "HDF5: a field NAME=PATH or NAME=/DATASET.MEMBER (or PATH; name = last path "
+                 "component); npy: NAME=FILE.npy, NAME=ARCHIVE.npz/MEMBER or an array's name");
   app.add_option("--groups", opts.groups,
                  "HDF5: one sample per group matching this glob, e.g. '/samples/*'");
   app.add_option("--ragged", opts.ragged, "HDF5: a CSR field NAME=DATA_PATH:OFFSETS_PATH");
+  app.add_flag("--webdataset", opts.webdataset,
+               "tar: one sample per WebDataset key (000123.jpg, 000123.cls -> fields jpg, cls)");
   app.add_flag("--pack", opts.pack,
                "Copy every sample into pack files (~256 MiB each) instead of indexing in place");
   app.add_option("--name", opts.name, "Dataset name (default: the output's stem)");

@@ -18,6 +18,7 @@ struct FlattenOptions {
   std::vector<std::string> ragged;
   std::string name;
   bool pack = false;
+  bool webdataset = false;
   bool force = false;
 };
 

@@ -26,7 +26,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 export OMPI_MCA_btl=self,vader OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_pml=ob1
 
 # Generated seeds are rewritten; inputs the fuzzers found (found-*, crash-*) stay.
-for t in index_bin manifest npy_header zip_directory store_yaml control_frame id_spec config settings; do
+for t in index_bin manifest npy_header zip_directory tar_reader store_yaml control_frame id_spec config settings; do
   mkdir -p "$corpus/$t"
   find "$corpus/$t" -type f ! -name 'found-*' ! -name 'crash-*' -delete
 done
@@ -86,6 +86,36 @@ zipfile.ZIP64_LIMIT = 0
 np.savez(f"{out}/zip64", **arrays)
 PY
 for f in "$corpus"/zip_directory/*.npz; do mv "$f" "${f%.npz}"; done
+# tar archives as Python's tarfile writes them: ustar (a prefix name), GNU (an 'L' long name),
+# pax (path=, size=, a global header), links and a directory; cut after the end-of-archive
+# block (tarfile pads to 10 KB).
+/usr/bin/python3 - "$corpus/tar_reader" <<'PY'
+import io, sys, tarfile
+out = sys.argv[1]
+long = "deep/" * 24 + "name.jpg"
+def archive(fmt, pax=None, **extra):
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=fmt, pax_headers=pax) as t:
+        for name, data in (("000001.jpg", b"\xff\xd8jpeg"), ("000001.cls", b"7"), (long, b""),
+                           *extra.get("more", [])):
+            ti = tarfile.TarInfo(name)
+            ti.size = len(data)
+            ti.pax_headers = extra.get("member_pax", {}) if data == b"7" else {}
+            t.addfile(ti, io.BytesIO(data))
+        for name, kind in (("adir", tarfile.DIRTYPE), ("alink", tarfile.SYMTYPE)):
+            ti = tarfile.TarInfo(name)
+            ti.type, ti.linkname = kind, "000001.cls"
+            t.addfile(ti)
+        end = t.offset
+    return buf.getvalue()[:end + 1024]
+seeds = {
+    "ustar": archive(tarfile.USTAR_FORMAT),
+    "gnu": archive(tarfile.GNU_FORMAT),
+    "pax": archive(tarfile.PAX_FORMAT, pax={"comment": "global"}, member_pax={"size": "1"}),
+}
+for name, data in seeds.items():
+    open(f"{out}/{name}", "wb").write(data)
+PY
 
 # store.yaml of a real 2-rank store with a dataset loaded.
 mkdir -m 0700 "$work/store"

@@ -32,6 +32,11 @@ struct FlattenRequest {
   std::string groups;
   std::vector<RaggedSpec> ragged;
   bool pack = false;  ///< copy every sample into pack files, even where it could stay in place
+  /// tar: group members into samples by WebDataset key, one field per extension.
+  bool webdataset = false;
+  /// Where a format may put temporary files (tar: decoded compressed shards); empty for the
+  /// system's temporary directory ($TMPDIR, else /tmp).
+  std::filesystem::path scratch_dir;
   /// Memory a format may hold for decoding (whole chunks, read blocks): it streams in pieces
   /// no larger than this, never the whole dataset.
   uint64_t memory_budget = 64ull << 20;
