@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
+#include <optional>
+#include <tuple>
 
 #include "ddstage/error.hpp"
 
@@ -78,11 +81,15 @@ H5Handle half_type(const Where& at) {
 // (VAX floats have IEEE's layout and another bias). A variable-length element is never stored
 // as it decodes (the file holds references into its heap), even where H5Dget_type's type,
 // described as in memory, equals the memory type.
-Mapped finish(ElementType element, H5Handle memory, hid_t file_type, const Where& at) {
+Mapped finish_as(ElementType element, H5Handle memory, bool stored_as_decoded) {
   element.bytes = H5Tget_size(memory.get());
-  element.in_place =
-      !element.variable && h5_check(H5Tequal(file_type, memory.get()), "H5Tequal", at.file) > 0;
+  element.in_place = !element.variable && stored_as_decoded;
   return {std::move(element), std::move(memory)};
+}
+
+Mapped finish(ElementType element, H5Handle memory, hid_t file_type, const Where& at) {
+  const bool same = h5_check(H5Tequal(file_type, memory.get()), "H5Tequal", at.file) > 0;
+  return finish_as(std::move(element), std::move(memory), same);
 }
 
 Mapped map_type(hid_t type, const Where& at);
@@ -96,18 +103,45 @@ Mapped map_integer(hid_t type, const Where& at) {
                 type, at);
 }
 
+/// A numpy float as np.finfo describes it.
+struct NumpyFloat {
+  DType dtype;
+  std::size_t bytes;
+  std::size_t mantissa_bits;
+  int64_t max_exponent;
+  int64_t min_exponent;
+};
+
+constexpr NumpyFloat numpy_floats[] = {{DType::float16, 2, 10, 16, -14},
+                                       {DType::float32, 4, 23, 128, -126},
+                                       {DType::float64, 8, 52, 1024, -1022}};
+
+// h5py's rule (TypeFloatID.py_dtype): the smallest numpy float at least as wide as the stored
+// one that holds its mantissa and its exponent range, whatever the stored byte size says
+// (bfloat16 is float32, a 4-byte float with an 11-bit exponent float64). Where none does, h5py
+// picks long double.
 Mapped map_float(hid_t type, const Where& at) {
+  std::size_t sign_pos = 0, exp_pos = 0, exp_bits = 0, mant_pos = 0, mant_bits = 0;
+  h5_check(H5Tget_fields(type, &sign_pos, &exp_pos, &exp_bits, &mant_pos, &mant_bits),
+           "H5Tget_fields", at.file);
+  const auto bias = static_cast<int64_t>(H5Tget_ebias(type));
   const std::size_t size = H5Tget_size(type);
-  if (size > 8) {
-    refuse(at, type,
-           "long double has no portable layout (numpy's longdouble is the platform's); store "
-           "it as float64");
+  for (const auto& f : numpy_floats) {
+    if (f.bytes >= size && mant_bits <= f.mantissa_bits && exp_bits <= 16 &&
+        (int64_t{1} << exp_bits) - bias - 1 <= f.max_exponent && 1 - bias >= f.min_exponent) {
+      auto memory =
+          f.dtype == DType::float16
+              ? half_type(at)
+              : own_type(H5Tcopy(f.dtype == DType::float32 ? H5T_NATIVE_FLOAT : H5T_NATIVE_DOUBLE),
+                         at, "H5Tcopy");
+      return finish({.dtype = f.dtype}, std::move(memory), type, at);
+    }
   }
-  if (size <= 2) return finish({.dtype = DType::float16}, half_type(at), type, at);
-  const bool single = size <= 4;
-  return finish({.dtype = single ? DType::float32 : DType::float64},
-                own_type(H5Tcopy(single ? H5T_NATIVE_FLOAT : H5T_NATIVE_DOUBLE), at, "H5Tcopy"),
-                type, at);
+  refuse(at, type,
+         fmt::format("no float16, float32 or float64 holds its {}-bit mantissa and {}-bit "
+                     "exponent of bias {} (h5py reads it as long double, which has no portable "
+                     "layout); store it as float64",
+                     mant_bits, exp_bits, bias));
 }
 
 std::string member_name(hid_t type, unsigned i, const Where& at) {
@@ -118,49 +152,67 @@ std::string member_name(hid_t type, unsigned i, const Where& at) {
   return out;
 }
 
-// h5py writes numpy bools as an enum with an int8 base and the members FALSE=0, TRUE=1.
-bool is_h5py_bool(hid_t type, const Where& at) {
-  if (H5Tget_size(type) != 1 || H5Tget_nmembers(type) != 2) return false;
-  for (unsigned i = 0; i < 2; ++i) {
-    int8_t value = -1;
-    if (H5Tget_member_value(type, i, &value) < 0 || (value != 0 && value != 1) ||
-        member_name(type, i, at) != (value == 0 ? "FALSE" : "TRUE")) {
-      return false;
-    }
-  }
-  return true;
-}
-
-int64_t integer_value(const std::byte* bytes, std::size_t size, bool is_signed) {
+// The index keeps enum values as int64; a uint64 one above its range is refused, not wrapped.
+int64_t integer_value(const std::byte* bytes, std::size_t size, bool is_signed,
+                      const std::string& name, hid_t type, const Where& at) {
   uint64_t raw = 0;
   std::memcpy(&raw, bytes, size);  // little-endian host: the low bytes
   if (is_signed && size < 8 && (raw >> (size * 8 - 1)) != 0) raw |= ~uint64_t{0} << (size * 8);
+  if (!is_signed && raw > uint64_t{std::numeric_limits<int64_t>::max()}) {
+    refuse(at, type,
+           fmt::format("enum name '{}' has the value {}, above the int64 the index "
+                       "keeps enum values as",
+                       name, raw));
+  }
   return static_cast<int64_t>(raw);
 }
 
-// HDF5 converts enums only to enums, so the memory type is the same enum on the native base;
-// its values, stored in the file's byte order, are converted along.
-Mapped map_enum(hid_t type, const Where& at) {
-  if (is_h5py_bool(type, at)) {
-    return finish({.dtype = DType::boolean}, own_type(H5Tcopy(type), at, "H5Tcopy"), type, at);
-  }
-  auto base = own_type(H5Tget_super(type), at, "H5Tget_super");
-  auto mapped_base = map_integer(base.get(), at);
-  auto memory = own_type(H5Tenum_create(mapped_base.memory.get()), at, "H5Tenum_create");
-  ElementType element{.dtype = mapped_base.element.dtype};
-  const std::size_t size = H5Tget_size(base.get());
-  const bool is_signed = H5Tget_sign(base.get()) == H5T_SGN_2;
+// The stored values are in the base's byte order: converted to the native base to read them.
+std::vector<EnumName> enum_names(hid_t type, hid_t base, hid_t native_base, const Where& at) {
+  std::vector<EnumName> out;
+  const std::size_t size = H5Tget_size(native_base);
+  const bool is_signed = H5Tget_sign(base) == H5T_SGN_2;
   const int members = h5_check(H5Tget_nmembers(type), "H5Tget_nmembers", at.file);
   for (unsigned i = 0; i < static_cast<unsigned>(members); ++i) {
     std::byte value[8] = {};
     h5_check(H5Tget_member_value(type, i, value), "H5Tget_member_value", at.file);
-    h5_check(H5Tconvert(base.get(), mapped_base.memory.get(), 1, value, nullptr, H5P_DEFAULT),
-             "H5Tconvert", at.file);
+    h5_check(H5Tconvert(base, native_base, 1, value, nullptr, H5P_DEFAULT), "H5Tconvert", at.file);
     auto name = member_name(type, i, at);
-    h5_check(H5Tenum_insert(memory.get(), name.c_str(), value), "H5Tenum_insert", at.file);
-    element.enum_names.push_back({std::move(name), integer_value(value, size, is_signed)});
+    const int64_t v = integer_value(value, size, is_signed, name, type, at);
+    out.push_back({std::move(name), v});
   }
-  return finish(std::move(element), std::move(memory), type, at);
+  return out;
+}
+
+// h5py reads any enum whose names are exactly FALSE = 0 and TRUE = 1 as numpy bool, whatever
+// its base, into the type it writes bools as: an int8 enum of those names.
+bool is_h5py_bool(const std::vector<EnumName>& names) {
+  return names.size() == 2 && std::ranges::all_of(names, [](const EnumName& e) {
+           return e.name == (e.value == 0 ? "FALSE" : e.value == 1 ? "TRUE" : "");
+         });
+}
+
+H5Handle h5py_bool_type(const Where& at) {
+  auto t = own_type(H5Tenum_create(H5T_NATIVE_INT8), at, "H5Tenum_create");
+  for (const int8_t value : {0, 1}) {
+    h5_check(H5Tenum_insert(t.get(), value == 0 ? "FALSE" : "TRUE", &value), "H5Tenum_insert",
+             at.file);
+  }
+  return t;
+}
+
+// h5py reads other enums as their base integer: HDF5 then converts the values numerically,
+// keeping those no name has (an enum-to-enum conversion goes by name and turns them into all
+// ones). The stored bytes are the decoded ones exactly when the base's are.
+Mapped map_enum(hid_t type, const Where& at) {
+  auto base = own_type(H5Tget_super(type), at, "H5Tget_super");
+  auto mapped_base = map_integer(base.get(), at);
+  auto names = enum_names(type, base.get(), mapped_base.memory.get(), at);
+  if (is_h5py_bool(names)) {
+    return finish({.dtype = DType::boolean}, h5py_bool_type(at), type, at);
+  }
+  return finish_as({.dtype = mapped_base.element.dtype, .enum_names = std::move(names)},
+                   std::move(mapped_base.memory), mapped_base.element.in_place);
 }
 
 std::string encoding_of(hid_t type, const Where& at) {
@@ -204,7 +256,8 @@ Mapped map_array(hid_t type, const Where& at) {
                "H5Tarray_create2");
   ElementType element = std::move(base.element);
   element.shape.insert(element.shape.begin(), dims.begin(), dims.end());
-  return finish(std::move(element), std::move(memory), type, at);
+  const bool same = element.in_place;  // an enum base is stored as decoded yet typed otherwise
+  return finish_as(std::move(element), std::move(memory), same);
 }
 
 Mapped map_sequence(hid_t type, const Where& at) {
@@ -235,31 +288,41 @@ H5Handle record_type(std::size_t size, const Where& at) {
   return own_type(H5Tcreate(H5T_COMPOUND, size), at, "H5Tcreate");
 }
 
-// h5py reads a compound of two equal floats named r and i as numpy complex.
-bool is_complex(const std::vector<StoredMember>& members, std::size_t size) {
-  if (members.size() != 2 || members[0].name != "r" || members[1].name != "i") return false;
+// h5py reads a compound of exactly the members r then i, floats of the same numpy dtype (byte
+// order included), as numpy complex, wherever they lie in the record and whatever padding it
+// has: HDF5 converts members by name into the packed {r, i} pair.
+std::optional<Mapped> complex_part(const std::vector<StoredMember>& members, const Where& at) {
+  if (members.size() != 2 || members[0].name != "r" || members[1].name != "i") return {};
   const hid_t r = members[0].type.get();
-  const std::size_t half = H5Tget_size(r);
-  return H5Tget_class(r) == H5T_FLOAT && H5Tequal(r, members[1].type.get()) > 0 &&
-         (half == 4 || half == 8) && members[0].offset == 0 && members[1].offset == half &&
-         size == 2 * half;
+  const hid_t i = members[1].type.get();
+  if (H5Tget_class(r) != H5T_FLOAT || H5Tget_class(i) != H5T_FLOAT ||
+      H5Tget_order(r) != H5Tget_order(i)) {
+    return {};
+  }
+  auto part = map_float(r, at);
+  if (map_float(i, at).element.dtype != part.element.dtype ||
+      part.element.dtype == DType::float16) {  // numpy has no complex32
+    return {};
+  }
+  return part;
 }
 
 Mapped map_compound(hid_t type, const Where& at) {
   const std::size_t size = H5Tget_size(type);
   auto members = members_of(type, at);
-  auto memory = record_type(size, at);
-  if (is_complex(members, size)) {
-    auto part = map_float(members[0].type.get(), at);
-    for (const auto& m : members) {
-      h5_check(H5Tinsert(memory.get(), m.name.c_str(), m.offset, part.memory.get()), "H5Tinsert",
-               at.file);
+  if (auto part = complex_part(members, at)) {
+    const std::size_t half = part->element.bytes;
+    auto memory = record_type(2 * half, at);
+    for (const auto& [name, offset] : {std::pair{"r", std::size_t{0}}, std::pair{"i", half}}) {
+      h5_check(H5Tinsert(memory.get(), name, offset, part->memory.get()), "H5Tinsert", at.file);
     }
-    return finish(
-        {.dtype = H5Tget_size(part.memory.get()) == 4 ? DType::complex64 : DType::complex128},
-        std::move(memory), type, at);
+    return finish({.dtype = half == 4 ? DType::complex64 : DType::complex128}, std::move(memory),
+                  type, at);
   }
+  auto memory = record_type(size, at);
   ElementType element{.dtype = DType::structured, .shape = {size}};
+  bool same = true;  // enum members are stored as decoded yet typed otherwise: ask each member
+  std::vector<std::tuple<std::string, uint64_t, uint64_t>> taken;  // name, [begin, end)
   for (const auto& m : members) {
     const Where inner{at.path, at.file, at.member.empty() ? m.name : at.member + "." + m.name};
     auto mapped = map_type(m.type.get(), inner);
@@ -277,11 +340,24 @@ Mapped map_compound(hid_t type, const Where& at) {
     if (m.offset + e.bytes > size) {
       refuse(inner, type, "it does not fit the record once converted to its native type");
     }
+    // A member wider once converted (a 3-byte float read as float32) can run into the next:
+    // h5py's dtype then has overlapping fields and its record reads are garbage.
+    for (const auto& [name, begin, end] : taken) {
+      if (m.offset < end && begin < m.offset + e.bytes) {
+        refuse(inner, type,
+               fmt::format("overlaps member '{}' once both are converted to their native types "
+                           "(bytes [{}, {}) and [{}, {}) of the record): take the members one by "
+                           "one with --field NAME=/DATASET.MEMBER",
+                           name, m.offset, m.offset + e.bytes, begin, end));
+      }
+    }
+    taken.push_back({m.name, m.offset, m.offset + e.bytes});
     h5_check(H5Tinsert(memory.get(), m.name.c_str(), m.offset, mapped.memory.get()), "H5Tinsert",
              at.file);
     element.members.push_back({m.name, e.dtype, m.offset, e.shape});
+    same = same && e.in_place;
   }
-  return finish(std::move(element), std::move(memory), type, at);
+  return finish_as(std::move(element), std::move(memory), same);
 }
 
 Mapped map_type(hid_t type, const Where& at) {
