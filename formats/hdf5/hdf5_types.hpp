@@ -31,12 +31,13 @@ struct ElementType {
 
 bool same_element(const ElementType& a, const ElementType& b);
 
-/// The element type of a dataset's file type. Integers, floats (IEEE or not, at most 8 bytes:
-/// anything else is converted by HDF5 to the IEEE type of its size), enums, fixed and
-/// variable-length strings, compounds (complex {r, i} pairs, else records of such members),
-/// arrays and variable-length sequences of these. Anything else (long double, references,
-/// opaque, bitfields, time, nested records) is a UsageError "dataset PATH in FILE has
-/// unsupported type X: REASON".
+/// The element type of a dataset's file type, h5py's dtype for it. Integers, floats (IEEE or
+/// not: h5py's smallest float16/32/64 that holds the stored one, converted by HDF5), enums (as
+/// their base integer; exactly FALSE=0, TRUE=1 as bool), fixed and variable-length strings,
+/// compounds (complex {r, i} pairs, else records of such members), arrays and variable-length
+/// sequences of these. Anything else (floats only long double holds, references, opaque,
+/// bitfields, time, nested records, members overlapping once converted) is a UsageError
+/// "dataset PATH in FILE has unsupported type X: REASON".
 ElementType element_type(hid_t type, const std::string& path, const std::string& file);
 
 /// A short human name of an HDF5 type ("float32 big-endian", "string of 4 bytes", "compound").
