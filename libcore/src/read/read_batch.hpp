@@ -2,7 +2,11 @@
 // embedded Store): header-only so that MPI-free and MPI builds share one definition.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <functional>
+#include <numeric>
 #include <span>
 #include <string>
 #include <vector>
@@ -93,18 +97,63 @@ inline void append_read(std::vector<ReadOp>& reads, const ReadOp& row) {
   reads.push_back(row);
 }
 
-/// Checks each row of dest (ids' rows back to back) against the index's checksum; a
-/// ChecksumError names the sample, the field and the rank the row came from.
+/// Reads rows of a field (ids, checked) from the store into dest, unverified: how verify_rows
+/// gets the rest of a multi-row block.
+using FetchRows =
+    std::function<void(uint32_t field, std::span<const uint64_t> ids, std::span<std::byte> dest)>;
+
+/// Checks each row of dest (ids' rows back to back) against the index: a row checksummed on its
+/// own directly; a row of a multi-row block by fetching the whole block once (its cost: a
+/// verified random read of a small row reads its block), hashing it and comparing the row with
+/// the verified bytes. A ChecksumError names the sample, the field, the block's samples and the
+/// rank the row came from.
 inline void verify_rows(const Index& index, const ShardPlan& plan, uint32_t field,
-                        std::span<const uint64_t> ids, const std::byte* dest) {
+                        std::span<const uint64_t> ids, const std::byte* dest,
+                        const FetchRows& fetch) {
+  const auto mismatch = [&](uint64_t id, const Block& b) {
+    const std::string rows = b.rows == 1 ? std::string()
+                                         : fmt::format(" (block of samples {}..{})", b.first_sample,
+                                                       b.first_sample + b.rows - 1);
+    return ChecksumError(
+        "bytes read from the store do not match the index checksum" + rows + "; reload the dataset",
+        {.sample = id, .field = index.fields()[field].name, .rank = plan.owner(id)});
+  };
+  struct Pending {
+    uint64_t block_first;
+    uint64_t id;
+    const std::byte* row;
+    uint64_t length;
+  };
+  std::vector<Pending> pending;
   for (uint64_t id : ids) {
-    const Entry& e = index.entry(id, field);
-    if (checksum({dest, e.length}) != e.checksum) {
-      throw ChecksumError(
-          "bytes read from the store do not match the index checksum; reload the dataset",
-          {.sample = id, .field = index.fields()[field].name, .rank = plan.owner(id)});
+    const Entry e = index.entry(id, field);
+    const Block b = index.block(id, field);
+    if (b.rows > 1) {
+      pending.push_back({b.first_sample, id, dest, e.length});
+    } else if (checksum({dest, e.length}) != b.checksum) {
+      throw mismatch(id, b);
     }
     dest += e.length;
+  }
+  if (pending.empty()) return;
+  std::sort(pending.begin(), pending.end(),
+            [](const Pending& a, const Pending& b) { return a.block_first < b.block_first; });
+  std::vector<uint64_t> block_ids;
+  std::vector<std::byte> bytes;
+  Block block{};
+  for (const Pending& p : pending) {
+    if (block_ids.empty() || p.block_first != block.first_sample) {
+      block = index.block(p.id, field);
+      block_ids.resize(block.rows);
+      std::iota(block_ids.begin(), block_ids.end(), block.first_sample);
+      bytes.resize(bytes_of(index, field, block_ids));
+      fetch(field, block_ids, bytes);
+      if (checksum(bytes) != block.checksum) throw mismatch(p.id, block);
+    }
+    // A block's rows are all of one length (it lies in one run).
+    const uint64_t at = (p.id - block.first_sample) * p.length;
+    if (p.length && std::memcmp(p.row, bytes.data() + at, p.length) != 0)
+      throw mismatch(p.id, block);
   }
 }
 
