@@ -29,14 +29,10 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr std::size_t pack_buffer_bytes = 4u << 20;
-/// A run's rows are checksummed in blocks of about this many bytes: verifying one row reads
-/// its whole block, and the index holds 8 bytes per block (measured in the bench, see
-/// man ddstage-index(5)).
-constexpr uint64_t block_bytes = 256u << 10;
 /// Tiny rows would otherwise make blocks of millions of rows.
 constexpr uint64_t max_block_rows = 1u << 16;
 
-uint32_t block_rows_for(uint64_t row_bytes) {
+uint32_t block_rows_for(uint64_t block_bytes, uint64_t row_bytes) {
   return static_cast<uint32_t>(
       std::clamp<uint64_t>(block_bytes / std::max<uint64_t>(row_bytes, 1), 1, max_block_rows));
 }
@@ -224,7 +220,10 @@ void IndexWriter::State::put(uint64_t sample, uint32_t field, uint32_t file, uin
     ++r.count;
   } else {
     close_run(f);
-    r = {sample, 1, offset, 0, bytes.size(), f.blocks.size(), file, block_rows_for(bytes.size())};
+    r = {sample,       1,
+         offset,       0,
+         bytes.size(), f.blocks.size(),
+         file,         block_rows_for(options.block_bytes, bytes.size())};
     f.open = true;
   }
   hash_rows(f, bytes, 1);

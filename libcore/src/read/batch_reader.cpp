@@ -112,7 +112,8 @@ void BatchReader::transfer(uint32_t field, std::span<const uint64_t> ids, std::s
     throw;
   }
   if (verify) {
-    verify_rows(*m_table.index, *m_table.plan, field, ids, dest.data(), fetch_rows(timer));
+    verify_rows(*m_table.index, *m_table.plan, field, ids, dest.data(), fetch_rows(timer),
+                fetch_origin());
     timer.mark(ProfileStage::other);  // not the GPU copy that may follow
   }
 }
@@ -129,6 +130,13 @@ FetchRows BatchReader::fetch_rows(BatchTimer& timer) {
     check_owners();
     move_rows(timer);
     std::memcpy(dest.data(), m_block.data(), dest.size());
+  };
+}
+
+FetchRows BatchReader::fetch_origin() {
+  return [this](uint32_t field, std::span<const uint64_t> ids, std::span<std::byte> dest) {
+    if (!m_origin) m_origin = std::make_unique<OriginReader>(*m_table.index);
+    m_origin->read(field, ids, dest);
   };
 }
 
@@ -190,7 +198,8 @@ void BatchReader::get_batch(const std::string& field, std::span<const uint64_t> 
                                               : std::span<const ReadOp>();
     device.copy_direct(reads, m_regions, dest);
     if (verify)
-      verify_rows(index, *m_table.plan, f, ids, device.copy_back(dest).data(), fetch_rows(timer));
+      verify_rows(index, *m_table.plan, f, ids, device.copy_back(dest).data(), fetch_rows(timer),
+                  fetch_origin());
   }
   timer.finish(ids.size(), dest.bytes);
 }

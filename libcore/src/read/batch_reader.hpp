@@ -13,6 +13,7 @@
 
 #include "batch_timer.hpp"
 #include "ddstage/device_buffer.hpp"
+#include "ddstage/tool/origin_reader.hpp"
 #include "gpu/gpu_destination.hpp"
 #include "read/read_batch.hpp"
 #include "read/route_table.hpp"
@@ -75,6 +76,8 @@ class BatchReader {
   /// Verify's reads of whole blocks, through the lanes into m_block (kept between batches, so
   /// a transport's registration of it stays valid).
   FetchRows fetch_rows(BatchTimer& timer);
+  /// Verify's reads of the rows of a block on other ranks (it straddles a shard's edge).
+  FetchRows fetch_origin();
   std::string why_not_direct() const;
   GpuDestination& gpu();
 
@@ -91,6 +94,7 @@ class BatchReader {
   std::vector<std::span<const std::byte>> m_regions;  // per rank, for direct device copies
   std::vector<std::byte> m_block;                     // a block verify reads
   const std::byte* m_block_registered = nullptr;
+  std::unique_ptr<OriginReader> m_origin;  // opened by the first verify that needs it
 };
 
 }  // namespace ddstage::detail

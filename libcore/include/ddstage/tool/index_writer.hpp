@@ -36,7 +36,11 @@ struct IndexWriterOptions {
   bool force = false;                  ///< replace an existing index once the new one is complete
   uint64_t pack_bytes = 256ull << 20;  ///< start a new pack file past this size
   std::string name;                    ///< dataset name (default: out's stem)
-  ProgressFn progress;                 ///< called at most ~5 times a second, and once at the end
+  /// A run's rows are checksummed in blocks of about this many bytes (at most 65536 rows, at
+  /// least one): verifying one row reads its block, and the index holds 8 bytes per block.
+  /// 256 KiB: see the measurement in man ddstage-index(5).
+  uint64_t block_bytes = 256u << 10;
+  ProgressFn progress;  ///< called at most ~5 times a second, and once at the end
 };
 
 /// Writes manifest.yaml, index.bin and pack files into a temporary directory next to `out`, and
