@@ -4,9 +4,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <atomic>
 #include <catch2/catch.hpp>
-#include <fmt/format.h>
 #include <climits>
 #include <filesystem>
 #include <random>
