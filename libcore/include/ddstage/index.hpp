@@ -1,4 +1,5 @@
-// The dataset index: an immutable, mmap'd map (sample, field) -> (file, offset, length, checksum).
+// The dataset index: an immutable, mmap'd map (sample, field) -> (file, offset, length), with
+// checksums per block of rows.
 #pragma once
 
 #include <cstdint>
@@ -133,10 +134,10 @@ class Index {
  public:
   /// Opens and validates manifest.yaml and index.bin (magic, version, header and body checksums,
   /// section offsets, the manifest's field table against its checksum and against itself), then
-  /// every entry (file id, offset + length within the file's recorded size, fixed rows exactly
-  /// row_bytes): no size a reader or loader takes from the result can exceed what the
-  /// checksummed entries say. Throws IndexError naming the file and the damage, UsageError
-  /// when dir is not an index.
+  /// every entry or run and its blocks (file id, last row within the file's recorded size,
+  /// fixed rows exactly row_bytes, runs tiling the samples): no size a reader or loader takes
+  /// from the result can exceed what the checksummed index says. O(entries + runs + blocks).
+  /// Throws IndexError naming the file and the damage, UsageError when dir is not an index.
   static Index open(const std::filesystem::path& dir);
 
   const std::filesystem::path& dir() const noexcept { return m_dir; }
