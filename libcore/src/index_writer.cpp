@@ -29,6 +29,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr std::size_t pack_buffer_bytes = 4u << 20;
+constexpr std::size_t entries_per_write = 1u << 16;
 /// Tiny rows would otherwise make blocks of millions of rows.
 constexpr uint64_t max_block_rows = 1u << 16;
 
@@ -472,13 +473,16 @@ void IndexWriter::State::write_tables() {
   append(std::as_bytes(std::span(tables)));
   for (uint32_t f = 0; f < fields.size(); ++f) {
     if (tables[f].layout == static_cast<uint32_t>(detail::FieldLayout::entries)) {
+      // In pieces: a field of a billion one-row runs needs no second copy of them all.
       std::vector<detail::EntryRecord> entries;
-      entries.reserve(samples);
       for (uint64_t i = 0; i < samples; ++i) {
         const auto& r = all_runs[f][i];
         entries.push_back({r.file, 0, r.base, r.length, all_blocks[f][i]});
+        if (entries.size() == entries_per_write || i + 1 == samples) {
+          append(std::as_bytes(std::span(entries)));
+          entries.clear();
+        }
       }
-      append(std::as_bytes(std::span(entries)));
     } else {
       append(std::as_bytes(std::span(all_runs[f])));
       append(std::as_bytes(std::span(all_blocks[f])));
