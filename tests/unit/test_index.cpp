@@ -1019,7 +1019,7 @@ TEST_CASE("crafted format 3 run tables are refused at open, naming the damage",
       {"entries fewer than samples",
        [](CraftedIndex& c) { edit_table(c, 1, [](FieldTable& t) { --t.records; }); },
        "field 1 has an entry table"},
-      {"an entry of a partial element count",
+      {"an entry past its file",
        [](CraftedIndex& c) {
          const auto at =
              c.at<FieldTable>(c.table_at(1)).records_offset + 5 * sizeof(detail::EntryRecord);
