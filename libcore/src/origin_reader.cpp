@@ -167,7 +167,6 @@ void OriginReader::verify_requests() {
     const auto& r = m_requests[i];
     if (!have_block || block_of(i) != std::pair(block_field, block.first_sample)) {
       have_block = true;
-      m_kept = {};
       block = m_index->block(r.sample, r.field);
       block_field = r.field;
       if (!read_block(r.field, block, m_block)) throw_mismatch(r.field, block, r.entry.file);
@@ -244,15 +243,16 @@ bool OriginReader::read_and_check(uint64_t sample, uint32_t field, std::span<std
 bool OriginReader::check_row(uint64_t sample, uint32_t field, std::span<const std::byte> row) {
   const Block b = m_index->block(sample, field);
   if (b.rows == 1) return checksum(row) == b.checksum;
-  if (m_kept.rows == 0 || m_kept_field != field || m_kept.first_sample != b.first_sample) {
-    m_kept = {};
+  auto it = m_verified_rows.find({field, b.first_sample});
+  if (it == m_verified_rows.end()) {
     if (!read_block(field, b, m_block)) return false;
-    m_kept = b;
-    m_kept_field = field;
+    const uint64_t length = m_block.size() / b.rows;
+    std::vector<uint64_t> sums(b.rows);
+    for (uint64_t i = 0; i < b.rows; ++i)
+      sums[i] = checksum(std::span(m_block).subspan(i * length, length));
+    it = m_verified_rows.emplace(std::pair(field, b.first_sample), std::move(sums)).first;
   }
-  const uint64_t at = (sample - b.first_sample) * row.size();
-  return at + row.size() <= m_block.size() &&
-         (row.empty() || std::memcmp(row.data(), m_block.data() + at, row.size()) == 0);
+  return checksum(row) == it->second[sample - b.first_sample];
 }
 
 }  // namespace ddstage

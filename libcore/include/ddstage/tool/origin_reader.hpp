@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -64,8 +65,9 @@ class OriginReader {
   /// matches (reading the whole block when it has several rows) and the row is that block's.
   bool read_and_check(uint64_t sample, uint32_t field, std::span<std::byte> dest);
   /// Whether row holds (sample, field)'s bytes as the index checksums them: a row checksummed
-  /// on its own directly, else compared with its block read from origin and verified (the last
-  /// block is kept, so checking the rows of a block in turn reads it once).
+  /// on its own directly, else against its block read from origin and verified once (the
+  /// checksums of the verified blocks' rows are kept, 8 bytes a row, so rows checked at random
+  /// read each block once): how benches check what they timed.
   bool check_row(uint64_t sample, uint32_t field, std::span<const std::byte> row);
   /// Reads the rows of a block of field back to back into bytes (resized) and returns whether
   /// their checksum is the block's.
@@ -99,8 +101,8 @@ class OriginReader {
   std::vector<Request> m_requests;
   std::vector<std::byte> m_scratch;
   std::vector<std::byte> m_block;  // a block being verified
-  Block m_kept{};                  // check_row's block in m_block (rows 0: none)
-  uint32_t m_kept_field = 0;
+  std::map<std::pair<uint32_t, uint64_t>, std::vector<uint64_t>>
+      m_verified_rows;                 // check_row: (field, block) -> its rows' checksums
   std::vector<std::size_t> m_grouped;  // requests of multi-row blocks, by block
   SpliceCopier m_splice;               // used only with options.destination
 };
