@@ -17,7 +17,6 @@
 
 #include "ddstage/config.hpp"
 #include "ddstage/error.hpp"
-#include "ddstage/mapped_file.hpp"
 #include "ddstage/tool/checksum.hpp"
 #include "ddstage/tool/file_descriptor.hpp"
 #include "index_layout.hpp"
