@@ -132,13 +132,13 @@ void OriginReader::execute() {
   if (m_options.verify) verify_requests();
 }
 
-void OriginReader::throw_mismatch(uint32_t field, const Block& block, uint32_t file) const {
+void OriginReader::throw_mismatch(const Request& r, const Block& block) const {
   const std::string rows = block.rows == 1
                                ? std::string()
                                : fmt::format(" (block of samples {}..{})", block.first_sample,
                                              block.first_sample + block.rows - 1);
-  throw ChecksumError("checksum mismatch reading " + m_index->resolve(file).string() + rows,
-                      {.sample = block.first_sample, .field = m_index->fields()[field].name});
+  throw ChecksumError("checksum mismatch reading " + m_index->resolve(r.entry.file).string() + rows,
+                      {.sample = r.sample, .field = m_index->fields()[r.field].name});
 }
 
 void OriginReader::verify_requests() {
@@ -149,7 +149,7 @@ void OriginReader::verify_requests() {
     if (b.rows > 1) {
       m_grouped.push_back(i);
     } else if (checksum({r.dest, r.entry.length}) != b.checksum) {
-      throw_mismatch(r.field, b, r.entry.file);
+      throw_mismatch(r, b);
     }
   }
   // Rows of multi-row blocks: each block read and hashed once, then every row asked of it
@@ -169,11 +169,11 @@ void OriginReader::verify_requests() {
       have_block = true;
       block = m_index->block(r.sample, r.field);
       block_field = r.field;
-      if (!read_block(r.field, block, m_block)) throw_mismatch(r.field, block, r.entry.file);
+      if (!read_block(r.field, block, m_block)) throw_mismatch(r, block);
     }
     const uint64_t at = (r.sample - block.first_sample) * r.entry.length;
     if (r.entry.length && std::memcmp(r.dest, m_block.data() + at, r.entry.length) != 0)
-      throw_mismatch(r.field, block, r.entry.file);
+      throw_mismatch(r, block);
   }
 }
 

@@ -131,7 +131,7 @@ def test_verify_detects_flipped_bytes(ddstage, h5_dataset):
     assert sorted((f["sample"], f["field"]) for f in info["verify"]["first_failures"]) == [(0, "label"), (0, "x")]
     # Undamaged samples still read right; a row of a damaged block is an error naming it.
     assert read_bytes(ddstage, ddx, "16,18", field="x") == arrays["x"][[16, 18]].tobytes()
-    assert_runtime_error(ddstage.run("read", ddx, "--ids", "16", "--field", "x", "--verify"), block)
+    assert_runtime_error(ddstage.run("read", ddx, "--ids", "16", "--field", "x", "--verify"), "sample 16", block)
     assert len(read_bytes(ddstage, ddx, "17", field="x")) == 24
 
 

@@ -867,9 +867,9 @@ TEST_CASE("a flipped byte in a multi-row block is found by every verify path", "
   CHECK(std::equal(out.begin(), out.end(), rows.row(20001).begin()));
 
   OriginReader reader(index, {.verify = true, .allow_stale = true});
-  CHECK_THROWS_WITH(reader.read(0, other, out), Catch::Contains("checksum mismatch") &&
-                                                    Catch::Contains("rows.bin") &&
-                                                    Catch::Contains("samples 16384..32767"));
+  CHECK_THROWS_WITH(reader.read(0, other, out),
+                    Catch::Contains("checksum mismatch") && Catch::Contains("rows.bin") &&
+                        Catch::Contains("samples 16384..32767") && Catch::Contains("sample 20001"));
   const std::vector<uint64_t> elsewhere{100, 39999};
   std::vector<std::byte> two(32);
   CHECK_NOTHROW(reader.read(0, elsewhere, two));

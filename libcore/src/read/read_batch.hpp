@@ -107,7 +107,8 @@ using FetchRows =
 /// verified random read of a small row reads its block), hashing it and comparing the row with
 /// the verified bytes. The block's rows held by the ranks the batch read it from come from the
 /// store (from_store), those of other ranks (a block straddling a shard's edge) from origin
-/// (from_origin). A ChecksumError names the field, the block's samples and the rank.
+/// (from_origin). A ChecksumError names the sample asked, the field, the block's samples and
+/// the rank.
 inline void verify_rows(const Index& index, const ShardPlan& plan, uint32_t field,
                         std::span<const uint64_t> ids, const std::byte* dest,
                         const FetchRows& from_store, const FetchRows& from_origin) {
@@ -117,7 +118,7 @@ inline void verify_rows(const Index& index, const ShardPlan& plan, uint32_t fiel
                                                        b.first_sample + b.rows - 1);
     return ChecksumError(
         "bytes read from the store do not match the index checksum" + rows + "; reload the dataset",
-        {.sample = b.first_sample, .field = index.fields()[field].name, .rank = plan.owner(id)});
+        {.sample = id, .field = index.fields()[field].name, .rank = plan.owner(id)});
   };
   struct Pending {
     uint64_t block_first;
@@ -135,8 +136,10 @@ inline void verify_rows(const Index& index, const ShardPlan& plan, uint32_t fiel
     }
     dest += e.length;
   }
-  std::sort(pending.begin(), pending.end(),
-            [](const Pending& a, const Pending& b) { return a.block_first < b.block_first; });
+  // By block, then id: a damaged block is reported at the lowest id asked of it.
+  std::sort(pending.begin(), pending.end(), [](const Pending& a, const Pending& b) {
+    return a.block_first != b.block_first ? a.block_first < b.block_first : a.id < b.id;
+  });
   std::vector<uint64_t> block_ids;
   std::vector<std::byte> bytes;
   std::vector<int> ranks;

@@ -87,7 +87,9 @@ class OriginReader {
   void execute();
   /// ChecksumError unless every request's row matches its block.
   void verify_requests();
-  [[noreturn]] void throw_mismatch(uint32_t field, const Block& block, uint32_t file) const;
+  /// The ChecksumError for request r's block: names the file, the block's samples (when it
+  /// has several rows), and r's sample and field.
+  [[noreturn]] void throw_mismatch(const Request& r, const Block& block) const;
   void read_run(std::size_t begin, std::size_t end);
   /// Bytes of fd at offset straight into dest: file to file into options.destination when the
   /// run is long enough and the source splices, else one pread.
