@@ -2,6 +2,7 @@
 
 #include "bench/bench_fabric_raw.hpp"
 #include "bench/bench_flatten.hpp"
+#include "bench/bench_index.hpp"
 #include "bench/bench_load.hpp"
 #include "bench/bench_loader.hpp"
 #include "bench/bench_origin.hpp"
@@ -18,6 +19,7 @@ void setup_bench(CLI::App& app, CliContext& ctx) {
   setup_bench_store(*bench, ctx);
   setup_bench_fabric_raw(*bench, ctx);
   setup_bench_flatten(*bench, ctx);
+  setup_bench_index(*bench, ctx);
   setup_bench_load(*bench, ctx);
   setup_bench_loader(*bench, ctx);
 }

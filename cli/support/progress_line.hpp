@@ -8,8 +8,9 @@
 
 namespace ddstage::cli {
 
-/// Renders ProgressUpdates as "\rLABEL  done/total  N samples/s  X MB/s  ETA" on stderr, when
-/// the "progress" setting says so (auto: only when stderr is a terminal).
+/// Renders ProgressUpdates as "\rLABEL: done/total (P%)  [samples]  N/s  X MB/s  ETA" on stderr,
+/// when the "progress" setting says so (auto: only when stderr is a terminal). The ETA follows
+/// bytes when their total is known.
 class ProgressLine {
  public:
   ProgressLine(std::string label, const Settings& settings);

@@ -16,8 +16,10 @@
 namespace ddstage {
 namespace {
 
+using detail::EntryRecord;
 using detail::FileRecord;
 using detail::IndexHeader;
+using detail::RunRecord;
 
 /// xxh3-64 of the header's first header_bytes with its checksum field zero: format 1 headers
 /// end before fields_checksum.
@@ -34,10 +36,12 @@ std::optional<uint64_t> add(uint64_t a, uint64_t b) {
 }
 
 /// The sections lie in order inside the file, each aligned for its records, without wrapping.
+/// Format 3's body is the field tables; their records are checked field by field.
 bool sections_fit(const IndexHeader& h) {
   uint64_t entry_bytes = 0;
-  if (__builtin_mul_overflow(h.samples, uint64_t{h.fields} * sizeof(Entry), &entry_bytes))
-    return false;
+  const uint64_t per_sample = h.version >= 3 ? 0 : uint64_t{h.fields} * sizeof(EntryRecord);
+  if (__builtin_mul_overflow(h.samples, per_sample, &entry_bytes)) return false;
+  if (h.version >= 3) entry_bytes = uint64_t{h.fields} * sizeof(detail::FieldTable);
   const auto entries_end = add(h.entries_offset, entry_bytes);
   const auto table_end = add(h.file_table_offset, uint64_t{h.files} * sizeof(FileRecord));
   return h.entries_offset >= h.header_bytes && h.entries_offset % 8 == 0 &&
@@ -124,54 +128,152 @@ void check_manifest_matches(const detail::Manifest& m, const IndexHeader& h,
   }
 }
 
-/// One O(n) pass, as cheap as the body checksum before it: every entry names a file of the
-/// table that reads may address, lies inside that file's recorded size, and is exactly as long
-/// as the manifest says its field's rows are; the lengths add up to total_bytes. After this no
-/// reader, loader or Python array can be sized by one number and filled by another.
-void check_entries(std::span<const Entry> entries, std::span<const FieldInfo> fields,
-                   std::span<const FileInfo> files, uint64_t total_bytes,
-                   const std::filesystem::path& dir) {
-  const auto index_bin = (dir / "index.bin").string();
-  std::vector<uint64_t> units;
-  for (const auto& f : fields)
-    units.push_back(*detail::shape_bytes(f));  // checked by read_manifest
-  uint64_t sum = 0;
-  bool wrapped = false;
-  for (uint64_t i = 0; i < entries.size(); ++i) {
-    const Entry& e = entries[i];
-    const FieldInfo& field = fields[i % fields.size()];
-    const uint64_t unit = units[i % fields.size()];
-    const auto bad = [&](const std::string& what) {
-      return IndexError(fmt::format("{} is corrupt: the entry of sample {}, field '{}' {}",
-                                    index_bin, i / fields.size(), field.name, what),
-                        {.file = index_bin});
-    };
-    if (e.file >= files.size()) throw bad(fmt::format("names file {} of {}", e.file, files.size()));
-    const FileInfo& file = files[e.file];
-    if (file.kind == FileKind::copied)
-      throw bad("names " + file.path + ", whose bytes were all copied into packs");
-    const auto end = add(e.offset, e.length);
-    if (!end || *end > file.size) {
-      throw bad(fmt::format("lies past the end of {} (offset {} + length {}, file size {})",
-                            file.path, e.offset, e.length, file.size));
-    }
-    if (!field.variable && e.length != field.row_bytes) {
-      throw bad(fmt::format("holds {} bytes, but manifest.yaml gives the field row_bytes {}",
-                            e.length, field.row_bytes));
-    }
-    if (field.variable && (unit ? e.length % unit != 0 : e.length != 0)) {
-      throw bad(
-          fmt::format("holds {} bytes, not a whole number of {}-byte elements", e.length, unit));
-    }
-    wrapped |= __builtin_add_overflow(sum, e.length, &sum);
+/// What open checks of every row: the file it names may be addressed by reads, the bytes lie
+/// inside that file's recorded size, and a fixed row is exactly as long as the manifest says.
+class RowChecker {
+ public:
+  RowChecker(std::span<const FieldInfo> fields, std::span<const FileInfo> files,
+             const std::filesystem::path& dir)
+      : m_fields(fields), m_files(files), m_index_bin((dir / "index.bin").string()) {
+    for (const auto& f : fields) m_units.push_back(*detail::shape_bytes(f));  // read_manifest
   }
-  if (wrapped || sum != total_bytes) {
+
+  IndexError bad(uint64_t sample, uint32_t field, const std::string& what) const {
+    return IndexError(fmt::format("{} is corrupt: the entry of sample {}, field '{}' {}",
+                                  m_index_bin, sample, m_fields[field].name, what),
+                      {.file = m_index_bin});
+  }
+
+  /// `count` rows of `length` bytes at file, the last one starting at last_offset.
+  void check(uint64_t sample, uint32_t field, uint32_t file, uint64_t last_offset, uint64_t length,
+             uint64_t count) {
+    const FieldInfo& info = m_fields[field];
+    if (file >= m_files.size())
+      throw bad(sample, field, fmt::format("names file {} of {}", file, m_files.size()));
+    const FileInfo& f = m_files[file];
+    if (f.kind == FileKind::copied)
+      throw bad(sample, field, "names " + f.path + ", whose bytes were all copied into packs");
+    const auto end = add(last_offset, length);
+    if (!end || *end > f.size) {
+      throw bad(sample, field,
+                fmt::format("lies past the end of {} (offset {} + length {}, file size {})", f.path,
+                            last_offset, length, f.size));
+    }
+    if (!info.variable && length != info.row_bytes) {
+      throw bad(sample, field,
+                fmt::format("holds {} bytes, but manifest.yaml gives the field row_bytes {}",
+                            length, info.row_bytes));
+    }
+    const uint64_t unit = m_units[field];
+    if (info.variable && (unit ? length % unit != 0 : length != 0)) {
+      throw bad(
+          sample, field,
+          fmt::format("holds {} bytes, not a whole number of {}-byte elements", length, unit));
+    }
+    uint64_t bytes = 0;
+    m_wrapped |= __builtin_mul_overflow(length, count, &bytes) ||
+                 __builtin_add_overflow(m_sum, bytes, &m_sum);
+  }
+
+  /// The rows add up to the manifest's total_bytes.
+  void check_total(uint64_t total_bytes, const std::filesystem::path& dir) const {
+    if (!m_wrapped && m_sum == total_bytes) return;
     const auto manifest = (dir / "manifest.yaml").string();
     throw IndexError(
         fmt::format("{} does not match index.bin: total_bytes is {}, the entries hold {}", manifest,
-                    total_bytes, wrapped ? "more than 2^64" : std::to_string(sum)),
+                    total_bytes, m_wrapped ? "more than 2^64" : std::to_string(m_sum)),
         {.file = manifest});
   }
+
+  const std::string& index_bin() const noexcept { return m_index_bin; }
+
+ private:
+  std::span<const FieldInfo> m_fields;
+  std::span<const FileInfo> m_files;
+  std::string m_index_bin;
+  std::vector<uint64_t> m_units;
+  uint64_t m_sum = 0;
+  bool m_wrapped = false;
+};
+
+/// Formats 1-2: samples * fields records, sample-major; one O(n) pass.
+void check_entries(std::span<const EntryRecord> entries, RowChecker& rows, uint32_t fields) {
+  for (uint64_t i = 0; i < entries.size(); ++i) {
+    const EntryRecord& e = entries[i];
+    rows.check(i / fields, static_cast<uint32_t>(i % fields), e.file, e.offset, e.length, 1);
+  }
+}
+
+/// [offset, offset + count * size) lies inside [begin, end), 8-byte aligned, without wrapping.
+bool section_inside(uint64_t offset, uint64_t count, uint64_t size, uint64_t begin, uint64_t end) {
+  uint64_t bytes = 0;
+  if (__builtin_mul_overflow(count, size, &bytes)) return false;
+  const auto last = add(offset, bytes);
+  return offset % 8 == 0 && offset >= begin && last && *last <= end;
+}
+
+/// Format 3: one field's table and everything it points at, in O(runs + blocks). The runs tile
+/// [0, samples) in order, each names its blocks in turn, and its last row ends inside its file.
+detail::FieldRows check_field_rows(std::span<const std::byte> bytes, const IndexHeader& h,
+                                   uint32_t field, RowChecker& rows) {
+  detail::FieldTable t{};
+  std::memcpy(&t, bytes.data() + h.entries_offset + field * sizeof t, sizeof t);
+  const uint64_t body_begin = h.entries_offset + uint64_t{h.fields} * sizeof t;
+  const auto corrupt = [&](const std::string& what) {
+    return IndexError(fmt::format("{} is corrupt: field {} {}", rows.index_bin(), field, what),
+                      {.file = rows.index_bin()});
+  };
+  detail::FieldRows out;
+  if (t.layout == static_cast<uint32_t>(detail::FieldLayout::entries)) {
+    if (t.records != h.samples || t.blocks != 0 ||
+        !section_inside(t.records_offset, t.records, sizeof(EntryRecord), body_begin,
+                        h.file_table_offset)) {
+      throw corrupt("has an entry table that does not fit the file or the sample count");
+    }
+    out.entries = reinterpret_cast<const EntryRecord*>(bytes.data() + t.records_offset);
+    for (uint64_t s = 0; s < h.samples; ++s) {
+      const EntryRecord& e = out.entries[s];
+      rows.check(s, field, e.file, e.offset, e.length, 1);
+    }
+    return out;
+  }
+  if (t.layout != static_cast<uint32_t>(detail::FieldLayout::runs) || t.records == 0 ||
+      !section_inside(t.records_offset, t.records, sizeof(RunRecord), body_begin,
+                      h.file_table_offset) ||
+      !section_inside(t.blocks_offset, t.blocks, sizeof(uint64_t), body_begin,
+                      h.file_table_offset)) {
+    throw corrupt("has a run table that does not fit the file");
+  }
+  out.runs = reinterpret_cast<const RunRecord*>(bytes.data() + t.records_offset);
+  out.run_count = t.records;
+  out.blocks = reinterpret_cast<const uint64_t*>(bytes.data() + t.blocks_offset);
+  out.block_count = t.blocks;
+  uint64_t next_sample = 0;
+  uint64_t next_block = 0;
+  for (uint64_t i = 0; i < t.records; ++i) {
+    const RunRecord& r = out.runs[i];
+    const auto run_end = add(r.first_sample, r.count);
+    if (r.first_sample != next_sample || r.count == 0 || !run_end || *run_end > h.samples) {
+      throw corrupt(fmt::format("run {} covers samples from {} ({} rows), not from {}", i,
+                                r.first_sample, r.count, next_sample));
+    }
+    const uint64_t blocks = r.block_rows ? (r.count - 1) / r.block_rows + 1 : 0;
+    if (r.block_rows == 0 || r.first_block != next_block || blocks > t.blocks - next_block) {
+      throw corrupt(fmt::format("run {} names blocks the table does not hold", i));
+    }
+    uint64_t span = 0;
+    const bool wraps = __builtin_mul_overflow(r.count - 1, r.stride, &span);
+    const auto last = add(r.base, span);
+    if (wraps || !last) throw rows.bad(*run_end - 1, field, "lies past the end of its file");
+    rows.check(r.first_sample, field, r.file, *last, r.length, r.count);
+    next_sample = *run_end;
+    next_block += blocks;
+  }
+  if (next_sample != h.samples || next_block != t.blocks) {
+    throw corrupt(fmt::format("has runs covering {} of {} samples and {} of {} blocks", next_sample,
+                              h.samples, next_block, t.blocks));
+  }
+  return out;
 }
 
 }  // namespace
@@ -201,10 +303,37 @@ Index Index::open(const std::filesystem::path& dir) {
   index.m_samples = header.samples;
   index.m_fingerprint = header.header_checksum;
   index.m_files = read_file_table(bytes, header, dir / "index.bin");
-  index.m_entries = reinterpret_cast<const Entry*>(bytes.data() + header.entries_offset);
-  check_entries({index.m_entries, header.samples * header.fields}, index.m_fields, index.m_files,
-                index.m_manifest.total_bytes, dir);
+  RowChecker rows(index.m_fields, index.m_files, dir);
+  if (header.version >= 3) {
+    for (uint32_t f = 0; f < header.fields; ++f)
+      index.m_rows.push_back(check_field_rows(bytes, header, f, rows));
+  } else {
+    const auto* entries =
+        reinterpret_cast<const EntryRecord*>(bytes.data() + header.entries_offset);
+    check_entries({entries, header.samples * header.fields}, rows, header.fields);
+    for (uint32_t f = 0; f < header.fields; ++f)
+      index.m_rows.push_back({.entries = entries + f, .entry_step = header.fields});
+  }
+  rows.check_total(index.m_manifest.total_bytes, dir);
   return index;
+}
+
+Block Index::block(uint64_t sample, uint32_t field) const noexcept {
+  const detail::FieldRows& t = m_rows[field];
+  if (t.entries) return {sample, 1, t.entries[sample * t.entry_step].checksum};
+  const RunRecord& r = detail::run_of(t, sample);
+  const uint64_t b = (sample - r.first_sample) / r.block_rows;
+  const uint64_t first = r.first_sample + b * r.block_rows;
+  return {first, std::min<uint64_t>(r.block_rows, r.first_sample + r.count - first),
+          t.blocks[r.first_block + b]};
+}
+
+uint64_t Index::runs(uint32_t field) const noexcept {
+  return m_rows[field].entries ? m_samples : m_rows[field].run_count;
+}
+
+uint64_t Index::blocks(uint32_t field) const noexcept {
+  return m_rows[field].entries ? m_samples : m_rows[field].block_count;
 }
 
 uint32_t Index::field_id(std::string_view name) const {

@@ -4,6 +4,8 @@
 #include <bit>
 #include <cstdint>
 
+#include "ddstage/index.hpp"  // EntryRecord, RunRecord
+
 namespace ddstage::detail {
 
 static_assert(
@@ -21,7 +23,9 @@ struct IndexHeader {
   uint64_t samples;
   uint32_t fields;
   uint32_t files;
-  uint64_t entries_offset;     ///< samples * fields Entry records, sample-major
+  /// Formats 1-2: samples * fields EntryRecords, sample-major. Format 3: fields FieldTable
+  /// records, each pointing at its field's EntryRecords or RunRecords and block checksums.
+  uint64_t entries_offset;
   uint64_t file_table_offset;  ///< files FileRecord records
   uint64_t names_offset;       ///< UTF-8 path bytes the file records point into
   uint64_t file_bytes;         ///< total size of index.bin
@@ -34,6 +38,20 @@ struct IndexHeader {
 static_assert(sizeof(IndexHeader) == 88);
 /// header_bytes of format 1, which ends at header_checksum and has no fields_checksum.
 inline constexpr uint32_t header_bytes_v1 = 80;
+
+/// Format 3: how one field's rows are stored.
+enum class FieldLayout : uint32_t { entries = 0, runs = 1 };
+
+/// Format 3, one per field.
+struct FieldTable {
+  uint32_t layout;          ///< FieldLayout
+  uint32_t reserved;        ///< zero
+  uint64_t records_offset;  ///< from the start of index.bin: EntryRecords or RunRecords
+  uint64_t records;         ///< entries: samples; runs: the run count (>= 1)
+  uint64_t blocks_offset;   ///< runs: the uint64_t block checksums of all runs, in run order
+  uint64_t blocks;          ///< runs: the sum of every run's block count; entries: 0
+};
+static_assert(sizeof(FieldTable) == 40);
 
 struct FileRecord {
   uint64_t name_offset;  ///< from names_offset

@@ -17,7 +17,6 @@
 
 #include "ddstage/config.hpp"
 #include "ddstage/error.hpp"
-#include "ddstage/mapped_file.hpp"
 #include "ddstage/tool/checksum.hpp"
 #include "ddstage/tool/file_descriptor.hpp"
 #include "index_layout.hpp"
@@ -29,6 +28,14 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr std::size_t pack_buffer_bytes = 4u << 20;
+constexpr std::size_t entries_per_write = 1u << 16;
+/// Tiny rows would otherwise make blocks of millions of rows.
+constexpr uint64_t max_block_rows = 1u << 16;
+
+uint32_t block_rows_for(uint64_t block_bytes, uint64_t row_bytes) {
+  return static_cast<uint32_t>(
+      std::clamp<uint64_t>(block_bytes / std::max<uint64_t>(row_bytes, 1), 1, max_block_rows));
+}
 constexpr auto progress_interval = std::chrono::milliseconds(200);
 
 int64_t mtime_ns(const struct stat& st) {
@@ -66,14 +73,23 @@ struct IndexWriter::State {
   fs::path tmp;
   bool committed = false;
 
+  /// One field's runs: the closed ones (first_block counts in blocks), and the one growing.
+  struct FieldRuns {
+    std::vector<detail::RunRecord> runs;
+    std::vector<uint64_t> blocks;
+    detail::RunRecord current{};
+    bool open = false;
+    uint64_t block_filled = 0;  // rows of current's last block hashed so far
+    StreamingChecksum hash;
+  };
+
+  bool defined = false;
   std::vector<FieldInfo> fields;
   uint64_t samples = 0;
-  FileDescriptor index_fd;
-  MappedFile entry_map;
-  Entry* entries = nullptr;
-  std::vector<bool> entry_set;
-  uint64_t entries_put = 0;
+  std::vector<FieldRuns> field_runs;
+  uint64_t rows_put = 0;
   uint64_t total_bytes = 0;
+  uint64_t expected_bytes = 0;
 
   std::vector<fs::path> source_paths;  // absolute, for file ids < source_paths.size()
   std::vector<FileInfo> files;         // sources and packs, in file-id order
@@ -93,13 +109,17 @@ struct IndexWriter::State {
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
   std::chrono::steady_clock::time_point last_progress = start;
 
-  Entry& slot(uint64_t sample, uint32_t field);
+  FieldRuns& runs_of(uint64_t sample, uint32_t field, uint64_t count);
+  void put(uint64_t sample, uint32_t field, uint32_t file, uint64_t offset,
+           std::span<const std::byte> bytes);
+  void close_run(FieldRuns& f);
+  void hash_rows(FieldRuns& f, std::span<const std::byte> bytes, uint64_t rows);
+  std::vector<detail::RunRecord> finish_field(uint32_t field, std::vector<uint64_t>& blocks);
   void report(bool final);
   void flush_pack();
   void write_pack(std::span<const std::byte> bytes);
   void close_pack();
   void open_pack();
-  void mark_copied_sources();
   void write_tables();
   void publish();
 };
@@ -140,8 +160,6 @@ IndexWriter::IndexWriter(IndexWriterOptions options) : m(std::make_unique<State>
 
 IndexWriter::~IndexWriter() {
   if (!m || m->committed) return;
-  m->entry_map = MappedFile();
-  m->index_fd = FileDescriptor();
   m->pack_fd = FileDescriptor();
   std::error_code ec;
   fs::remove_all(m->tmp, ec);
@@ -149,26 +167,19 @@ IndexWriter::~IndexWriter() {
 }
 
 void IndexWriter::define(std::vector<FieldInfo> fields, uint64_t samples) {
-  if (m->entries) throw std::logic_error("IndexWriter::define called twice");
+  if (m->defined) throw std::logic_error("IndexWriter::define called twice");
   if (fields.empty()) throw UsageError("the source has no fields");
   if (samples == 0) throw UsageError("the source has no samples");
   // A format that described a field inconsistently would publish an index no reader opens.
   for (const auto& f : fields) detail::check_field(f, m->options.out / "manifest.yaml");
   m->fields = std::move(fields);
   m->samples = samples;
-  const uint64_t n = samples * m->fields.size();
-  const uint64_t table_end = detail::entries_offset + n * sizeof(Entry);
-  auto path = m->tmp / "index.bin";
-  m->index_fd = FileDescriptor::open(path, O_RDWR | O_CREAT | O_EXCL, 0644);
-  // Reserve real blocks now: a full disk then fails here with ENOSPC instead of a SIGBUS
-  // when a page of the mapping is first written.
-  if (int rc = ::posix_fallocate(m->index_fd.get(), 0, static_cast<off_t>(table_end)); rc != 0) {
-    throw IoError("cannot allocate " + std::to_string(table_end) + " bytes for " + path.string(),
-                  rc);
-  }
-  m->entry_map = MappedFile(path, MappedFile::Mode::read_write);
-  m->entries = reinterpret_cast<Entry*>(m->entry_map.writable().data() + detail::entries_offset);
-  m->entry_set.assign(n, false);
+  m->field_runs.resize(m->fields.size());
+  m->defined = true;
+}
+
+void IndexWriter::expect_bytes(uint64_t total) {
+  m->expected_bytes = total;
 }
 
 uint32_t IndexWriter::add_source(const fs::path& path) {
@@ -185,35 +196,104 @@ uint32_t IndexWriter::add_source(const fs::path& path) {
   return it->second;
 }
 
-Entry& IndexWriter::State::slot(uint64_t sample, uint32_t field) {
-  if (!entries) throw std::logic_error("IndexWriter: put before define");
-  if (sample >= samples || field >= fields.size()) {
+IndexWriter::State::FieldRuns& IndexWriter::State::runs_of(uint64_t sample, uint32_t field,
+                                                           uint64_t count) {
+  if (!defined) throw std::logic_error("IndexWriter: put before define");
+  if (field >= fields.size() || sample >= samples || count > samples - sample) {
     throw std::logic_error("IndexWriter: entry (" + std::to_string(sample) + ", " +
                            std::to_string(field) + ") out of range");
   }
-  const uint64_t i = sample * fields.size() + field;
-  if (entry_set[i])
-    throw std::logic_error("IndexWriter: entry for sample " + std::to_string(sample) +
-                           " put twice");
-  entry_set[i] = true;
-  ++entries_put;
-  return entries[i];
+  return field_runs[field];
+}
+
+/// Extends the field's run when (sample, offset) continues it, else starts a new one; then
+/// hashes the row into the run's last block.
+void IndexWriter::State::put(uint64_t sample, uint32_t field, uint32_t file, uint64_t offset,
+                             std::span<const std::byte> bytes) {
+  FieldRuns& f = runs_of(sample, field, 1);
+  detail::RunRecord& r = f.current;
+  const bool continues = f.open && sample == r.first_sample + r.count && file == r.file &&
+                         bytes.size() == r.length &&
+                         (r.count == 1 ? offset >= r.base : offset == r.base + r.count * r.stride);
+  if (continues) {
+    if (r.count == 1) r.stride = offset - r.base;
+    ++r.count;
+  } else {
+    close_run(f);
+    r = {sample,       1,
+         offset,       0,
+         bytes.size(), f.blocks.size(),
+         file,         block_rows_for(options.block_bytes, bytes.size())};
+    f.open = true;
+  }
+  hash_rows(f, bytes, 1);
+}
+
+/// Hashes rows (back to back in bytes, the run's last ones, not filling more than its current
+/// block) and closes the block when full.
+void IndexWriter::State::hash_rows(FieldRuns& f, std::span<const std::byte> bytes, uint64_t rows) {
+  if (f.current.block_rows == 1) {
+    f.blocks.push_back(checksum(bytes));  // one-shot: the same value, cheaper for one row
+  } else {
+    f.hash.update(bytes);
+    f.block_filled += rows;
+    if (f.block_filled == f.current.block_rows) {
+      f.blocks.push_back(f.hash.digest_and_reset());
+      f.block_filled = 0;
+    }
+  }
+  rows_put += rows;
+  total_bytes += bytes.size();
+  report(false);
+}
+
+void IndexWriter::State::close_run(FieldRuns& f) {
+  if (!f.open) return;
+  if (f.block_filled) {
+    f.blocks.push_back(f.hash.digest_and_reset());
+    f.block_filled = 0;
+  }
+  f.runs.push_back(f.current);
+  f.open = false;
 }
 
 void IndexWriter::put_in_place(uint64_t sample, uint32_t field, uint32_t file, uint64_t offset,
                                std::span<const std::byte> bytes) {
-  Entry& e = m->slot(sample, field);
-  e = {file, 0, offset, bytes.size(), checksum(bytes)};
-  m->total_bytes += bytes.size();
-  m->report(false);
+  m->put(sample, field, file, offset, bytes);
+}
+
+void IndexWriter::put_rows_in_place(uint32_t field, uint64_t first_sample, uint64_t count,
+                                    uint32_t file, uint64_t offset, uint64_t stride,
+                                    uint64_t row_bytes, std::span<const std::byte> rows) {
+  State::FieldRuns& f = m->runs_of(first_sample, field, count);
+  uint64_t bytes = 0;
+  if (__builtin_mul_overflow(count, row_bytes, &bytes) || bytes != rows.size()) {
+    throw std::logic_error("IndexWriter::put_rows_in_place: " + std::to_string(rows.size()) +
+                           " bytes are not " + std::to_string(count) + " rows of " +
+                           std::to_string(row_bytes));
+  }
+  for (uint64_t i = 0; i < count;) {
+    // The first row decides whether the run continues (and fixes its stride if it was one row
+    // long); the rest of the block then goes in one piece when the run's stride is ours.
+    m->put(first_sample + i, field, file, offset + i * stride,
+           rows.subspan(i * row_bytes, row_bytes));
+    ++i;
+    auto& r = f.current;
+    if (r.count < 2 || r.stride != stride || r.block_rows == 1) continue;
+    const uint64_t n = std::min(count - i, r.block_rows - f.block_filled);
+    if (n == 0) continue;
+    r.count += n;
+    m->hash_rows(f, rows.subspan(i * row_bytes, n * row_bytes), n);
+    i += n;
+  }
 }
 
 void IndexWriter::put_packed(uint64_t sample, uint32_t field, std::span<const std::byte> bytes) {
-  Entry& e = m->slot(sample, field);
+  m->runs_of(sample, field, 1);  // refuses a bad entry before a byte is packed
   if (m->pack_fd && m->pack_size > 0 && m->pack_size + bytes.size() > m->options.pack_bytes)
     m->close_pack();
   if (!m->pack_fd) m->open_pack();
-  e = {m->pack_file, 0, m->pack_size, bytes.size(), checksum(bytes)};
+  m->put(sample, field, m->pack_file, m->pack_size, bytes);
   if (m->pack_buffer.size() + bytes.size() > pack_buffer_bytes) m->flush_pack();
   if (bytes.size() >= pack_buffer_bytes) {
     m->write_pack(bytes);
@@ -222,8 +302,6 @@ void IndexWriter::put_packed(uint64_t sample, uint32_t field, std::span<const st
   }
   m->pack_size += bytes.size();
   m->packed_bytes += bytes.size();
-  m->total_bytes += bytes.size();
-  m->report(false);
 }
 
 void IndexWriter::set_format(const std::string& name) {
@@ -254,8 +332,14 @@ void IndexWriter::State::report(bool final) {
   auto now = std::chrono::steady_clock::now();
   if (!final && now - last_progress < progress_interval) return;
   last_progress = now;
-  options.progress({entries_put, samples * fields.size(), total_bytes,
-                    std::chrono::duration<double>(now - start).count(), final});
+  options.progress({.items_done = rows_put,
+                    .total_items = samples * fields.size(),
+                    .bytes_done = total_bytes,
+                    .seconds = std::chrono::duration<double>(now - start).count(),
+                    .final = final,
+                    .samples_done = rows_put / fields.size(),
+                    .total_samples = samples,
+                    .total_bytes = final ? total_bytes : expected_bytes});
 }
 
 void IndexWriter::State::open_pack() {
@@ -293,21 +377,122 @@ void IndexWriter::State::close_pack() {
   pack_fd = FileDescriptor();
 }
 
-/// Sources no entry points into had every byte copied into packs: mark them so staleness
-/// checks skip them.
-void IndexWriter::State::mark_copied_sources() {
+/// Closes the field's run and returns its runs in sample order, neighbours that continue each
+/// other merged, with their blocks in that order in `blocks`. logic_error unless they cover
+/// every sample exactly once.
+std::vector<detail::RunRecord> IndexWriter::State::finish_field(uint32_t field,
+                                                                std::vector<uint64_t>& blocks) {
+  FieldRuns& f = field_runs[field];
+  close_run(f);
+  auto& runs = f.runs;
+  std::sort(runs.begin(), runs.end(),
+            [](const auto& a, const auto& b) { return a.first_sample < b.first_sample; });
+  std::vector<detail::RunRecord> out;
+  blocks.clear();
+  uint64_t next = 0;
+  for (const auto& r : runs) {
+    if (r.first_sample < next) {
+      throw std::logic_error("IndexWriter: entry for sample " + std::to_string(r.first_sample) +
+                             " of field '" + fields[field].name + "' put twice");
+    }
+    if (r.first_sample > next) break;  // reported below
+    const uint64_t nblocks = (r.count - 1) / r.block_rows + 1;
+    const auto* first = f.blocks.data() + r.first_block;
+    next = r.first_sample + r.count;
+    if (!out.empty()) {
+      // Merged only where the blocks line up: a block's checksum cannot be split or joined.
+      auto& p = out.back();
+      const uint64_t stride = p.count == 1 ? r.base - p.base : p.stride;
+      if (r.file == p.file && r.length == p.length && r.block_rows == p.block_rows &&
+          p.count % p.block_rows == 0 && r.base >= p.base && r.base == p.base + p.count * stride &&
+          (r.count == 1 || r.stride == stride)) {
+        p.stride = stride;
+        p.count += r.count;
+        blocks.insert(blocks.end(), first, first + nblocks);
+        continue;
+      }
+    }
+    out.push_back(r);
+    out.back().first_block = blocks.size();
+    blocks.insert(blocks.end(), first, first + nblocks);
+  }
+  if (next != samples) {
+    uint64_t put = 0;
+    for (const auto& r : runs) put += r.count;
+    throw std::logic_error("IndexWriter::commit: " + std::to_string(samples - put) +
+                           " entries of field '" + fields[field].name + "' were never put");
+  }
+  runs = {};
+  f.blocks = {};
+  return out;
+}
+
+/// Writes index.bin: field tables, each field's runs (or, when every row is a run of its own,
+/// plain entry records) and block checksums, the file table and names, then the header with
+/// both checksums. Sources no row points into had every byte copied into packs: marked so
+/// staleness checks skip them.
+void IndexWriter::State::write_tables() {
+  const fs::path root = common_root(source_paths);
+  auto path = tmp / "index.bin";
+  auto fd = FileDescriptor::open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+  StreamingChecksum body;
+  uint64_t at = detail::entries_offset;
+  auto append = [&](std::span<const std::byte> bytes) {
+    fd.pwrite_all(bytes, at);
+    body.update(bytes);
+    at += bytes.size();
+  };
+
+  // Sections follow the field tables in field order, so their offsets are known once a field
+  // is finished; the tables are written last, hashed first: finish every field up front.
   std::vector<bool> referenced(files.size(), false);
-  const uint64_t n = samples * fields.size();
-  for (uint64_t i = 0; i < n; ++i) referenced[entries[i].file] = true;
+  std::vector<detail::FieldTable> tables(fields.size());
+  std::vector<std::vector<detail::RunRecord>> all_runs(fields.size());
+  std::vector<std::vector<uint64_t>> all_blocks(fields.size());
+  uint64_t offset = detail::entries_offset + fields.size() * sizeof(detail::FieldTable);
+  for (uint32_t f = 0; f < fields.size(); ++f) {
+    all_runs[f] = finish_field(f, all_blocks[f]);
+    for (const auto& r : all_runs[f]) referenced[r.file] = true;
+    auto& t = tables[f];
+    if (all_runs[f].size() == samples) {
+      t = {static_cast<uint32_t>(detail::FieldLayout::entries), 0, offset, samples, 0, 0};
+      offset += samples * sizeof(detail::EntryRecord);
+    } else {
+      t = {static_cast<uint32_t>(detail::FieldLayout::runs),
+           0,
+           offset,
+           all_runs[f].size(),
+           0,
+           all_blocks[f].size()};
+      offset += all_runs[f].size() * sizeof(detail::RunRecord);
+      t.blocks_offset = offset;
+      offset += all_blocks[f].size() * sizeof(uint64_t);
+    }
+  }
+  append(std::as_bytes(std::span(tables)));
+  for (uint32_t f = 0; f < fields.size(); ++f) {
+    if (tables[f].layout == static_cast<uint32_t>(detail::FieldLayout::entries)) {
+      // In pieces: a field of a billion one-row runs needs no second copy of them all.
+      std::vector<detail::EntryRecord> entries;
+      for (uint64_t i = 0; i < samples; ++i) {
+        const auto& r = all_runs[f][i];
+        entries.push_back({r.file, 0, r.base, r.length, all_blocks[f][i]});
+        if (entries.size() == entries_per_write || i + 1 == samples) {
+          append(std::as_bytes(std::span(entries)));
+          entries.clear();
+        }
+      }
+    } else {
+      append(std::as_bytes(std::span(all_runs[f])));
+      append(std::as_bytes(std::span(all_blocks[f])));
+    }
+    all_runs[f] = {};
+    all_blocks[f] = {};
+  }
+
   for (uint32_t f = 0; f < files.size(); ++f) {
     if (files[f].kind == FileKind::source && !referenced[f]) files[f].kind = FileKind::copied;
   }
-}
-
-/// Appends the file table and names, then the header with both checksums.
-void IndexWriter::State::write_tables() {
-  const fs::path root = common_root(source_paths);
-  mark_copied_sources();
   std::vector<detail::FileRecord> records;
   std::string names;
   for (auto& f : files) {
@@ -326,30 +511,17 @@ void IndexWriter::State::write_tables() {
   h.fields = static_cast<uint32_t>(fields.size());
   h.files = static_cast<uint32_t>(files.size());
   h.entries_offset = detail::entries_offset;
-  h.file_table_offset = h.entries_offset + samples * fields.size() * sizeof(Entry);
-  h.names_offset = h.file_table_offset + records.size() * sizeof(detail::FileRecord);
-  h.file_bytes = h.names_offset + names.size();
+  h.file_table_offset = at;
+  append(std::as_bytes(std::span(records)));
+  h.names_offset = at;
+  append(std::as_bytes(std::span(names)));
+  h.file_bytes = at;
   h.fields_checksum = detail::fields_checksum(fields);
-
-  auto table = std::as_bytes(std::span(records));
-  auto name_bytes = std::as_bytes(std::span(names));
-  XXH3_state_t* st = XXH3_createState();
-  XXH3_64bits_reset(st);
-  auto body = entry_map.bytes().subspan(h.entries_offset, h.file_table_offset - h.entries_offset);
-  XXH3_64bits_update(st, body.data(), body.size());
-  XXH3_64bits_update(st, table.data(), table.size());
-  XXH3_64bits_update(st, name_bytes.data(), name_bytes.size());
-  h.body_checksum = XXH3_64bits_digest(st);
-  XXH3_freeState(st);
+  h.body_checksum = body.digest_and_reset();
   h.header_checksum = XXH3_64bits(&h, sizeof h);  // computed while the field is still zero
-
-  entry_map.flush();
-  entry_map = MappedFile();
-  index_fd.pwrite_all(table, h.file_table_offset);
-  index_fd.pwrite_all(name_bytes, h.names_offset);
-  index_fd.pwrite_all(std::as_bytes(std::span(&h, 1)), 0);
-  index_fd.sync();
-  index_fd = FileDescriptor();
+  fd.pwrite_all(std::as_bytes(std::span(&h, 1)), 0);
+  fd.sync();
+  fd.close();
 
   detail::Manifest manifest;
   manifest.info = {options.name,      format,      root,      DDSTAGE_VERSION,
@@ -381,12 +553,7 @@ void IndexWriter::State::publish() {
 }
 
 void IndexWriter::commit() {
-  if (!m->entries) throw std::logic_error("IndexWriter::commit before define");
-  if (m->entries_put != m->entry_set.size()) {
-    throw std::logic_error(
-        "IndexWriter::commit: " + std::to_string(m->entry_set.size() - m->entries_put) +
-        " entries were never put");
-  }
+  if (!m->defined) throw std::logic_error("IndexWriter::commit before define");
   if (m->pack_fd) m->close_pack();
   m->write_tables();
   m->publish();

@@ -58,19 +58,26 @@ void verify_worker(Shared& s) {
   for (uint64_t begin = s.next.fetch_add(samples_per_claim); begin < n;
        begin = s.next.fetch_add(samples_per_claim)) {
     const uint64_t end = std::min(n, begin + samples_per_claim);
-    for (uint64_t sample = begin; sample < end; ++sample) {
-      for (uint32_t f = 0; f < fields; ++f) {
-        const auto& e = s.index.entry(sample, f);
-        if (buffer.size() < e.length) buffer.resize(e.length);
+    for (uint32_t f = 0; f < fields; ++f) {
+      // The blocks that start in [begin, end): each block is checked by one claim.
+      for (uint64_t sample = begin; sample < end;) {
+        const Block b = s.index.block(sample, f);
+        sample = b.first_sample + b.rows;
+        if (b.first_sample < begin) continue;
         try {
-          if (!reader.read_and_check(sample, f, buffer))
-            record_failure(s, sample, f, "checksum mismatch");
+          if (!reader.read_block(f, b, buffer)) {
+            record_failure(s, b.first_sample, f,
+                           b.rows == 1 ? "checksum mismatch"
+                                       : "checksum mismatch in the block of samples " +
+                                             std::to_string(b.first_sample) + ".." +
+                                             std::to_string(sample - 1));
+          }
         } catch (const StaleError&) {
           throw;
         } catch (const Error& err) {
-          record_failure(s, sample, f, err.message());
+          record_failure(s, b.first_sample, f, err.message());
         }
-        s.bytes.fetch_add(e.length, std::memory_order_relaxed);
+        s.bytes.fetch_add(buffer.size(), std::memory_order_relaxed);
       }
     }
     s.entries.fetch_add((end - begin) * fields, std::memory_order_relaxed);

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 #include <exception>
 #include <mutex>
 #include <thread>
 #include <vector>
 
 #include "ddstage/error.hpp"
+#include "ddstage/tool/checksum.hpp"
 #include "ddstage/tool/file_descriptor.hpp"
 #include "ddstage/tool/origin_reader.hpp"
 
@@ -86,21 +88,68 @@ class StreamQueue {
   uint64_t m_total = 0;
 };
 
+/// Checks the blocks of field that start in chunk c (and, for the shard's first chunk, the
+/// block it starts inside of) against the index: rows inside the shard hashed from region,
+/// rows of a block straddling the shard's edge read from origin. Runs once every chunk is
+/// loaded, so a block spanning chunks is whole.
+void verify_chunk(const Index& index, const ShardLayout& layout, const std::byte* region,
+                  const Chunk& c, OriginReader& reader, std::vector<std::byte>& bytes) {
+  const ShardRange range = layout.range();
+  std::vector<uint64_t> outside;
+  for (uint32_t f = 0; f < index.fields().size(); ++f) {
+    for (uint64_t s = c.first; s < c.last;) {
+      const Block b = index.block(s, f);
+      s = b.first_sample + b.rows;
+      if (b.first_sample < c.first && c.first != range.first) continue;
+      const uint64_t length = index.entry(b.first_sample, f).length;  // one run: one length
+      bytes.resize(b.rows * length);
+      for (uint64_t row = b.first_sample; row < s;) {
+        if (row >= range.first && row < range.last) {
+          if (length)
+            std::memcpy(bytes.data() + (row - b.first_sample) * length,
+                        region + layout.row_offset(row, f), length);
+          ++row;
+          continue;
+        }
+        outside.clear();
+        for (; row < s && (row < range.first || row >= range.last); ++row) outside.push_back(row);
+        reader.read(f, outside,
+                    std::span(bytes).subspan((outside.front() - b.first_sample) * length,
+                                             outside.size() * length));
+      }
+      if (checksum(bytes) != b.checksum) {
+        const std::string rows = b.rows == 1
+                                     ? std::string()
+                                     : " (block of samples " + std::to_string(b.first_sample) +
+                                           ".." + std::to_string(s - 1) + ")";
+        throw ChecksumError("checksum mismatch loading " +
+                                index.resolve(index.entry(b.first_sample, f).file).string() + rows,
+                            {.sample = b.first_sample, .field = index.fields()[f].name});
+      }
+    }
+  }
+}
+
 /// One stream: its own OriginReader (open files, scratch buffer), so streams share no lock
-/// while reading.
+/// while reading. Loads its chunks, or (verify pass) checks them.
 void run_stream(const Index& index, const ShardLayout& layout, DestinationFile destination,
-                std::byte* region, const ShardLoadOptions& options, StreamQueue& queue) noexcept {
+                std::byte* region, const ShardLoadOptions& options, StreamQueue& queue,
+                bool verify_pass) noexcept {
   try {
     // Streams share the process's open-file limit: each caches its share of a single reader's.
     const std::size_t max_open =
         std::clamp<std::size_t>(open_file_limit() / 4 / options.streams, 1, 1024);
-    OriginReader reader(index, {.verify = options.verify,
-                                .allow_stale = options.allow_stale,
+    OriginReader reader(index, {.allow_stale = options.allow_stale,
                                 .max_open_files = max_open,
-                                .destination = destination});
+                                .destination = verify_pass ? DestinationFile{} : destination});
     const auto fields = static_cast<uint32_t>(index.fields().size());
     std::vector<EntryRead> reads;
+    std::vector<std::byte> bytes;
     while (const Chunk* c = queue.take()) {
+      if (verify_pass) {
+        verify_chunk(index, layout, region, *c, reader, bytes);
+        continue;
+      }
       reads.clear();
       // Sample-major: the fields of one sample often sit together in the file.
       for (uint64_t s = c->first; s < c->last; ++s) {
@@ -115,28 +164,43 @@ void run_stream(const Index& index, const ShardLayout& layout, DestinationFile d
   }
 }
 
-/// fill_shard, where region may be a mapping of destination.file (its rows are then written
-/// through the file).
-void fill_region(const Index& index, const ShardLayout& layout, std::span<std::byte> region,
-                 DestinationFile destination, const ShardLoadOptions& options) {
-  check_load_streams(options.streams);
-  layout.write_tables(region);
-  StreamQueue queue(plan_chunks(index, layout.range(), std::max<uint64_t>(options.chunk_bytes, 1)),
-                    options);
+/// Runs the streams over queue's chunks: the caller's thread is one of them.
+void run_streams(const Index& index, const ShardLayout& layout, std::span<std::byte> region,
+                 DestinationFile destination, const ShardLoadOptions& options, StreamQueue& queue,
+                 bool verify_pass) {
   const auto streams = std::min<std::size_t>(options.streams, queue.chunks());
   {
     std::vector<std::jthread> others;
     try {
       for (std::size_t i = 1; i < streams; ++i) {
         others.emplace_back(run_stream, std::cref(index), std::cref(layout), destination,
-                            region.data(), std::cref(options), std::ref(queue));
+                            region.data(), std::cref(options), std::ref(queue), verify_pass);
       }
     } catch (...) {
       queue.fail(std::current_exception());  // no thread: the started ones stop at their next chunk
     }
-    run_stream(index, layout, destination, region.data(), options, queue);
+    run_stream(index, layout, destination, region.data(), options, queue, verify_pass);
   }  // joins every stream: none may still write into region once we return or throw
   queue.rethrow_failure();
+}
+
+/// fill_shard, where region may be a mapping of destination.file (its rows are then written
+/// through the file).
+void fill_region(const Index& index, const ShardLayout& layout, std::span<std::byte> region,
+                 DestinationFile destination, const ShardLoadOptions& options) {
+  check_load_streams(options.streams);
+  layout.write_tables(region);
+  auto chunks = plan_chunks(index, layout.range(), std::max<uint64_t>(options.chunk_bytes, 1));
+  if (options.verify) {
+    StreamQueue load(chunks, options);
+    run_streams(index, layout, region, destination, options, load, false);
+    const ShardLoadOptions quiet{.streams = options.streams};  // progress was the load's
+    StreamQueue check(std::move(chunks), quiet);
+    run_streams(index, layout, region, destination, options, check, true);
+  } else {
+    StreamQueue load(std::move(chunks), options);
+    run_streams(index, layout, region, destination, options, load, false);
+  }
 }
 
 }  // namespace

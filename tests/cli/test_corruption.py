@@ -12,15 +12,17 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import assert_runtime_error, flatten, read_bytes
+from conftest import assert_runtime_error, flatten, keep_mtime_flip, read_bytes
 from test_store import serve, status  # noqa: F401 (serve is a fixture)
 
 ROWS = 100
-# man ddstage-index(5): the format-2 header, an entry, a file-table record.
+# man ddstage-index(5): the header, a format 3 field table and run, a file-table record.
 HEADER = struct.Struct("<8sIIQIIQQQQQQQ")
 MAGIC, VERSION, HEADER_BYTES, SAMPLES, FIELDS, FILES, ENTRIES_AT, TABLE_AT, NAMES_AT, FILE_BYTES, BODY_SUM, \
     HEADER_SUM, FIELDS_SUM = range(13)
-ENTRY = struct.Struct("<IIQQQ")
+FIELD_TABLE = struct.Struct("<IIQQQQ")
+RUN = struct.Struct("<QQQQQQII")
+RUN_NAMES = ("first_sample", "count", "base", "stride", "length", "first_block", "file", "block_rows")
 RECORD = struct.Struct("<QIIQq")
 U64 = 2**64
 
@@ -35,24 +37,33 @@ def xxh3(data):
 
 
 class IndexBin:
-    """index.bin as fields, entries and file records; seal() writes it back with both checksums
-    recomputed, as a crafted (not merely damaged) file would be."""
+    """index.bin (format 3) as header, field 0's runs and file records; seal() writes it back
+    with both checksums recomputed, as a crafted (not merely damaged) file would be."""
 
     def __init__(self, ddx):
         self.path = ddx / "index.bin"
         self.data = bytearray(self.path.read_bytes())
         self.h = list(HEADER.unpack_from(self.data))
-        self.entry_at = self.h[ENTRIES_AT]
+        assert self.h[VERSION] == 3
+        self.table = list(FIELD_TABLE.unpack_from(self.data, self.h[ENTRIES_AT]))
+        assert self.table[0] == 1, "field 0 is stored as runs"
+        self.run_at = self.table[2]
         self.record_at = self.h[TABLE_AT]
 
-    def entry_offset(self, i):
-        return ENTRY.unpack_from(self.data, self.entry_at + i * ENTRY.size)[2]
+    def run(self, i):
+        return dict(zip(RUN_NAMES, RUN.unpack_from(self.data, self.run_at + i * RUN.size)))
 
-    def edit_entry(self, i, **changes):
-        names = ("file", "reserved", "offset", "length", "checksum")
-        e = dict(zip(names, ENTRY.unpack_from(self.data, self.entry_at + i * ENTRY.size)))
-        e.update(changes)
-        ENTRY.pack_into(self.data, self.entry_at + i * ENTRY.size, *(e[n] % U64 for n in names))
+    def edit_run(self, i, **changes):
+        r = self.run(i)
+        r.update(changes)
+        RUN.pack_into(self.data, self.run_at + i * RUN.size,
+                      *(r[n] % (2**32 if n in ("file", "block_rows") else U64) for n in RUN_NAMES))
+
+    def edit_table(self, **changes):
+        names = ("layout", "reserved", "records_offset", "records", "blocks_offset", "blocks")
+        t = dict(zip(names, self.table))
+        t.update(changes)
+        FIELD_TABLE.pack_into(self.data, self.h[ENTRIES_AT], *(t[n] % U64 for n in names))
 
     def edit_record(self, i, **changes):
         names = ("name_offset", "name_length", "kind", "size", "mtime_ns")
@@ -211,13 +222,24 @@ def header(index, position, value):
 
 
 INDEX_FIXED = {
-    "entry file id out of range": (lambda i: i.edit_entry(5, file=9), ["names file 9 of 1"]),
-    "row 999 of 100": (lambda i: i.edit_entry(99, offset=i.entry_offset(0) + 999 * 256), ["past the end"]),
-    "offset + length wraps": (lambda i: i.edit_entry(5, offset=U64 - 8), ["past the end"]),
-    "length wraps": (lambda i: i.edit_entry(5, length=U64 - 1), ["past the end"]),
-    "length 128 of 256": (lambda i: i.edit_entry(5, length=128), ["row_bytes 256"]),
-    "length 0": (lambda i: i.edit_entry(5, length=0), ["row_bytes 256"]),
-    "samples * fields * 32 wraps": (lambda i: header(i, SAMPLES, 2**59 + ROWS), ["corrupt"]),
+    # The fixed field's 100 rows are one run of one block (man ddstage-index(5)).
+    "run file id out of range": (lambda i: i.edit_run(0, file=9), ["names file 9 of 1"]),
+    "row 999 of 100": (lambda i: i.edit_run(0, base=i.run(0)["base"] + 999 * 256), ["past the end"]),
+    "base + length wraps": (lambda i: i.edit_run(0, base=U64 - 8), ["past the end"]),
+    "length wraps": (lambda i: i.edit_run(0, length=U64 - 1), ["past the end"]),
+    "stride past the file": (lambda i: i.edit_run(0, stride=512), ["past the end"]),
+    "stride * count wraps": (lambda i: i.edit_run(0, stride=2**60), ["past the end"]),
+    "length 128 of 256": (lambda i: i.edit_run(0, length=128), ["row_bytes 256"]),
+    "length 0": (lambda i: i.edit_run(0, length=0), ["row_bytes 256"]),
+    "run from sample 1": (lambda i: i.edit_run(0, first_sample=1), ["covers samples from 1"]),
+    "run of 99 rows": (lambda i: i.edit_run(0, count=99), ["covering 99 of 100 samples"]),
+    "run of 2^64 - 1 rows": (lambda i: i.edit_run(0, count=U64 - 1), ["run 0 covers"]),
+    "no rows per block": (lambda i: i.edit_run(0, block_rows=0), ["blocks the table does not hold"]),
+    "a block per row": (lambda i: i.edit_run(0, block_rows=1), ["blocks the table does not hold"]),
+    "layout 7": (lambda i: i.edit_table(layout=7), ["field 0 has a run table"]),
+    "runs past the end": (lambda i: i.edit_table(records=2**58), ["field 0 has a run table"]),
+    "blocks over the header": (lambda i: i.edit_table(blocks_offset=8), ["field 0 has a run table"]),
+    "samples 2^59 + 100": (lambda i: header(i, SAMPLES, 2**59 + ROWS), ["does not match"]),
     "fields 2^32 - 1": (lambda i: header(i, FIELDS, 2**32 - 1), ["corrupt"]),
     "no files": (lambda i: header(i, FILES, 0), ["names file 0 of 0"]),
     "files 2^32 - 1": (lambda i: header(i, FILES, 2**32 - 1), ["corrupt"]),
@@ -243,7 +265,8 @@ def test_crafted_index_bin(ddstage, fixed, case):
 LOAD_CASES = [
     ("row 999 of 100", "index.bin", lambda ddx: seal_with(ddx, INDEX_FIXED["row 999 of 100"][0])),
     ("samples wrap", "index.bin", lambda ddx: seal_with(ddx, lambda i: header(i, SAMPLES, 2**59 + ROWS))),
-    ("entry length 128", "index.bin", lambda ddx: seal_with(ddx, lambda i: i.edit_entry(5, length=128))),
+    ("run length 128", "index.bin", lambda ddx: seal_with(ddx, lambda i: i.edit_run(0, length=128))),
+    ("run stride 512", "index.bin", lambda ddx: seal_with(ddx, lambda i: i.edit_run(0, stride=512))),
     ("row_bytes 0", "manifest.yaml", lambda ddx: edit_manifest(ddx, field("row_bytes", 0))),
     ("shape [44]", "manifest.yaml", lambda ddx: edit_manifest(ddx, field("shape", [44]))),
     ("row_bytes 128, shape [32]", "manifest.yaml",
@@ -278,4 +301,47 @@ def test_load_refuses_damage_before_any_rank_allocates(ddstage, serve, fixed, tm
         proc = ddstage.run("read", "--store", store.dir, "--dataset", "good", "--ids", ids, *verify, binary=True)
         assert_clear(proc, ["manifest.yaml"])
         assert proc.stdout == b""
+    store.stop()
+
+
+BLOCK_ROWS = 40_000  # float32[4]: 16-byte rows, checksummed in blocks of 16384 rows
+
+
+@pytest.fixture
+def blocks(ddstage, tmp_path):
+    """40,000 rows of 16 bytes in one .npy (one run; blocks 0..16383, 16384..32767, 32768..),
+    with a byte of sample 20000 flipped after flattening, size and mtime kept."""
+    arr = np.arange(BLOCK_ROWS * 4, dtype=np.float32).reshape(BLOCK_ROWS, 4)
+    np.save(tmp_path / "x.npy", arr)
+    ddx = flatten(ddstage, tmp_path / "blocks.ddx", tmp_path / "x.npy")
+    data_at = (tmp_path / "x.npy").stat().st_size - arr.nbytes
+    keep_mtime_flip(tmp_path / "x.npy", data_at + 20000 * 16 + 5)
+    return ddx, arr
+
+
+def assert_block_mismatch(proc):
+    assert_clear(proc, ["checksum", "16384..32767"])
+    assert proc.stdout in (b"", "")
+
+
+def test_verify_finds_a_flipped_byte_in_a_multi_row_block(ddstage, serve, blocks):
+    """Sample 20001 is intact, but its block (16384..32767) holds the flipped byte: read --verify,
+    info --verify, load --verify (shards 0..19999 and 20000..39999 both cut that block, so each
+    rank reads the other half from origin) and read --store --verify refuse it, naming the
+    block; without verify the intact row reads right, and rows of other blocks verify."""
+    ddx, arr = blocks
+    assert ddstage.ok("read", ddx, "--ids", "20001", binary=True).stdout == arr[20001].tobytes()
+    assert_block_mismatch(ddstage.run("read", ddx, "--ids", "20001", "--verify", binary=True))
+    assert ddstage.ok("read", ddx, "--ids", "5,39999", "--verify", binary=True).stdout == arr[[5, 39999]].tobytes()
+    info = ddstage.run("info", ddx, "--verify")
+    assert info.returncode == 1 and "16384..32767" in info.stderr, info.stderr
+
+    store = serve(2)
+    assert_block_mismatch(ddstage.run("load", "--store", store.dir, ddx, "--name", "b", "--verify"))
+    ddstage.ok("load", "--store", store.dir, ddx, "--name", "b")
+    read = ["read", "--store", store.dir, "--dataset", "b"]
+    assert ddstage.ok(*read, "--ids", "20001", binary=True).stdout == arr[20001].tobytes()
+    for ids in ("20001", "19999"):  # rank 1's side of the block, and rank 0's
+        assert_block_mismatch(ddstage.run(*read, "--ids", ids, "--verify", binary=True))
+    assert ddstage.ok(*read, "--ids", "5,39999", "--verify", binary=True).stdout == arr[[5, 39999]].tobytes()
     store.stop()

@@ -113,32 +113,36 @@ def row_offset(src, path, row):
 
 def test_verify_detects_flipped_bytes(ddstage, h5_dataset):
     """A byte flipped inside two samples' data, with size and mtime kept (so no staleness
-    check can see it): --verify exits 1 naming sample and field, lowest id first; reads
-    without --verify don't notice, reads with --verify fail naming the sample."""
+    check can see it): --verify exits 1 naming the checksummed block of rows that holds each
+    (here all N rows of a field: one run, one block) and its field; reads without --verify
+    don't notice, reads with --verify of a row of that block fail naming the block."""
     src, ddx, arrays = h5_dataset
+    block = f"block of samples 0..{N - 1}"
     keep_mtime_flip(src, row_offset(src, "/data/x", 17) + 5)
     keep_mtime_flip(src, row_offset(src, "/y", 4))
     proc = ddstage.run("info", ddx, "--verify")
-    assert_runtime_error(proc, "verify", "sample 4", "label")
-    mismatches = [l for l in proc.stderr.splitlines() if "mismatch" in l and not l.startswith("ddstage: error:")]
+    assert_runtime_error(proc, "verify", "sample 0")
+    mismatches = sorted(l for l in proc.stderr.splitlines() if "mismatch" in l and not l.startswith("ddstage: error:"))
     assert len(mismatches) == 2, proc.stderr
-    assert "sample 4" in mismatches[0] and "label" in mismatches[0]
-    assert "sample 17" in mismatches[1] and "x" in mismatches[1]
+    assert "field label" in mismatches[0] and block in mismatches[0]
+    assert "field x" in mismatches[1] and block in mismatches[1]
     info = json.loads(ddstage.run("info", ddx, "--verify", "--json").stdout)
     assert info["verify"]["failures"] == 2
-    assert [(f["sample"], f["field"]) for f in info["verify"]["first_failures"]] == [(4, "label"), (17, "x")]
-    # Undamaged samples still verify; a damaged one is an error naming it.
+    assert sorted((f["sample"], f["field"]) for f in info["verify"]["first_failures"]) == [(0, "label"), (0, "x")]
+    # Undamaged samples still read right; a row of a damaged block is an error naming it.
     assert read_bytes(ddstage, ddx, "16,18", field="x") == arrays["x"][[16, 18]].tobytes()
-    assert_runtime_error(ddstage.run("read", ddx, "--ids", "16,17", "--field", "x", "--verify"), "sample 17")
+    assert_runtime_error(ddstage.run("read", ddx, "--ids", "16", "--field", "x", "--verify"), "sample 16", block)
     assert len(read_bytes(ddstage, ddx, "17", field="x")) == 24
 
 
 def test_verify_detects_damaged_pack(ddstage, h5_dataset):
-    """A flipped byte in a pack file is found by --verify too (sample and field named)."""
+    """A flipped byte in a pack file is found by --verify too (its block and field named)."""
     _, ddx, _ = h5_dataset
     pack = ddx / pack_files(ddx)[0]
-    keep_mtime_flip(pack, 8 * 9 + 1)  # field g, sample 9 (8 bytes per row)
-    assert_runtime_error(ddstage.run("info", ddx, "--verify"), "sample 9", "g")
+    keep_mtime_flip(pack, 8 * 9 + 1)  # field g, sample 9 (8 bytes per row, one block of N)
+    proc = ddstage.run("info", ddx, "--verify")
+    assert_runtime_error(proc, "sample 0", "g")
+    assert f"block of samples 0..{N - 1}" in proc.stderr
 
 
 def test_stale_source(ddstage, h5_dataset, tmp_path):

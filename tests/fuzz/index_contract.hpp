@@ -10,7 +10,8 @@
 namespace ddstage::fuzz {
 
 /// Fixed fields' row sizes agree with their shape and dtype; every entry names a file of the
-/// table and lies inside that file's recorded size; a fixed field's entries are one row long.
+/// table and lies inside that file's recorded size; a fixed field's entries are one row long;
+/// its block holds it and lies inside the samples.
 inline void check_index_contract(const Index& index) {
   const auto fields = index.fields();
   const auto files = index.files();
@@ -25,9 +26,12 @@ inline void check_index_contract(const Index& index) {
                " but shape and dtype make " + std::to_string(row));
     }
   }
-  for (uint64_t s = 0; s < index.samples(); ++s) {
+  // Format 3 runs make a few bytes stand for 2^64 rows: check the first and last ones.
+  const uint64_t n = index.samples();
+  const uint64_t edge = 2048;
+  for (uint64_t s = 0; s < n; s = (s + 1 == edge && n > 2 * edge) ? n - edge : s + 1) {
     for (uint32_t k = 0; k < fields.size(); ++k) {
-      const Entry& e = index.entry(s, k);
+      const Entry e = index.entry(s, k);
       const std::string where = "entry (" + std::to_string(s) + ", " + std::to_string(k) + ")";
       if (e.file >= files.size()) violated(where + " names file " + std::to_string(e.file));
       uint64_t end = 0;
@@ -36,6 +40,11 @@ inline void check_index_contract(const Index& index) {
       }
       if (!fields[k].variable && e.length != fields[k].row_bytes)
         violated(where + " is not one row long");
+      const Block b = index.block(s, k);
+      if (b.rows == 0 || b.first_sample > s || s - b.first_sample >= b.rows ||
+          b.rows > n - b.first_sample) {
+        violated(where + " lies in a block that does not hold it");
+      }
     }
   }
 }

@@ -2,7 +2,9 @@
 #include <fcntl.h>
 #include <sys/resource.h>
 
+#include <chrono>
 #include <csignal>
+#include <thread>
 
 #include <catch2/catch.hpp>
 #include <cstring>
@@ -13,6 +15,7 @@
 #include "ddstage/tool/checksum.hpp"
 #include "ddstage/tool/index_writer.hpp"
 #include "ddstage/tool/origin_reader.hpp"
+#include "ddstage/tool/origin_verify.hpp"
 #include "ddstage/tool/shard_layout.hpp"
 #include "ddstage/tool/shard_loader.hpp"
 #include "index_layout.hpp"
@@ -299,12 +302,12 @@ struct CraftedIndex {
     bytes.assign(std::istreambuf_iterator<char>(in), {});
     std::memcpy(&header, bytes.data(), sizeof header);
   }
-  Entry entry(uint64_t i) const {
-    Entry e{};
+  detail::EntryRecord entry(uint64_t i) const {
+    detail::EntryRecord e{};
     std::memcpy(&e, bytes.data() + detail::entries_offset + i * sizeof e, sizeof e);
     return e;
   }
-  void set_entry(uint64_t i, const Entry& e) {
+  void set_entry(uint64_t i, const detail::EntryRecord& e) {
     std::memcpy(bytes.data() + detail::entries_offset + i * sizeof e, &e, sizeof e);
   }
   /// Writes the bytes back with the body checksum and then the header checksum recomputed.
@@ -325,10 +328,56 @@ struct CraftedIndex {
     seal(detail::header_bytes_v1);
   }
 
+  /// A format 3 record of type T at offset.
+  template <typename T>
+  T at(uint64_t offset) const {
+    T t{};
+    std::memcpy(&t, bytes.data() + offset, sizeof t);
+    return t;
+  }
+  template <typename T>
+  void set_at(uint64_t offset, const T& t) {
+    std::memcpy(bytes.data() + offset, &t, sizeof t);
+  }
+  uint64_t table_at(uint32_t field) const {
+    return header.entries_offset + field * sizeof(detail::FieldTable);
+  }
+
   fs::path path;
   std::string bytes;
   detail::IndexHeader header{};
 };
+
+/// Rewrites a format 3 index.bin as format 2 wrote it: every (sample, field) an entry record,
+/// sample-major, with its own row's checksum; file table and names unchanged. How the tests
+/// keep files of formats 1 and 2 opening.
+void rewrite_as_format_2(const fs::path& ddx) {
+  const auto index = Index::open(ddx);
+  CraftedIndex crafted(ddx);
+  std::string body;
+  for (uint64_t s = 0; s < index.samples(); ++s) {
+    for (uint32_t f = 0; f < index.fields().size(); ++f) {
+      const Entry e = index.entry(s, f);
+      std::string row(e.length, '\0');
+      std::ifstream in(index.resolve(e.file), std::ios::binary);
+      in.seekg(static_cast<std::streamoff>(e.offset));
+      in.read(row.data(), static_cast<std::streamsize>(row.size()));
+      const detail::EntryRecord r{e.file, 0, e.offset, e.length,
+                                  checksum(std::as_bytes(std::span(row)))};
+      body.append(reinterpret_cast<const char*>(&r), sizeof r);
+    }
+  }
+  auto& h = crafted.header;
+  const std::string tail = crafted.bytes.substr(h.file_table_offset);
+  const uint64_t names_after_table = h.names_offset - h.file_table_offset;
+  crafted.bytes = crafted.bytes.substr(0, detail::entries_offset) + body + tail;
+  h.version = 2;
+  h.file_table_offset = detail::entries_offset + body.size();
+  h.names_offset = h.file_table_offset + names_after_table;
+  h.file_bytes = crafted.bytes.size();
+  crafted.seal();
+  REQUIRE(Index::open(ddx).samples() == index.samples());
+}
 
 void edit_manifest(const fs::path& ddx, const std::string& old_text, const std::string& new_text) {
   std::string text;
@@ -347,40 +396,41 @@ TEST_CASE("crafted entries are refused at open, naming index.bin and the entry",
           "[index][corrupt]") {
   test::TempDir dir;
   auto path = write_small_index(dir);
+  rewrite_as_format_2(path);
   // Entry 2 * 3 is sample 3's fixed field x (16 bytes at 48 of src.bin); 2 * 3 + 1 its variable y.
   struct Case {
     const char* what;
     uint64_t entry;
-    Entry (*edit)(Entry);
+    detail::EntryRecord (*edit)(detail::EntryRecord);
     const char* words;
   };
   const Case cases[] = {
       {"file id out of range", 6,
-       [](Entry e) {
+       [](detail::EntryRecord e) {
          e.file = 7;
          return e;
        },
        "names file 7 of 2"},
       {"row 999 of 100", 6,
-       [](Entry e) {
+       [](detail::EntryRecord e) {
          e.offset = 999 * 16;
          return e;
        },
        "past the end of src.bin"},
       {"offset + length wraps", 6,
-       [](Entry e) {
+       [](detail::EntryRecord e) {
          e.offset = ~uint64_t{0} - 8;
          return e;
        },
        "past the end"},
       {"length wraps", 7,
-       [](Entry e) {
+       [](detail::EntryRecord e) {
          e.length = ~uint64_t{0};
          return e;
        },
        "past the end"},
       {"fixed row shorter than row_bytes", 6,
-       [](Entry e) {
+       [](detail::EntryRecord e) {
          e.length = 8;
          return e;
        },
@@ -402,6 +452,7 @@ TEST_CASE("crafted header counts and section offsets are refused, never read pas
           "[index][corrupt]") {
   test::TempDir dir;
   auto path = write_small_index(dir);
+  rewrite_as_format_2(path);  // its sections are sized by the counts; format 3's below
   struct Case {
     const char* what;
     void (*edit)(detail::IndexHeader&);
@@ -476,6 +527,7 @@ TEST_CASE("a format 1 index still opens, and its entries still bind the manifest
           "[index][corrupt]") {
   test::TempDir dir;
   auto path = write_small_index(dir);
+  rewrite_as_format_2(path);
   CraftedIndex(path).seal_as_format_1();
   REQUIRE(Index::open(path).fields()[0].row_bytes == 16);
   SECTION("a reshape with the same bytes is harmless") {
@@ -508,6 +560,7 @@ TEST_CASE("a variable row of partial elements, or an entry into a copied source,
     w.commit();
   }
   const auto path = dir / "v.ddx";
+  rewrite_as_format_2(path);
   REQUIRE(Index::open(path).files()[1].kind == FileKind::copied);
   SECTION("3 bytes of int32") {
     CraftedIndex crafted(path);
@@ -560,4 +613,430 @@ TEST_CASE("a fixed field of zero-byte rows is laid out and loaded through an off
   CHECK(view.row(2, 0).empty());
   const auto bytes = test::pattern_bytes(12, 3);
   CHECK(std::equal(view.row(2, 1).begin(), view.row(2, 1).end(), bytes.begin() + 8, bytes.end()));
+}
+
+// ---- format 3: runs and blocks --------------------------------------------------------------
+
+namespace {
+
+constexpr uint64_t row16 = 16;
+
+FieldInfo fixed16(const std::string& name) {
+  return {name, DType::uint8, {16}, false, 16, "/" + name};
+}
+
+/// n rows of 16 bytes in one source file, row i at i * 16.
+struct Rows16 {
+  Rows16(const test::TempDir& dir, uint64_t n)
+      : path(dir / "rows.bin"), bytes(test::pattern_bytes(n * 16, 5)) {
+    test::write_file(path, bytes);
+  }
+  std::span<const std::byte> row(uint64_t i) const { return std::span(bytes).subspan(i * 16, 16); }
+  fs::path path;
+  std::vector<std::byte> bytes;
+};
+
+/// Every entry of field f points at row i of rows.bin (file 0) and reads back through a
+/// verifying reader.
+void check_rows(const Index& index, uint32_t f, const Rows16& rows) {
+  for (uint64_t s = 0; s < index.samples(); ++s) {
+    const Entry e = index.entry(s, f);
+    REQUIRE(e.offset == s * row16);
+    REQUIRE(e.length == row16);
+  }
+  OriginReader reader(index, {.verify = true});
+  std::vector<uint64_t> ids{index.samples() - 1, 0, index.samples() / 2};
+  std::vector<std::byte> out(reader.batch_bytes(f, ids));
+  reader.read(f, ids, out);
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    CHECK(std::equal(out.begin() + static_cast<std::ptrdiff_t>(i * 16),
+                     out.begin() + static_cast<std::ptrdiff_t>(i * 16 + 16),
+                     rows.row(ids[i]).begin()));
+  }
+}
+
+/// Edits field f's table of a format 3 index.bin.
+template <typename Change>
+void edit_table(CraftedIndex& c, uint32_t f, Change change) {
+  auto t = c.at<detail::FieldTable>(c.table_at(f));
+  change(t);
+  c.set_at(c.table_at(f), t);
+}
+
+/// Edits run i of field 0.
+template <typename Change>
+void edit(CraftedIndex& c, uint64_t i, Change change) {
+  const uint64_t at =
+      c.at<detail::FieldTable>(c.table_at(0)).records_offset + i * sizeof(detail::RunRecord);
+  auto r = c.at<detail::RunRecord>(at);
+  change(r);
+  c.set_at(at, r);
+}
+
+std::string index_bin_bytes(const fs::path& ddx) {
+  std::ifstream in(ddx / "index.bin", std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+}  // namespace
+
+TEST_CASE("rows put in order at a fixed stride are one run with a checksum per block",
+          "[index][runs]") {
+  test::TempDir dir;
+  const uint64_t n = 40000;  // 16 KiB-row blocks of 16 bytes: 3 blocks, the last shorter
+  Rows16 rows(dir, n);
+  {
+    IndexWriter w({.out = dir / "a.ddx"});
+    w.define({fixed16("x")}, n);
+    const auto file = w.add_source(rows.path);
+    for (uint64_t i = 0; i < n; ++i) w.put_in_place(i, 0, file, i * 16, rows.row(i));
+    w.commit();
+  }
+  const auto index = Index::open(dir / "a.ddx");
+  CHECK(index.runs(0) == 1);
+  CHECK(index.blocks(0) == 3);
+  const Block last = index.block(n - 1, 0);
+  CHECK(last.first_sample == 32768);
+  CHECK(last.rows == n - 32768);
+  CHECK(last.checksum == checksum(std::span(rows.bytes).subspan(32768 * 16)));
+  const Block first = index.block(100, 0);
+  CHECK(first.first_sample == 0);
+  CHECK(first.checksum == checksum(std::span(rows.bytes).first(16384 * 16)));
+  check_rows(index, 0, rows);
+  CHECK(fs::file_size(dir / "a.ddx" / "index.bin") < 1024);
+
+  SECTION("put_rows_in_place in pieces writes the very same index.bin") {
+    {
+      IndexWriter w({.out = dir / "b.ddx"});
+      w.define({fixed16("x")}, n);
+      const auto file = w.add_source(rows.path);
+      for (uint64_t first = 0; first < n; first += 7001) {
+        const uint64_t count = std::min<uint64_t>(7001, n - first);
+        w.put_rows_in_place(0, first, count, file, first * 16, 16, 16,
+                            std::span(rows.bytes).subspan(first * 16, count * 16));
+      }
+      w.commit();
+    }
+    CHECK(index_bin_bytes(dir / "b.ddx") == index_bin_bytes(dir / "a.ddx"));
+  }
+}
+
+TEST_CASE("out-of-order puts make more runs, sorted and merged where blocks line up",
+          "[index][runs]") {
+  test::TempDir dir;
+  const uint64_t n = 3 * 16384 + 10;
+  Rows16 rows(dir, n);
+  SECTION("whole blocks in reverse order merge back into one run") {
+    {
+      IndexWriter w({.out = dir / "r.ddx"});
+      w.define({fixed16("x")}, n);
+      const auto file = w.add_source(rows.path);
+      for (uint64_t b = 4; b-- > 0;) {
+        const uint64_t first = b * 16384;
+        const uint64_t count = std::min<uint64_t>(16384, n - first);
+        w.put_rows_in_place(0, first, count, file, first * 16, 16, 16,
+                            std::span(rows.bytes).subspan(first * 16, count * 16));
+      }
+      w.commit();
+    }
+    const auto index = Index::open(dir / "r.ddx");
+    CHECK(index.runs(0) == 1);
+    CHECK(index.blocks(0) == 4);
+    check_rows(index, 0, rows);
+  }
+  SECTION("pieces that split blocks stay separate runs, each with its own blocks") {
+    {
+      IndexWriter w({.out = dir / "s.ddx"});
+      w.define({fixed16("x")}, n);
+      const auto file = w.add_source(rows.path);
+      for (uint64_t first : {uint64_t{20000}, uint64_t{10000}, uint64_t{0}}) {
+        const uint64_t count = first == 20000 ? n - 20000 : 10000;
+        w.put_rows_in_place(0, first, count, file, first * 16, 16, 16,
+                            std::span(rows.bytes).subspan(first * 16, count * 16));
+      }
+      w.commit();
+    }
+    // 0.. and 10000.. end mid-block, so nothing merges.
+    const auto index = Index::open(dir / "s.ddx");
+    CHECK(index.runs(0) == 3);
+    CHECK(index.block(15000, 0).first_sample == 10000);
+    CHECK(index.block(15000, 0).rows == 10000);
+    CHECK(index.block(25000, 0).first_sample == 20000);
+    CHECK(index.block(25000, 0).rows == 16384);
+    CHECK(index.block(n - 1, 0).rows == n - 36384);
+    check_rows(index, 0, rows);
+  }
+  SECTION("single rows in reverse order: every row its own run, stored as entries") {
+    {
+      IndexWriter w({.out = dir / "e.ddx"});
+      w.define({fixed16("x")}, 100);
+      const auto file = w.add_source(rows.path);
+      for (uint64_t i = 100; i-- > 0;) w.put_in_place(i, 0, file, i * 16, rows.row(i));
+      w.commit();
+    }
+    const auto index = Index::open(dir / "e.ddx");
+    CHECK(index.runs(0) == 100);
+    CHECK(index.block(7, 0).rows == 1);
+    CHECK(index.block(7, 0).checksum == checksum(rows.row(7)));
+    check_rows(index, 0, rows);
+  }
+}
+
+TEST_CASE("a row put twice or never is a logic error at commit", "[index][runs]") {
+  test::TempDir dir;
+  Rows16 rows(dir, 10);
+  IndexWriter w({.out = dir / "t.ddx"});
+  w.define({fixed16("x")}, 10);
+  const auto file = w.add_source(rows.path);
+  SECTION("twice") {
+    for (uint64_t i = 0; i < 10; ++i) w.put_in_place(i, 0, file, i * 16, rows.row(i));
+    w.put_in_place(4, 0, file, 4 * 16, rows.row(4));
+    CHECK_THROWS_WITH(w.commit(), Catch::Contains("sample 4") && Catch::Contains("twice"));
+  }
+  SECTION("never") {
+    for (uint64_t i = 0; i < 10; ++i) {
+      if (i != 6) w.put_in_place(i, 0, file, i * 16, rows.row(i));
+    }
+    CHECK_THROWS_WITH(w.commit(), Catch::Contains("1 entries") && Catch::Contains("never put"));
+  }
+  CHECK_THROWS_AS(w.put_in_place(10, 0, file, 0, rows.row(0)), std::logic_error);
+  CHECK_FALSE(fs::exists(dir / "t.ddx"));
+}
+
+TEST_CASE("interleaved fixed fields in packs are a run per field and pack; variable rows entries",
+          "[index][runs]") {
+  test::TempDir dir;
+  const uint64_t n = 5000;
+  const auto out = dir / "p.ddx";
+  {
+    // a and b sample by sample (24 bytes a sample: 2 packs of 64 KiB), then v field by field.
+    IndexWriter w({.out = out, .pack_bytes = 64u << 10});
+    w.define({fixed16("a"),
+              {"b", DType::uint64, {}, false, 8, "/b"},
+              {"v", DType::uint8, {}, true, 0, "/v"}},
+             n);
+    for (uint64_t i = 0; i < n; ++i) {
+      w.put_packed(i, 0, test::pattern_bytes(16, i));
+      w.put_packed(i, 1, test::pattern_bytes(8, n + i));
+    }
+    for (uint64_t i = 0; i < n; ++i) w.put_packed(i, 2, test::pattern_bytes(i % 7, 2 * n + i));
+    w.commit();
+  }
+  const auto index = Index::open(out);
+  uint64_t packs = 0;
+  for (const auto& f : index.files()) packs += f.kind == FileKind::pack;
+  REQUIRE(packs == 3);
+  CHECK(index.runs(0) == 2);  // one per pack: rollover starts a run
+  CHECK(index.runs(1) == 2);
+  CHECK(index.runs(2) == n);                                             // lengths vary: row by row
+  CHECK(index.entry(2, 0).offset - index.entry(1, 0).offset == 16 + 8);  // the sample's bytes
+  OriginReader reader(index, {.verify = true});
+  for (uint32_t f = 0; f < 3; ++f) {
+    std::vector<uint64_t> ids{n - 1, 0, 2500, 2501, 1999, 2000};
+    std::vector<std::byte> got(reader.batch_bytes(f, ids));
+    reader.read(f, ids, got);
+    std::vector<std::byte> expect;
+    for (uint64_t i : ids) {
+      const auto row = f == 0   ? test::pattern_bytes(16, i)
+                       : f == 1 ? test::pattern_bytes(8, n + i)
+                                : test::pattern_bytes(i % 7, 2 * n + i);
+      expect.insert(expect.end(), row.begin(), row.end());
+    }
+    CHECK(got == expect);
+  }
+  CHECK(verify_origin(index, {.threads = 2}).failures == 0);
+}
+
+TEST_CASE("a flipped byte in a multi-row block is found by every verify path", "[index][runs]") {
+  test::TempDir dir;
+  const uint64_t n = 40000;
+  Rows16 rows(dir, n);
+  {
+    IndexWriter w({.out = dir / "f.ddx"});
+    w.define({fixed16("x")}, n);
+    const auto file = w.add_source(rows.path);
+    w.put_rows_in_place(0, 0, n, file, 0, 16, 16, rows.bytes);
+    w.commit();
+  }
+  const auto index = Index::open(dir / "f.ddx");
+  flip_byte(rows.path, 20000 * 16 + 5);      // sample 20000, in the block of samples 16384..32767
+  const std::vector<uint64_t> other{20001};  // a row of the damaged block, itself intact
+  std::vector<std::byte> out(16);
+  OriginReader plain(index, {.allow_stale = true});
+  plain.read(0, other, out);
+  CHECK(std::equal(out.begin(), out.end(), rows.row(20001).begin()));
+
+  OriginReader reader(index, {.verify = true, .allow_stale = true});
+  CHECK_THROWS_WITH(reader.read(0, other, out),
+                    Catch::Contains("checksum mismatch") && Catch::Contains("rows.bin") &&
+                        Catch::Contains("samples 16384..32767") && Catch::Contains("sample 20001"));
+  const std::vector<uint64_t> elsewhere{100, 39999};
+  std::vector<std::byte> two(32);
+  CHECK_NOTHROW(reader.read(0, elsewhere, two));
+  CHECK_FALSE(reader.read_and_check(20001, 0, out));
+
+  const auto report = verify_origin(index, {.threads = 2, .allow_stale = true});
+  CHECK(report.failures == 1);
+  REQUIRE(report.first_failures.size() == 1);
+  CHECK(report.first_failures[0].sample == 16384);
+  CHECK_THAT(report.first_failures[0].reason, Catch::Contains("16384..32767"));
+
+  // Shards whose edge cuts the damaged block: the part outside is read from origin.
+  for (const ShardRange range :
+       {ShardRange{20000, 25000}, ShardRange{30000, 40000}, ShardRange{0, 17000}}) {
+    const ShardLayout layout(index, range);
+    std::vector<std::byte> region(layout.total_bytes());
+    CHECK_THROWS_WITH(
+        fill_shard(index, layout, region,
+                   {.verify = true, .allow_stale = true, .streams = 2, .chunk_bytes = 4096}),
+        Catch::Contains("checksum mismatch") && Catch::Contains("samples 16384..32767"));
+    CHECK_NOTHROW(fill_shard(index, layout, region, {.allow_stale = true, .streams = 2}));
+  }
+  const ShardLayout clean(index, {32768, 40000});
+  std::vector<std::byte> region(clean.total_bytes());
+  CHECK_NOTHROW(
+      fill_shard(index, clean, region,
+                 {.verify = true, .allow_stale = true, .streams = 2, .chunk_bytes = 4096}));
+}
+
+TEST_CASE("an index of 10^6 rows of one run takes kilobytes", "[index][runs]") {
+  test::TempDir dir;
+  const uint64_t n = 1'000'000;
+  const auto src = dir / "big.bin";
+  test::write_file(src, {});
+  fs::resize_file(src, n * 16);  // sparse: zero rows
+  {
+    IndexWriter w({.out = dir / "big.ddx"});
+    w.define({fixed16("x")}, n);
+    const auto file = w.add_source(src);
+    const std::vector<std::byte> zeros(65536 * 16);
+    for (uint64_t first = 0; first < n; first += 65536) {
+      const uint64_t count = std::min<uint64_t>(65536, n - first);
+      w.put_rows_in_place(0, first, count, file, first * 16, 16, 16,
+                          std::span(zeros).first(count * 16));
+    }
+    w.commit();
+  }
+  CHECK(fs::file_size(dir / "big.ddx" / "index.bin") < 4096);
+  const auto index = Index::open(dir / "big.ddx");
+  CHECK(index.entry(999'999, 0).offset == 999'999 * 16);
+  CHECK(index.blocks(0) == (n + 16383) / 16384);
+}
+
+TEST_CASE("flatten progress counts bytes and samples, ending at the totals", "[index][runs]") {
+  test::TempDir dir;
+  std::vector<ProgressUpdate> seen;
+  {
+    IndexWriter w(
+        {.out = dir / "g.ddx", .progress = [&](const ProgressUpdate& p) { seen.push_back(p); }});
+    w.define({{"big", DType::uint8, {}, true, 0, "/big"}, fixed16("small")}, 40);
+    w.expect_bytes(40 * (50000 + 16));
+    for (uint64_t i = 0; i < 40; ++i) {
+      w.put_packed(i, 0, test::pattern_bytes(50000, i));
+      w.put_packed(i, 1, test::pattern_bytes(16, i));
+      if (i == 19)
+        std::this_thread::sleep_for(std::chrono::milliseconds(250));  // one update mid-way
+    }
+    w.commit();
+  }
+  REQUIRE(seen.size() >= 2);
+  for (std::size_t i = 1; i < seen.size(); ++i) CHECK(seen[i].bytes_done >= seen[i - 1].bytes_done);
+  CHECK(seen.front().total_bytes == 40 * 50016);
+  CHECK(seen.front().total_samples == 40);
+  CHECK(seen.back().final);
+  CHECK(seen.back().bytes_done == 40 * 50016);
+  CHECK(seen.back().total_bytes == 40 * 50016);
+  CHECK(seen.back().samples_done == 40);
+}
+
+TEST_CASE("crafted format 3 run tables are refused at open, naming the damage",
+          "[index][corrupt][runs]") {
+  test::TempDir dir;
+  const uint64_t n = 40000;
+  Rows16 rows(dir, n);
+  const auto path = dir / "c.ddx";
+  {
+    IndexWriter w({.out = path});
+    w.define({fixed16("x"), {"v", DType::uint8, {}, true, 0, "/v"}}, n);
+    const auto file = w.add_source(rows.path);
+    w.put_rows_in_place(0, 0, 20000, file, 0, 16, 16, std::span(rows.bytes).first(20000 * 16));
+    // Samples 20000.. repeat rows 0..: a second run.
+    w.put_rows_in_place(0, 20000, 20000, file, 0, 16, 16, std::span(rows.bytes).first(20000 * 16));
+    for (uint64_t i = 0; i < n; ++i)
+      w.put_in_place(i, 1, file, i, std::span(rows.bytes).subspan(i, i % 3));
+    w.commit();
+  }
+  {
+    const auto index = Index::open(path);
+    REQUIRE(index.runs(0) == 2);
+    REQUIRE(index.runs(1) == n);
+  }
+  using detail::FieldTable;
+  using detail::RunRecord;
+  struct Case {
+    const char* what;
+    void (*edit)(CraftedIndex&);
+    const char* words;
+  };
+  const Case cases[] = {
+      {"a gap between runs",
+       [](CraftedIndex& c) { edit(c, 1, [](RunRecord& r) { ++r.first_sample; }); },
+       "covers samples from 20001"},
+      {"runs overlapping", [](CraftedIndex& c) { edit(c, 0, [](RunRecord& r) { ++r.count; }); },
+       "covers samples from 20000"},
+      {"a run past the samples",
+       [](CraftedIndex& c) { edit(c, 1, [](RunRecord& r) { r.count = ~uint64_t{0}; }); },
+       "run 1 covers"},
+      {"no blocks per row",
+       [](CraftedIndex& c) { edit(c, 0, [](RunRecord& r) { r.block_rows = 0; }); },
+       "blocks the table does not hold"},
+      {"blocks of another run",
+       [](CraftedIndex& c) { edit(c, 1, [](RunRecord& r) { r.first_block = 0; }); },
+       "blocks the table does not hold"},
+      {"more blocks than the table",
+       [](CraftedIndex& c) { edit(c, 1, [](RunRecord& r) { r.block_rows = 1; }); },
+       "blocks the table does not hold"},
+      {"a stride past the file",
+       [](CraftedIndex& c) { edit(c, 1, [](RunRecord& r) { r.stride = 40; }); },
+       "past the end of rows.bin"},
+      {"a stride that wraps",
+       [](CraftedIndex& c) { edit(c, 1, [](RunRecord& r) { r.stride = uint64_t{1} << 60; }); },
+       "past the end"},
+      {"a row of another length",
+       [](CraftedIndex& c) { edit(c, 0, [](RunRecord& r) { r.length = 8; }); }, "row_bytes 16"},
+      {"a file past the table",
+       [](CraftedIndex& c) { edit(c, 0, [](RunRecord& r) { r.file = 3; }); }, "names file 3 of 1"},
+      {"layout 7", [](CraftedIndex& c) { edit_table(c, 0, [](FieldTable& t) { t.layout = 7; }); },
+       "field 0 has a run table"},
+      {"runs past the file",
+       [](CraftedIndex& c) {
+         edit_table(c, 0, [](FieldTable& t) { t.records = uint64_t{1} << 58; });
+       },
+       "field 0 has a run table"},
+      {"blocks over the header",
+       [](CraftedIndex& c) { edit_table(c, 0, [](FieldTable& t) { t.blocks_offset = 8; }); },
+       "field 0 has a run table"},
+      {"entries fewer than samples",
+       [](CraftedIndex& c) { edit_table(c, 1, [](FieldTable& t) { --t.records; }); },
+       "field 1 has an entry table"},
+      {"an entry past its file",
+       [](CraftedIndex& c) {
+         const auto at =
+             c.at<FieldTable>(c.table_at(1)).records_offset + 5 * sizeof(detail::EntryRecord);
+         auto e = c.at<detail::EntryRecord>(at);
+         e.offset = ~uint64_t{0};
+         c.set_at(at, e);
+       },
+       "sample 5, field 'v' lies past the end"},
+  };
+  for (const auto& c : cases) {
+    SECTION(c.what) {
+      CraftedIndex crafted(path);
+      c.edit(crafted);
+      crafted.seal();
+      CHECK_THROWS_WITH(Index::open(path),
+                        Catch::Contains("index.bin") && Catch::Contains(c.words));
+      CHECK_THROWS_AS(Index::open(path), IndexError);
+    }
+  }
 }

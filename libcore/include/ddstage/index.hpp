@@ -1,4 +1,5 @@
-// The dataset index: an immutable, mmap'd map (sample, field) -> (file, offset, length, checksum).
+// The dataset index: an immutable, mmap'd map (sample, field) -> (file, offset, length), with
+// checksums per block of rows.
 #pragma once
 
 #include <cstdint>
@@ -15,18 +16,78 @@
 namespace ddstage {
 
 /// Version of the index.bin this build writes; it reads this one and older. Version 2 added
-/// the checksum of manifest.yaml's field table to the header.
-inline constexpr uint32_t index_format_version = 2;
+/// the checksum of manifest.yaml's field table to the header; version 3 stores a field's rows
+/// as runs (file, base, stride, count) with checksums per block of rows.
+inline constexpr uint32_t index_format_version = 3;
 
-/// Where one (sample, field) lives. Exactly the 32-byte on-disk record (man ddstage-index(5)).
-struct Entry {
-  uint32_t file;      ///< row of the file table
+namespace detail {
+
+/// index.bin's record of one (sample, field) (man ddstage-index(5)): the whole body of formats
+/// 1-2, and a format 3 field whose every row is a run of its own (the checksum is that row's).
+struct EntryRecord {
+  uint32_t file;
   uint32_t reserved;  ///< zero
-  uint64_t offset;    ///< byte offset in that file
-  uint64_t length;    ///< bytes
+  uint64_t offset;
+  uint64_t length;
   uint64_t checksum;  ///< xxh3-64 of the bytes
 };
-static_assert(sizeof(Entry) == 32);
+static_assert(sizeof(EntryRecord) == 32);
+
+/// Format 3: rows first_sample .. first_sample + count - 1 of a field, row i at
+/// base + i * stride of one file, each `length` bytes; checksummed in blocks of block_rows rows
+/// (the last one may be shorter), xxh3-64 over a block's rows back to back.
+struct RunRecord {
+  uint64_t first_sample;
+  uint64_t count;
+  uint64_t base;
+  uint64_t stride;
+  uint64_t length;
+  uint64_t first_block;  ///< its first block checksum, counted in the field's blocks
+  uint32_t file;
+  uint32_t block_rows;
+};
+static_assert(sizeof(RunRecord) == 56);
+
+/// One field's rows as Index holds them: records (every entry_step-th: formats 1-2 interleave
+/// the fields), or runs sorted by first_sample with their block checksums.
+struct FieldRows {
+  const EntryRecord* entries = nullptr;
+  uint64_t entry_step = 1;
+  const RunRecord* runs = nullptr;
+  uint64_t run_count = 0;
+  const uint64_t* blocks = nullptr;
+  uint64_t block_count = 0;
+};
+
+/// The run holding sample: the last one starting at or before it (runs tile [0, samples), as
+/// Index::open checks). O(1) for one run.
+inline const RunRecord& run_of(const FieldRows& t, uint64_t sample) noexcept {
+  if (t.run_count == 1) return t.runs[0];
+  uint64_t lo = 0, n = t.run_count;
+  while (n > 1) {
+    const uint64_t half = n / 2;
+    if (t.runs[lo + half].first_sample <= sample) lo += half;
+    n -= half;
+  }
+  return t.runs[lo];
+}
+
+}  // namespace detail
+
+/// Where one (sample, field) lives.
+struct Entry {
+  uint32_t file = 0;    ///< row of the file table
+  uint64_t offset = 0;  ///< byte offset in that file
+  uint64_t length = 0;  ///< bytes
+};
+
+/// The rows a checksum covers: samples first_sample .. first_sample + rows - 1 of one field,
+/// their bytes back to back. A row stored on its own is a block of one row.
+struct Block {
+  uint64_t first_sample = 0;
+  uint64_t rows = 0;
+  uint64_t checksum = 0;  ///< xxh3-64
+};
 
 /// One member of a structured field's record (numpy: one entry of dtype.fields).
 struct FieldMember {
@@ -98,10 +159,10 @@ class Index {
  public:
   /// Opens and validates manifest.yaml and index.bin (magic, version, header and body checksums,
   /// section offsets, the manifest's field table against its checksum and against itself), then
-  /// every entry (file id, offset + length within the file's recorded size, fixed rows exactly
-  /// row_bytes): no size a reader or loader takes from the result can exceed what the
-  /// checksummed entries say. Throws IndexError naming the file and the damage, UsageError
-  /// when dir is not an index.
+  /// every entry or run and its blocks (file id, last row within the file's recorded size,
+  /// fixed rows exactly row_bytes, runs tiling the samples): no size a reader or loader takes
+  /// from the result can exceed what the checksummed index says. O(entries + runs + blocks).
+  /// Throws IndexError naming the file and the damage, UsageError when dir is not an index.
   static Index open(const std::filesystem::path& dir);
 
   const std::filesystem::path& dir() const noexcept { return m_dir; }
@@ -115,10 +176,19 @@ class Index {
   /// The only field, or UsageError asking for --field when there are several.
   uint32_t default_field() const;
 
-  /// O(1). Caller checks sample < samples() and field < fields().size().
-  const Entry& entry(uint64_t sample, uint32_t field) const noexcept {
-    return m_entries[sample * m_fields.size() + field];
+  /// O(1) for a field stored row by row or as one run, O(log runs) otherwise. Caller checks
+  /// sample < samples() and field < fields().size().
+  Entry entry(uint64_t sample, uint32_t field) const noexcept {
+    const detail::FieldRows& t = m_rows[field];
+    if (t.entries) {
+      const auto& e = t.entries[sample * t.entry_step];
+      return {e.file, e.offset, e.length};
+    }
+    const detail::RunRecord& r = detail::run_of(t, sample);
+    return {r.file, r.base + (sample - r.first_sample) * r.stride, r.length};
   }
+  /// The checksummed block holding (sample, field). Same cost as entry().
+  Block block(uint64_t sample, uint32_t field) const noexcept;
   /// Absolute path of a file-table row.
   std::filesystem::path resolve(uint32_t file) const;
   /// Throws StaleError naming the file if its size or mtime differ from flatten time.
@@ -126,6 +196,10 @@ class Index {
   /// Identity of this exact index.bin (its header checksum, which covers the body checksum):
   /// a store records it at load, so a client never addresses shards with a re-flattened index.
   uint64_t fingerprint() const noexcept { return m_fingerprint; }
+  /// Runs and blocks of a field (a field stored row by row counts each row as both): what its
+  /// index costs, for `info` and benches.
+  uint64_t runs(uint32_t field) const noexcept;
+  uint64_t blocks(uint32_t field) const noexcept;
   /// check_fresh for every file reads can touch (not `copied` ones); the first stale one throws.
   void check_all_fresh() const;
 
@@ -138,7 +212,7 @@ class Index {
   uint64_t m_samples = 0;
   uint64_t m_fingerprint = 0;
   MappedFile m_map;
-  const Entry* m_entries = nullptr;
+  std::vector<detail::FieldRows> m_rows;
 };
 
 }  // namespace ddstage

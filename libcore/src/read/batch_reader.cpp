@@ -112,9 +112,32 @@ void BatchReader::transfer(uint32_t field, std::span<const uint64_t> ids, std::s
     throw;
   }
   if (verify) {
-    verify_rows(*m_table.index, *m_table.plan, field, ids, dest.data());
+    verify_rows(*m_table.index, *m_table.plan, field, ids, dest.data(), fetch_rows(timer),
+                fetch_origin());
     timer.mark(ProfileStage::other);  // not the GPU copy that may follow
   }
+}
+
+FetchRows BatchReader::fetch_rows(BatchTimer& timer) {
+  return [this, &timer](uint32_t field, std::span<const uint64_t> ids, std::span<std::byte> dest) {
+    m_block.resize(dest.size());
+    if (m_block.data() != m_block_registered) {
+      // A transport may have registered the old buffer's memory under its address.
+      for (std::size_t l = 0; l < m_lane_count; ++l) m_lanes[l].transport->forget_destinations();
+      m_block_registered = m_block.data();
+    }
+    plan_reads(field, ids, m_block.data());
+    check_owners();
+    move_rows(timer);
+    std::memcpy(dest.data(), m_block.data(), dest.size());
+  };
+}
+
+FetchRows BatchReader::fetch_origin() {
+  return [this](uint32_t field, std::span<const uint64_t> ids, std::span<std::byte> dest) {
+    if (!m_origin) m_origin = std::make_unique<OriginReader>(*m_table.index);
+    m_origin->read(field, ids, dest);
+  };
 }
 
 void BatchReader::get_batch(const std::string& field, std::span<const uint64_t> ids,
@@ -174,7 +197,9 @@ void BatchReader::get_batch(const std::string& field, std::span<const uint64_t> 
                                               ? std::span<const ReadOp>(m_lanes[m_copy_lane].reads)
                                               : std::span<const ReadOp>();
     device.copy_direct(reads, m_regions, dest);
-    if (verify) verify_rows(index, *m_table.plan, f, ids, device.copy_back(dest).data());
+    if (verify)
+      verify_rows(index, *m_table.plan, f, ids, device.copy_back(dest).data(), fetch_rows(timer),
+                  fetch_origin());
   }
   timer.finish(ids.size(), dest.bytes);
 }

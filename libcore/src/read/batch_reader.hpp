@@ -13,7 +13,9 @@
 
 #include "batch_timer.hpp"
 #include "ddstage/device_buffer.hpp"
+#include "ddstage/tool/origin_reader.hpp"
 #include "gpu/gpu_destination.hpp"
+#include "read/read_batch.hpp"
 #include "read/route_table.hpp"
 #include "transport/transport.hpp"
 
@@ -71,6 +73,11 @@ class BatchReader {
   /// Posts every lane (network reads first, so copies run while they are in flight), then
   /// completes them; every way out passes through the lanes' InFlight guards.
   void move_rows(BatchTimer& timer);
+  /// Verify's reads of whole blocks, through the lanes into m_block (kept between batches, so
+  /// a transport's registration of it stays valid).
+  FetchRows fetch_rows(BatchTimer& timer);
+  /// Verify's reads of the rows of a block on other ranks (it straddles a shard's edge).
+  FetchRows fetch_origin();
   std::string why_not_direct() const;
   GpuDestination& gpu();
 
@@ -85,6 +92,9 @@ class BatchReader {
   std::vector<int> m_owners;            // ranks the current batch touches
   std::optional<GpuDestination> m_gpu;
   std::vector<std::span<const std::byte>> m_regions;  // per rank, for direct device copies
+  std::vector<std::byte> m_block;                     // a block verify reads
+  const std::byte* m_block_registered = nullptr;
+  std::unique_ptr<OriginReader> m_origin;  // opened by the first verify that needs it
 };
 
 }  // namespace ddstage::detail

@@ -2,7 +2,11 @@
 // embedded Store): header-only so that MPI-free and MPI builds share one definition.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <cstring>
+#include <functional>
+#include <numeric>
 #include <span>
 #include <string>
 #include <vector>
@@ -93,18 +97,79 @@ inline void append_read(std::vector<ReadOp>& reads, const ReadOp& row) {
   reads.push_back(row);
 }
 
-/// Checks each row of dest (ids' rows back to back) against the index's checksum; a
-/// ChecksumError names the sample, the field and the rank the row came from.
+/// Reads rows of a field (ids, checked) into dest, unverified: how verify_rows gets the rest of
+/// a multi-row block, from the store or from origin.
+using FetchRows =
+    std::function<void(uint32_t field, std::span<const uint64_t> ids, std::span<std::byte> dest)>;
+
+/// Checks each row of dest (ids' rows back to back) against the index: a row checksummed on its
+/// own directly; a row of a multi-row block by reading the whole block once (its cost: a
+/// verified random read of a small row reads its block), hashing it and comparing the row with
+/// the verified bytes. The block's rows held by the ranks the batch read it from come from the
+/// store (from_store), those of other ranks (a block straddling a shard's edge) from origin
+/// (from_origin). A ChecksumError names the sample asked, the field, the block's samples and
+/// the rank.
 inline void verify_rows(const Index& index, const ShardPlan& plan, uint32_t field,
-                        std::span<const uint64_t> ids, const std::byte* dest) {
+                        std::span<const uint64_t> ids, const std::byte* dest,
+                        const FetchRows& from_store, const FetchRows& from_origin) {
+  const auto mismatch = [&](uint64_t id, const Block& b) {
+    const std::string rows = b.rows == 1 ? std::string()
+                                         : fmt::format(" (block of samples {}..{})", b.first_sample,
+                                                       b.first_sample + b.rows - 1);
+    return ChecksumError(
+        "bytes read from the store do not match the index checksum" + rows + "; reload the dataset",
+        {.sample = id, .field = index.fields()[field].name, .rank = plan.owner(id)});
+  };
+  struct Pending {
+    uint64_t block_first;
+    uint64_t id;
+    const std::byte* row;
+  };
+  std::vector<Pending> pending;
   for (uint64_t id : ids) {
-    const Entry& e = index.entry(id, field);
-    if (checksum({dest, e.length}) != e.checksum) {
-      throw ChecksumError(
-          "bytes read from the store do not match the index checksum; reload the dataset",
-          {.sample = id, .field = index.fields()[field].name, .rank = plan.owner(id)});
+    const Entry e = index.entry(id, field);
+    const Block b = index.block(id, field);
+    if (b.rows > 1) {
+      pending.push_back({b.first_sample, id, dest});
+    } else if (checksum({dest, e.length}) != b.checksum) {
+      throw mismatch(id, b);
     }
     dest += e.length;
+  }
+  // By block, then id: a damaged block is reported at the lowest id asked of it.
+  std::sort(pending.begin(), pending.end(), [](const Pending& a, const Pending& b) {
+    return a.block_first != b.block_first ? a.block_first < b.block_first : a.id < b.id;
+  });
+  std::vector<uint64_t> block_ids;
+  std::vector<std::byte> bytes;
+  std::vector<int> ranks;
+  for (std::size_t begin = 0, end = 0; begin < pending.size(); begin = end) {
+    const Block block = index.block(pending[begin].id, field);
+    const uint64_t length = index.entry(block.first_sample, field).length;  // one run
+    ranks.clear();
+    for (end = begin; end < pending.size() && pending[end].block_first == block.first_sample;
+         ++end) {
+      ranks.push_back(plan.owner(pending[end].id));
+    }
+    bytes.resize(block.rows * length);
+    const uint64_t last = block.first_sample + block.rows;
+    for (uint64_t s = block.first_sample; s < last;) {
+      const int rank = plan.owner(s);
+      const uint64_t stop = std::min(last, plan.range(rank).last);
+      block_ids.resize(stop - s);
+      std::iota(block_ids.begin(), block_ids.end(), s);
+      const bool asked = std::find(ranks.begin(), ranks.end(), rank) != ranks.end();
+      (asked ? from_store : from_origin)(
+          field, block_ids,
+          std::span(bytes).subspan((s - block.first_sample) * length, block_ids.size() * length));
+      s = stop;
+    }
+    if (checksum(bytes) != block.checksum) throw mismatch(pending[begin].id, block);
+    for (std::size_t i = begin; i < end; ++i) {
+      const uint64_t at = (pending[i].id - block.first_sample) * length;
+      if (length && std::memcmp(pending[i].row, bytes.data() + at, length) != 0)
+        throw mismatch(pending[i].id, block);
+    }
   }
 }
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <span>
 #include <unordered_map>
 #include <vector>
@@ -19,7 +20,9 @@ struct DestinationFile {
 };
 
 struct OriginReaderOptions {
-  bool verify = false;       ///< compare each entry's xxh3-64 with the index
+  /// Check each row against the index: a row checksummed on its own directly, a row of a
+  /// multi-row block by reading and hashing the whole block (once per batch) and comparing.
+  bool verify = false;
   bool allow_stale = false;  ///< skip the size/mtime check when a file is first opened
   /// Open files kept cached; 0 picks a quarter of the open-file limit (at most 1024). When the
   /// cache is full it is emptied: a batch visits files in order, so little is reopened.
@@ -58,13 +61,22 @@ class OriginReader {
   /// Reads arbitrary entries, each to its own destination: how a store rank loads its shard
   /// (one pread per run of entries adjacent in a file, whatever the destinations).
   void read_entries(std::span<const EntryRead> reads);
-  /// Reads one entry into dest (sized entry.length) and returns whether its checksum matches.
+  /// Reads one entry into dest (sized entry.length) and returns whether its block's checksum
+  /// matches (reading the whole block when it has several rows) and the row is that block's.
   bool read_and_check(uint64_t sample, uint32_t field, std::span<std::byte> dest);
+  /// Whether row holds (sample, field)'s bytes as the index checksums them: a row checksummed
+  /// on its own directly, else against its block read from origin and verified once (the
+  /// checksums of the verified blocks' rows are kept, 8 bytes a row, so rows checked at random
+  /// read each block once): how benches check what they timed.
+  bool check_row(uint64_t sample, uint32_t field, std::span<const std::byte> row);
+  /// Reads the rows of a block of field back to back into bytes (resized) and returns whether
+  /// their checksum is the block's.
+  bool read_block(uint32_t field, const Block& block, std::vector<std::byte>& bytes);
 
  private:
   /// One entry to read and where its bytes go.
   struct Request {
-    const Entry* entry;
+    Entry entry;
     std::byte* dest;
     uint64_t sample;
     uint32_t field;
@@ -73,6 +85,11 @@ class OriginReader {
   void check_ids(std::span<const uint64_t> ids) const;
   /// Sorts m_requests by (file, offset), preads each run of adjacent entries at once, verifies.
   void execute();
+  /// ChecksumError unless every request's row matches its block.
+  void verify_requests();
+  /// The ChecksumError for request r's block: names the file, the block's samples (when it
+  /// has several rows), and r's sample and field.
+  [[noreturn]] void throw_mismatch(const Request& r, const Block& block) const;
   void read_run(std::size_t begin, std::size_t end);
   /// Bytes of fd at offset straight into dest: file to file into options.destination when the
   /// run is long enough and the source splices, else one pread.
@@ -85,7 +102,11 @@ class OriginReader {
   // Reused across batches: no allocation per call once warm.
   std::vector<Request> m_requests;
   std::vector<std::byte> m_scratch;
-  SpliceCopier m_splice;  // used only with options.destination
+  std::vector<std::byte> m_block;  // a block being verified
+  std::map<std::pair<uint32_t, uint64_t>, std::vector<uint64_t>>
+      m_verified_rows;                 // check_row: (field, block) -> its rows' checksums
+  std::vector<std::size_t> m_grouped;  // requests of multi-row blocks, by block
+  SpliceCopier m_splice;               // used only with options.destination
 };
 
 }  // namespace ddstage

@@ -18,7 +18,9 @@ namespace ddstage {
 inline constexpr unsigned max_load_streams = 64;
 
 struct ShardLoadOptions {
-  bool verify = false;       ///< check every entry's checksum
+  /// Check every block once the shard is loaded: rows in the shard hashed from the region,
+  /// those of a block straddling its edge read from origin.
+  bool verify = false;
   bool allow_stale = false;  ///< skip the source size/mtime check
   /// Reader threads, each with its own large preads in flight (1 to max_load_streams).
   unsigned streams = 4;
