@@ -256,6 +256,49 @@ def test_corrupt_npz_is_refused(ddstage, tmp_path):
     assert not (tmp_path / "x.ddx").exists()
 
 
+@pytest.mark.parametrize("compression", [zipfile.ZIP_DEFLATED, zipfile.ZIP_STORED])
+@pytest.mark.parametrize("length,tail", [(0, 200000), (1, 200000), (0, 0), (0, 1)])
+def test_npz_member_with_a_too_short_header_is_refused(ddstage, tmp_path, compression, length,
+                                                       tail):
+    """A version 1.0 header length of 0 or 1 (no room for a dict) ends the header before the
+    12 preamble bytes already read: refused naming archive and member, not read past."""
+    src = tmp_path / "short.npz"
+    with zipfile.ZipFile(src, "w", compression) as z:
+        z.writestr("x.npy", b"\x93NUMPY\x01\x00" + bytes([length, 0]) + b"A" * tail)
+    assert_usage_error(ddstage.run("flatten", src, "-o", tmp_path / "x.ddx"),
+                       "short.npz (member x.npy)", f"header length {length} is too short")
+    assert not (tmp_path / "x.ddx").exists()
+
+
+@pytest.mark.parametrize("kind", ["stored", "deflated", "zip64"])
+def test_concatenated_npz_reads_as_numpy_does(ddstage, tmp_path, monkeypatch, kind):
+    """`cat a.npz b.npz`: numpy.load (Python's zipfile) reads b, whose recorded offsets are
+    shifted by the length of a; ddstage must read the same bytes, in place or inflated."""
+    first, second = npz_arrays(seed=12), npz_arrays(seed=13)
+    save = np.savez_compressed if kind == "deflated" else np.savez
+    if kind == "zip64":
+        monkeypatch.setattr(zipfile, "ZIP64_LIMIT", 0)
+    save(tmp_path / "a.npz", **first)
+    save(tmp_path / "b.npz", **second)
+    monkeypatch.undo()
+    src = tmp_path / "ab.npz"
+    src.write_bytes((tmp_path / "a.npz").read_bytes() + (tmp_path / "b.npz").read_bytes())
+    ddx = flatten(ddstage, tmp_path / "ab.ddx", src)
+    check_npz(ddstage, ddx, src, second)
+    assert not np.array_equal(np.load(src)["labels"], first["labels"])
+
+
+def test_npz_after_other_bytes_is_refused(ddstage, tmp_path):
+    """zipfile finds an archive after a prefix, numpy.load does not take it for a .npz."""
+    np.savez(tmp_path / "a.npz", labels=np.arange(N))
+    src = tmp_path / "prefixed.npz"
+    src.write_bytes(b"#!/bin/sh\n" + (tmp_path / "a.npz").read_bytes())
+    with pytest.raises(ValueError):
+        np.load(src)["labels"]
+    assert_usage_error(ddstage.run("flatten", src, "-o", tmp_path / "x.ddx"),
+                       "prefixed.npz does not start like a zip archive")
+
+
 # ---- --field -------------------------------------------------------------------------------
 
 def test_field_chooses_and_names_npy_arrays(ddstage, tmp_path):
