@@ -123,8 +123,13 @@ void open_npz(const std::string& path, size_t file, const FileDescriptor& fd,
           fmt::format("{}: not a .npy array (a .npz holds only NAME.npy members)", name),
           {.file = path});
     }
-    if (m.flags & 1) {
+    // The flag bits numpy.load (zipfile) cannot read either: encrypted, patched data.
+    if (m.flags & (zip_encrypted | zip_strong_encryption)) {
       throw UsageError(fmt::format("{}: the member is encrypted", name), {.file = path});
+    }
+    if (m.flags & zip_patched) {
+      throw UsageError(fmt::format("{}: the member is compressed patched data", name),
+                       {.file = path});
     }
     const std::string stem = m.name.substr(0, m.name.size() - npy_suffix.size());
     NpyArray a{.name = name, .path = path + "/" + stem, .field = stem, .file = file};

@@ -210,6 +210,19 @@ std::vector<ZipMember> read_zip_directory(uint64_t file_size, const ReadAt& read
     invalid(name, fmt::format("its central directory has {} bytes after its {} members",
                               d.size - at, d.entries));
   }
+  // zipfile (numpy.load) refuses a member whose data runs into the next local header: members
+  // that share bytes are a zip bomb's trick, never what numpy writes.
+  std::vector<const ZipMember*> by_offset;
+  for (const auto& m : members) by_offset.push_back(&m);
+  std::sort(by_offset.begin(), by_offset.end(), [](const ZipMember* a, const ZipMember* b) {
+    return a->header_offset > b->header_offset;
+  });
+  uint64_t next = d.offset;
+  for (const ZipMember* m : by_offset) {
+    if (m->data_offset > next || m->compressed_size > next - m->data_offset)
+      invalid(name, fmt::format("member '{}' overlaps the next member", m->name));
+    next = m->header_offset;
+  }
   return members;
 }
 

@@ -16,10 +16,15 @@ inline constexpr std::string_view zip_magic = "PK\x03\x04";
 /// The first four bytes of a zip archive without members (its end record).
 inline constexpr std::string_view zip_empty_magic = "PK\x05\x06";
 
+/// General purpose flag bits (ZipMember::flags) a reader must understand to read the data.
+inline constexpr uint16_t zip_encrypted = 1 << 0;
+inline constexpr uint16_t zip_patched = 1 << 5;
+inline constexpr uint16_t zip_strong_encryption = 1 << 6;
+
 /// One member of a zip archive, as its central directory and local header describe it.
 struct ZipMember {
   std::string name;
-  uint16_t flags = 0;   ///< general purpose bits; bit 0: encrypted
+  uint16_t flags = 0;   ///< general purpose bits (zip_encrypted, ...)
   uint16_t method = 0;  ///< 0 stored, 8 deflated
   uint32_t crc32 = 0;
   uint64_t compressed_size = 0;  ///< bytes at data_offset

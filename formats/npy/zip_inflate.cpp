@@ -13,6 +13,8 @@ namespace {
 
 // Compressed input needs no large buffer: zlib's output, the rows, is what the budget is for.
 constexpr uint64_t max_chunk = 1u << 20;
+// Deflate's best ratio (zlib's documentation): no member inflates to more per compressed byte.
+constexpr uint64_t max_ratio = 1032;
 
 }  // namespace
 
@@ -28,6 +30,12 @@ ZipInflater::ZipInflater(const FileDescriptor& fd, const ZipMember& member, std:
       m_input(std::clamp<uint64_t>(chunk_bytes, 4096, max_chunk)),
       m_crc(static_cast<uint32_t>(crc32(0, nullptr, 0))),
       m_stream(std::make_unique<Stream>()) {
+  // A larger size can only be a lie, and callers size buffers after it (one row may be larger
+  // than the memory budget): refused before anything is allocated.
+  if (m_member.size / max_ratio > m_member.compressed_size) {
+    corrupt(fmt::format("{} compressed bytes cannot inflate to the {} its directory says",
+                        m_member.compressed_size, m_member.size));
+  }
   // Negative window bits: a raw deflate stream, as zip stores it (no zlib header).
   if (inflateInit2(&m_stream->z, -MAX_WBITS) != Z_OK) {
     throw Error(ErrorKind::runtime, m_name + ": cannot start zlib's inflate", {.file = m_name});

@@ -299,6 +299,48 @@ def test_npz_after_other_bytes_is_refused(ddstage, tmp_path):
                        "prefixed.npz does not start like a zip archive")
 
 
+def central_entry(data, member):
+    """Offset of `member`'s entry in the central directory of the archive bytes `data`."""
+    at = data.find(b"PK\x01\x02")
+    while data[at + 46:at + 46 + len(member)] != member.encode():
+        at = data.find(b"PK\x01\x02", at + 1)
+    return at
+
+
+def test_npz_directory_lies_are_refused(ddstage, tmp_path):
+    """What numpy.load refuses too, or what would only make ddstage allocate for a lie: a
+    member running into the next one's bytes, patched data, an impossible deflate ratio."""
+    np.savez(tmp_path / "s.npz", a=np.arange(N), b=np.arange(N) * 2)
+    data = bytearray((tmp_path / "s.npz").read_bytes())
+    at = central_entry(data, "a.npy")
+    for field in (20, 24):  # compressed size, size: one byte more runs into b.npy's header
+        size = int.from_bytes(data[at + field:at + field + 4], "little")
+        data[at + field:at + field + 4] = (size + 1).to_bytes(4, "little")
+    (tmp_path / "overlap.npz").write_bytes(bytes(data))
+    with pytest.raises(zipfile.BadZipFile, match="Overlapped"):
+        np.load(tmp_path / "overlap.npz")["a"]
+    assert_usage_error(ddstage.run("flatten", tmp_path / "overlap.npz", "-o", tmp_path / "x.ddx"),
+                       "overlap.npz is not a valid zip archive",
+                       "member 'a.npy' overlaps the next member")
+
+    data = bytearray((tmp_path / "s.npz").read_bytes())
+    data[central_entry(data, "b.npy") + 8] |= 0x20
+    (tmp_path / "patched.npz").write_bytes(bytes(data))
+    with pytest.raises(NotImplementedError):
+        np.load(tmp_path / "patched.npz")["b"]
+    assert_usage_error(ddstage.run("flatten", tmp_path / "patched.npz", "-o", tmp_path / "x.ddx"),
+                       "patched.npz (member b.npy)", "patched data")
+
+    np.savez_compressed(tmp_path / "c.npz", a=np.zeros((N, 1000), np.uint8))
+    data = bytearray((tmp_path / "c.npz").read_bytes())
+    at = central_entry(data, "a.npy") + 24
+    data[at:at + 4] = (0x7fffffff).to_bytes(4, "little")
+    (tmp_path / "bomb.npz").write_bytes(bytes(data))
+    assert_runtime_error(ddstage.run("flatten", tmp_path / "bomb.npz", "-o", tmp_path / "x.ddx"),
+                         "bomb.npz (member a.npy)", "cannot inflate to the 2147483647")
+    assert not (tmp_path / "x.ddx").exists()
+
+
 # ---- --field -------------------------------------------------------------------------------
 
 def test_field_chooses_and_names_npy_arrays(ddstage, tmp_path):
