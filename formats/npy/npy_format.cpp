@@ -141,6 +141,7 @@ void open_npz(const std::string& path, size_t file, const FileDescriptor& fd,
       }
       a.header = read_npy_header(fd, m.data_offset, m.size, name);
       check_array(a, m.data_offset, m.size);
+      check_stored_crc(fd, m, name, memory_budget);
     } else if (m.method == 8) {
       a.header = inflate_header(fd, m, name, memory_budget);
       a.deflated = m;

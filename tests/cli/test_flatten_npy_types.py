@@ -221,7 +221,8 @@ def test_npy_and_npz_sources_together(ddstage, tmp_path):
 
 def test_corrupt_npz_is_refused(ddstage, tmp_path):
     """A cut directory is a usage error naming the archive; deflated data that does not
-    inflate (or fails its CRC) is a run-time error naming the member; nothing is left."""
+    inflate (or fails its CRC), stored data that fails its CRC, is a run-time error naming the
+    member; nothing is left."""
     arrays = npz_arrays(seed=9)
     src = tmp_path / "c.npz"
     np.savez_compressed(src, **arrays)
@@ -237,6 +238,15 @@ def test_corrupt_npz_is_refused(ddstage, tmp_path):
     (tmp_path / "bad.npz").write_bytes(bytes(data))
     assert_runtime_error(ddstage.run("flatten", tmp_path / "bad.npz", "-o", tmp_path / "x.ddx"),
                          "bad.npz (member labels.npy)")
+    # A stored member fails its CRC-32 too: numpy.load refuses it, so does ddstage.
+    np.savez(tmp_path / "s.npz", labels=arrays["labels"])
+    data = bytearray((tmp_path / "s.npz").read_bytes())
+    data[-200] ^= 0xFF  # in the labels, before the central directory
+    (tmp_path / "badcrc.npz").write_bytes(bytes(data))
+    with pytest.raises(zipfile.BadZipFile, match="CRC"):
+        np.load(tmp_path / "badcrc.npz")["labels"]
+    assert_runtime_error(ddstage.run("flatten", tmp_path / "badcrc.npz", "-o", tmp_path / "x.ddx"),
+                         "badcrc.npz (member labels.npy)", "stored data is corrupt", "CRC-32")
     with zipfile.ZipFile(tmp_path / "other.npz", "w") as z:
         z.writestr("notes.txt", "hello")
     assert_usage_error(ddstage.run("flatten", tmp_path / "other.npz", "-o", tmp_path / "x.ddx"),

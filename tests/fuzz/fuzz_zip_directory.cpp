@@ -1,8 +1,8 @@
 // The zip central directory of a .npz (formats/npy/zip_directory.cpp): the input is the whole
 // archive, read the way flatten reads a file (a bounded tail, the directory, each local header).
 // Then each member's .npy header is read as flatten reads it (formats/npy/npy_header.cpp):
-// stored members in place, deflated ones through zlib (formats/npy/zip_inflate.cpp), and a
-// deflated member is inflated to its end, so the CRC and size checks run too.
+// stored members in place (and their CRC-32 checked), deflated ones through zlib
+// (formats/npy/zip_inflate.cpp), inflated to their end, so the CRC and size checks run too.
 #include <fcntl.h>
 
 #include <algorithm>
@@ -29,6 +29,7 @@ void read_member(const ddstage::FileDescriptor& fd, const ddstage::formats::ZipM
   if (m.method == 0) {
     const auto h = formats::read_npy_header(fd, m.data_offset, m.size, name);
     if (h.data_offset - m.data_offset > m.size) fuzz::violated("header past the stored member");
+    formats::check_stored_crc(fd, m, name, 4096);
     return;
   }
   if (m.method != 8) return;
