@@ -94,23 +94,24 @@ void open_npy(const std::string& path, size_t file, const FileDescriptor& fd,
 NpyHeader inflate_header(const FileDescriptor& fd, const ZipMember& m, const std::string& name,
                          uint64_t memory_budget) {
   ZipInflater inflater(fd, m, name, memory_budget);
-  std::vector<std::byte> bytes(std::min<uint64_t>(m.size, npy_preamble_bytes));
-  inflater.read(bytes);
-  const uint64_t header_end = npy_header_end(bytes, name);
-  if (header_end > m.size) {
-    throw UsageError(
-        fmt::format("{} is not a valid .npy file: the file ends inside the header", name),
-        {.file = name});
-  }
-  const size_t have = bytes.size();
-  bytes.resize(header_end);
-  inflater.read(std::span(bytes).subspan(have));
-  return parse_npy_header(bytes, name);
+  return read_npy_header([&](std::span<std::byte> out) { inflater.read(out); }, m.size, name);
 }
 
 /// Every member of a .npz archive, each an array named after the member less ".npy".
 void open_npz(const std::string& path, size_t file, const FileDescriptor& fd,
               uint64_t memory_budget, std::vector<NpyArray>& arrays) {
+  // zipfile would find an archive after other bytes, but numpy.load takes a file for a .npz
+  // only when it starts with a member or an end record: anything else is not one to numpy.
+  std::string magic(zip_magic.size(), '\0');
+  fd.pread_exact(
+      std::as_writable_bytes(std::span(magic)).first(std::min<uint64_t>(fd.size(), magic.size())),
+      0);
+  if (magic != zip_magic && magic != zip_empty_magic) {
+    throw UsageError(fmt::format("{} does not start like a zip archive (numpy.load would not "
+                                 "open it as a .npz)",
+                                 path),
+                     {.file = path});
+  }
   const auto members = read_zip_directory(
       fd.size(), [&fd](std::span<std::byte> out, uint64_t offset) { fd.pread_exact(out, offset); },
       path);
@@ -122,8 +123,13 @@ void open_npz(const std::string& path, size_t file, const FileDescriptor& fd,
           fmt::format("{}: not a .npy array (a .npz holds only NAME.npy members)", name),
           {.file = path});
     }
-    if (m.flags & 1) {
+    // The flag bits numpy.load (zipfile) cannot read either: encrypted, patched data.
+    if (m.flags & (zip_encrypted | zip_strong_encryption)) {
       throw UsageError(fmt::format("{}: the member is encrypted", name), {.file = path});
+    }
+    if (m.flags & zip_patched) {
+      throw UsageError(fmt::format("{}: the member is compressed patched data", name),
+                       {.file = path});
     }
     const std::string stem = m.name.substr(0, m.name.size() - npy_suffix.size());
     NpyArray a{.name = name, .path = path + "/" + stem, .field = stem, .file = file};
@@ -135,6 +141,7 @@ void open_npz(const std::string& path, size_t file, const FileDescriptor& fd,
       }
       a.header = read_npy_header(fd, m.data_offset, m.size, name);
       check_array(a, m.data_offset, m.size);
+      check_stored_crc(fd, m, name, memory_budget);
     } else if (m.method == 8) {
       a.header = inflate_header(fd, m, name, memory_budget);
       a.deflated = m;

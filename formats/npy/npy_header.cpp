@@ -396,6 +396,9 @@ Preamble parse_preamble(std::span<const std::byte> bytes, const std::string& nam
   const uint64_t length = read_le(bytes.subspan(8, length_bytes));
   if (length > max_header_bytes)
     invalid(name, fmt::format("header length {} is implausible", length));
+  // The smallest dict, "{}", is 2 bytes: this keeps header_end >= npy_preamble_bytes, which
+  // callers rely on when they read the rest of the header after the preamble.
+  if (length < 2) invalid(name, fmt::format("header length {} is too short", length));
   p.header_end = p.dict_begin + length;
   return p;
 }
@@ -439,15 +442,26 @@ uint64_t npy_header_end(std::span<const std::byte> bytes, const std::string& nam
   return parse_preamble(bytes, name).header_end;
 }
 
-NpyHeader read_npy_header(const FileDescriptor& fd, uint64_t offset, uint64_t limit,
-                          const std::string& name) {
+NpyHeader read_npy_header(const ReadNext& read_next, uint64_t limit, const std::string& name) {
   std::vector<std::byte> bytes(std::min<uint64_t>(limit, npy_preamble_bytes));
-  fd.pread_exact(bytes, offset);
+  read_next(bytes);
   const uint64_t header_end = npy_header_end(bytes, name);
   if (header_end > limit) invalid(name, "the file ends inside the header");
+  // header_end >= npy_preamble_bytes >= bytes.size() (parse_preamble): only the rest is read.
+  const size_t have = bytes.size();
   bytes.resize(header_end);
-  fd.pread_exact(bytes, offset);
-  NpyHeader h = parse_npy_header(bytes, name);
+  read_next(std::span(bytes).subspan(have));
+  return parse_npy_header(bytes, name);
+}
+
+NpyHeader read_npy_header(const FileDescriptor& fd, uint64_t offset, uint64_t limit,
+                          const std::string& name) {
+  uint64_t at = offset;
+  const auto read_next = [&](std::span<std::byte> out) {
+    fd.pread_exact(out, at);
+    at += out.size();
+  };
+  NpyHeader h = read_npy_header(read_next, limit, name);
   h.data_offset += offset;
   if (h.data_bytes > UINT64_MAX - h.data_offset) invalid(name, "shape is too large");
   return h;

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -58,7 +59,8 @@ struct NpyHeader {
 };
 
 /// Where the header that starts with `bytes` (at least npy_preamble_bytes, or the whole file if
-/// shorter) ends: the offset of the array data. Throws like parse_npy_header.
+/// shorter) ends: the offset of the array data, never less than npy_preamble_bytes. Throws like
+/// parse_npy_header.
 uint64_t npy_header_end(std::span<const std::byte> bytes, const std::string& name);
 
 /// Parses a .npy header from the first bytes of a file (at least the whole header). The header
@@ -67,6 +69,14 @@ uint64_t npy_header_end(std::span<const std::byte> bytes, const std::string& nam
 /// "NAME: unsupported dtype 'X' (supported: ...)" for dtypes ddstage has no DType for (long
 /// double), and "NAME: ..." naming the member and the reason for objects and nested records.
 NpyHeader parse_npy_header(std::span<const std::byte> bytes, const std::string& name);
+
+/// Fills its argument with the next bytes of a stream, or throws.
+using ReadNext = std::function<void(std::span<std::byte> out)>;
+
+/// Reads and parses the header of a .npy array of at most `limit` bytes from a stream (a
+/// deflated .npz member): the preamble, then the rest of the header, never past it; errors say
+/// `name`. The result's data_offset is from the start of the array.
+NpyHeader read_npy_header(const ReadNext& read_next, uint64_t limit, const std::string& name);
 
 /// Reads and parses the header of a .npy array that starts at `offset` of an open file and
 /// spans at most `limit` bytes (a member of a .npz); errors say `name`. The result's

@@ -20,8 +20,8 @@ constexpr uint64_t zip64_end_bytes = 56;
 constexpr uint64_t zip64_locator_bytes = 20;
 constexpr uint64_t central_bytes = 46;
 constexpr uint64_t local_bytes = 30;
-// The end record's comment is at most 65535 bytes: the record lies within this of the end.
-constexpr uint64_t max_tail = end_bytes + 0xffff;
+// zipfile (numpy's reader) looks for the end record this far from the end of the file.
+constexpr uint64_t max_tail = end_bytes + (1u << 16);
 
 [[noreturn]] void invalid(const std::string& name, const std::string& reason) {
   throw UsageError(fmt::format("{} is not a valid zip archive: {}", name, reason), {.file = name});
@@ -57,7 +57,11 @@ class Fields {
 struct Directory {
   uint64_t entries = 0;
   uint64_t size = 0;
-  uint64_t offset = 0;
+  uint64_t offset = 0;  ///< where the directory lies in this file
+  /// Added to every offset the archive records to find it in this file: nonzero when bytes were
+  /// prepended or archives concatenated (`cat a.npz b.npz`). Unsigned arithmetic wraps, so a
+  /// shifted offset that would lie before the file comes out past the directory, and is refused.
+  uint64_t shift = 0;
 };
 
 std::vector<std::byte> read(const ReadAt& read_at, uint64_t offset, uint64_t length) {
@@ -66,46 +70,56 @@ std::vector<std::byte> read(const ReadAt& read_at, uint64_t offset, uint64_t len
   return bytes;
 }
 
-/// The end of central directory record: the last signature whose comment reaches the end.
+/// The end of central directory record and the directory it describes, found as Python's
+/// zipfile finds them, so that an archive means to ddstage what it means to numpy.load: the end
+/// record is the last 22 bytes when they are one without a comment, else the last signature in
+/// the tail; a zip64 end record lies right before the zip64 locator, which lies right before the
+/// end record; the directory lies right before those, wherever its recorded offset says.
 Directory find_directory(uint64_t file_size, const ReadAt& read_at, const std::string& name) {
   if (file_size < end_bytes) invalid(name, "it is too short to hold an end of central directory");
   const uint64_t tail_offset = file_size - std::min(file_size, max_tail);
   const auto tail = read(read_at, tail_offset, file_size - tail_offset);
   const Fields tail_fields(tail, name);
   std::optional<uint64_t> end;
-  for (uint64_t at = tail.size() - end_bytes + 1; at-- > 0;) {
-    if (tail_fields.u32(at) != end_signature) continue;
-    if (at + end_bytes + tail_fields.u16(at + 20) == tail.size()) {
-      end = at;
-      break;
+  const uint64_t last = tail.size() - end_bytes;
+  if (tail_fields.u32(last) == end_signature && tail_fields.u16(last + 20) == 0) {
+    end = last;
+  } else {
+    for (uint64_t at = tail.size() - 4 + 1; at-- > 0;) {
+      if (tail_fields.u32(at) == end_signature) {
+        end = at;
+        break;
+      }
     }
   }
   if (!end) invalid(name, "it has no end of central directory record");
   const Fields e(std::span<const std::byte>(tail).subspan(*end), name);
   if (e.u16(4) != 0 || e.u16(6) != 0) invalid(name, "it spans several disks");
   Directory d{.entries = e.u16(10), .size = e.u32(12), .offset = e.u32(16)};
-  // Zip64: a locator right before the end record points at the zip64 end record, whose
-  // fields replace the 16- and 32-bit ones (numpy writes it past 65535 members or 4 GiB).
   const uint64_t end_offset = tail_offset + *end;
+  // Where the directory ends: the end record, or the zip64 end record before it. Zip64 fields
+  // replace the 16- and 32-bit ones (numpy writes them past 65535 members or 4 GiB).
+  uint64_t directory_end = end_offset;
   if (end_offset >= zip64_locator_bytes) {
     const auto locator = read(read_at, end_offset - zip64_locator_bytes, zip64_locator_bytes);
     const Fields l(locator, name);
     if (l.u32(0) == zip64_locator_signature) {
-      const uint64_t at = l.u64(8);
-      if (at > end_offset - zip64_locator_bytes ||
-          end_offset - zip64_locator_bytes - at < zip64_end_bytes) {
+      if (l.u32(4) != 0 || l.u32(16) > 1) invalid(name, "it spans several disks");
+      if (end_offset < zip64_locator_bytes + zip64_end_bytes)
         invalid(name, "its zip64 end record lies outside the archive");
-      }
-      const auto record = read(read_at, at, zip64_end_bytes);
+      directory_end = end_offset - zip64_locator_bytes - zip64_end_bytes;
+      const auto record = read(read_at, directory_end, zip64_end_bytes);
       const Fields z(record, name);
       if (z.u32(0) != zip64_end_signature)
-        invalid(name, "its zip64 locator points at no zip64 end record");
+        invalid(name, "its zip64 locator follows no zip64 end record");
       if (z.u32(16) != 0 || z.u32(20) != 0) invalid(name, "it spans several disks");
       d = {.entries = z.u64(32), .size = z.u64(40), .offset = z.u64(48)};
     }
   }
-  if (d.offset > end_offset || d.size > end_offset - d.offset)
-    invalid(name, "its central directory lies outside the archive");
+  if (d.size > directory_end) invalid(name, "its central directory lies outside the archive");
+  const uint64_t recorded = d.offset;
+  d.offset = directory_end - d.size;
+  d.shift = d.offset - recorded;
   if (d.entries > d.size / central_bytes)
     invalid(name, fmt::format("its central directory of {} bytes cannot hold {} members", d.size,
                               d.entries));
@@ -160,9 +174,10 @@ ZipMember parse_central(const Fields& f, uint64_t& at, const std::string& name) 
 
 /// The local header must agree with the directory; the data starts after its own (possibly
 /// different) extra field.
-void locate_data(ZipMember& m, uint64_t directory_offset, const ReadAt& read_at,
-                 const std::string& name) {
+void locate_data(ZipMember& m, const Directory& d, const ReadAt& read_at, const std::string& name) {
   const auto where = [&] { return fmt::format("member '{}'", m.name); };
+  m.header_offset += d.shift;
+  const uint64_t directory_offset = d.offset;
   if (m.header_offset > directory_offset ||
       directory_offset - m.header_offset < local_bytes + m.name.size())
     invalid(name, where() + " has its local header outside the archive");
@@ -189,11 +204,24 @@ std::vector<ZipMember> read_zip_directory(uint64_t file_size, const ReadAt& read
   uint64_t at = 0;
   while (members.size() < d.entries) {
     members.push_back(parse_central(f, at, name));
-    locate_data(members.back(), d.offset, read_at, name);
+    locate_data(members.back(), d, read_at, name);
   }
   if (at != d.size) {
     invalid(name, fmt::format("its central directory has {} bytes after its {} members",
                               d.size - at, d.entries));
+  }
+  // zipfile (numpy.load) refuses a member whose data runs into the next local header: members
+  // that share bytes are a zip bomb's trick, never what numpy writes.
+  std::vector<const ZipMember*> by_offset;
+  for (const auto& m : members) by_offset.push_back(&m);
+  std::sort(by_offset.begin(), by_offset.end(), [](const ZipMember* a, const ZipMember* b) {
+    return a->header_offset > b->header_offset;
+  });
+  uint64_t next = d.offset;
+  for (const ZipMember* m : by_offset) {
+    if (m->data_offset > next || m->compressed_size > next - m->data_offset)
+      invalid(name, fmt::format("member '{}' overlaps the next member", m->name));
+    next = m->header_offset;
   }
   return members;
 }

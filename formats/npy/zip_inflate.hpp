@@ -13,6 +13,12 @@
 
 namespace ddstage::formats {
 
+/// Checks the CRC-32 of a stored (method 0) member, reading `chunk_bytes` (4 KiB to 1 MiB) at
+/// a time: numpy.load refuses a member that fails it. A mismatch throws Error(runtime) naming
+/// `name`.
+void check_stored_crc(const FileDescriptor& fd, const ZipMember& member, const std::string& name,
+                      uint64_t chunk_bytes);
+
 /// Inflates one deflated (method 8) member of an archive, reading `chunk_bytes` (4 KiB to
 /// 1 MiB) of compressed data at a time. Corrupt data, a short member or a CRC-32 that does not
 /// match throw Error(runtime) naming `name`.

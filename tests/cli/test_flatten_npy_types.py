@@ -221,7 +221,8 @@ def test_npy_and_npz_sources_together(ddstage, tmp_path):
 
 def test_corrupt_npz_is_refused(ddstage, tmp_path):
     """A cut directory is a usage error naming the archive; deflated data that does not
-    inflate (or fails its CRC) is a run-time error naming the member; nothing is left."""
+    inflate (or fails its CRC), stored data that fails its CRC, is a run-time error naming the
+    member; nothing is left."""
     arrays = npz_arrays(seed=9)
     src = tmp_path / "c.npz"
     np.savez_compressed(src, **arrays)
@@ -237,6 +238,15 @@ def test_corrupt_npz_is_refused(ddstage, tmp_path):
     (tmp_path / "bad.npz").write_bytes(bytes(data))
     assert_runtime_error(ddstage.run("flatten", tmp_path / "bad.npz", "-o", tmp_path / "x.ddx"),
                          "bad.npz (member labels.npy)")
+    # A stored member fails its CRC-32 too: numpy.load refuses it, so does ddstage.
+    np.savez(tmp_path / "s.npz", labels=arrays["labels"])
+    data = bytearray((tmp_path / "s.npz").read_bytes())
+    data[-200] ^= 0xFF  # in the labels, before the central directory
+    (tmp_path / "badcrc.npz").write_bytes(bytes(data))
+    with pytest.raises(zipfile.BadZipFile, match="CRC"):
+        np.load(tmp_path / "badcrc.npz")["labels"]
+    assert_runtime_error(ddstage.run("flatten", tmp_path / "badcrc.npz", "-o", tmp_path / "x.ddx"),
+                         "badcrc.npz (member labels.npy)", "stored data is corrupt", "CRC-32")
     with zipfile.ZipFile(tmp_path / "other.npz", "w") as z:
         z.writestr("notes.txt", "hello")
     assert_usage_error(ddstage.run("flatten", tmp_path / "other.npz", "-o", tmp_path / "x.ddx"),
@@ -253,6 +263,91 @@ def test_corrupt_npz_is_refused(ddstage, tmp_path):
     assert_usage_error(ddstage.run("flatten", tmp_path / "renamed.npz", "-o", tmp_path / "x.ddx"),
                        "renamed.npz is not a valid zip archive", "member 'labels.npy'",
                        "another name")
+    assert not (tmp_path / "x.ddx").exists()
+
+
+@pytest.mark.parametrize("compression", [zipfile.ZIP_DEFLATED, zipfile.ZIP_STORED])
+@pytest.mark.parametrize("length,tail", [(0, 200000), (1, 200000), (0, 0), (0, 1)])
+def test_npz_member_with_a_too_short_header_is_refused(ddstage, tmp_path, compression, length,
+                                                       tail):
+    """A version 1.0 header length of 0 or 1 (no room for a dict) ends the header before the
+    12 preamble bytes already read: refused naming archive and member, not read past."""
+    src = tmp_path / "short.npz"
+    with zipfile.ZipFile(src, "w", compression) as z:
+        z.writestr("x.npy", b"\x93NUMPY\x01\x00" + bytes([length, 0]) + b"A" * tail)
+    assert_usage_error(ddstage.run("flatten", src, "-o", tmp_path / "x.ddx"),
+                       "short.npz (member x.npy)", f"header length {length} is too short")
+    assert not (tmp_path / "x.ddx").exists()
+
+
+@pytest.mark.parametrize("kind", ["stored", "deflated", "zip64"])
+def test_concatenated_npz_reads_as_numpy_does(ddstage, tmp_path, monkeypatch, kind):
+    """`cat a.npz b.npz`: numpy.load (Python's zipfile) reads b, whose recorded offsets are
+    shifted by the length of a; ddstage must read the same bytes, in place or inflated."""
+    first, second = npz_arrays(seed=12), npz_arrays(seed=13)
+    save = np.savez_compressed if kind == "deflated" else np.savez
+    if kind == "zip64":
+        monkeypatch.setattr(zipfile, "ZIP64_LIMIT", 0)
+    save(tmp_path / "a.npz", **first)
+    save(tmp_path / "b.npz", **second)
+    monkeypatch.undo()
+    src = tmp_path / "ab.npz"
+    src.write_bytes((tmp_path / "a.npz").read_bytes() + (tmp_path / "b.npz").read_bytes())
+    ddx = flatten(ddstage, tmp_path / "ab.ddx", src)
+    check_npz(ddstage, ddx, src, second)
+    assert not np.array_equal(np.load(src)["labels"], first["labels"])
+
+
+def test_npz_after_other_bytes_is_refused(ddstage, tmp_path):
+    """zipfile finds an archive after a prefix, numpy.load does not take it for a .npz."""
+    np.savez(tmp_path / "a.npz", labels=np.arange(N))
+    src = tmp_path / "prefixed.npz"
+    src.write_bytes(b"#!/bin/sh\n" + (tmp_path / "a.npz").read_bytes())
+    with pytest.raises(ValueError):
+        np.load(src)["labels"]
+    assert_usage_error(ddstage.run("flatten", src, "-o", tmp_path / "x.ddx"),
+                       "prefixed.npz does not start like a zip archive")
+
+
+def central_entry(data, member):
+    """Offset of `member`'s entry in the central directory of the archive bytes `data`."""
+    at = data.find(b"PK\x01\x02")
+    while data[at + 46:at + 46 + len(member)] != member.encode():
+        at = data.find(b"PK\x01\x02", at + 1)
+    return at
+
+
+def test_npz_directory_lies_are_refused(ddstage, tmp_path):
+    """What numpy.load refuses too, or what would only make ddstage allocate for a lie: a
+    member running into the next one's bytes, patched data, an impossible deflate ratio."""
+    np.savez(tmp_path / "s.npz", a=np.arange(N), b=np.arange(N) * 2)
+    data = bytearray((tmp_path / "s.npz").read_bytes())
+    at = central_entry(data, "a.npy")
+    for field in (20, 24):  # compressed size, size: one byte more runs into b.npy's header
+        size = int.from_bytes(data[at + field:at + field + 4], "little")
+        data[at + field:at + field + 4] = (size + 1).to_bytes(4, "little")
+    (tmp_path / "overlap.npz").write_bytes(bytes(data))
+    with pytest.raises(zipfile.BadZipFile, match="Overlapped"):
+        np.load(tmp_path / "overlap.npz")["a"]
+    assert_usage_error(ddstage.run("flatten", tmp_path / "overlap.npz", "-o", tmp_path / "x.ddx"),
+                       "overlap.npz is not a valid zip archive",
+                       "member 'a.npy' overlaps the next member")
+
+    data = bytearray((tmp_path / "s.npz").read_bytes())
+    data[central_entry(data, "b.npy") + 8] |= 0x20
+    (tmp_path / "patched.npz").write_bytes(bytes(data))
+    with pytest.raises(NotImplementedError):
+        np.load(tmp_path / "patched.npz")["b"]
+    assert_usage_error(ddstage.run("flatten", tmp_path / "patched.npz", "-o", tmp_path / "x.ddx"),
+                       "patched.npz (member b.npy)", "patched data")
+
+    np.savez_compressed(tmp_path / "c.npz", a=np.zeros((N, 1000), np.uint8))
+    data = bytearray((tmp_path / "c.npz").read_bytes())
+    at = central_entry(data, "a.npy") + 24
+    data[at:at + 4] = (0x7fffffff).to_bytes(4, "little")
+    (tmp_path / "bomb.npz").write_bytes(bytes(data))
+    assert_runtime_error(ddstage.run("flatten", tmp_path / "bomb.npz", "-o", tmp_path / "x.ddx"),
+                         "bomb.npz (member a.npy)", "cannot inflate to the 2147483647")
     assert not (tmp_path / "x.ddx").exists()
 
 

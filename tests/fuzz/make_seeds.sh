@@ -74,7 +74,9 @@ for name, (a, version) in arrays.items():
 PY
 
 # .npz archives as numpy writes them: stored, deflated, and with zip64 end records (what numpy
-# writes past 4 GiB, made small by lowering zipfile's limit while writing).
+# writes past 4 GiB, made small by lowering zipfile's limit while writing); two archives
+# concatenated (offsets shifted by the first); a deflated member whose header length (0) ends
+# inside the preamble.
 /usr/bin/python3 - "$corpus/zip_directory" <<'PY'
 import sys, zipfile
 import numpy as np
@@ -82,8 +84,12 @@ out = sys.argv[1]
 arrays = {"x": np.arange(6, dtype="<f4").reshape(3, 2), "y": np.array([1, 2, 3], dtype=">i2")}
 np.savez(f"{out}/stored", **arrays)
 np.savez_compressed(f"{out}/deflated", **arrays)
+with zipfile.ZipFile(f"{out}/short_header.npz", "w", zipfile.ZIP_DEFLATED) as z:
+    z.writestr("x.npy", b"\x93NUMPY\x01\x00\x00\x00" + b"A" * 200)
 zipfile.ZIP64_LIMIT = 0
 np.savez(f"{out}/zip64", **arrays)
+with open(f"{out}/concatenated.npz", "wb") as f:
+    f.write(open(f"{out}/deflated.npz", "rb").read() + open(f"{out}/zip64.npz", "rb").read())
 PY
 for f in "$corpus"/zip_directory/*.npz; do mv "$f" "${f%.npz}"; done
 # tar archives as Python's tarfile writes them: ustar (a prefix name), GNU (an 'L' long name),

@@ -326,6 +326,16 @@ TEST_CASE("npy: bad input is a clear error and leaves no index behind", "[npy]")
     CHECK_THROWS_WITH(run(),
                       Contains("is not a valid .npy file") && Contains("ends inside the header"));
   }
+  SECTION("a header length too short for a dict") {
+    // Version 1.0: the header would end inside the 12 bytes read to learn its length.
+    const int length = GENERATE(0, 1);
+    auto file = npy_bytes(1, "", pattern_bytes(40, 1), false);
+    file[8] = static_cast<std::byte>(length);
+    write_file(x, file);
+    CHECK_THROWS_AS(run(), ddstage::UsageError);
+    CHECK_THROWS_WITH(run(), Contains(x + " is not a valid .npy file: header length " +
+                                      std::to_string(length) + " is too short"));
+  }
   SECTION("an unparseable header") {
     const auto header =
         GENERATE(as<std::string>{}, "{'descr': '<f4', 'fortran_order': False}",
