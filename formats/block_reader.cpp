@@ -25,6 +25,17 @@ void BlockReader::for_each_record(const FileDescriptor& fd, uint64_t offset, uin
     for (uint64_t i = 0; i < count; ++i) fn(i, {});
     return;
   }
+  for_each_block(fd, offset, record_bytes, count,
+                 [&](uint64_t first, uint64_t records, std::span<const std::byte> bytes) {
+                   for (uint64_t i = 0; i < records; ++i) {
+                     fn(first + i, bytes.subspan(i * record_bytes, record_bytes));
+                   }
+                 });
+}
+
+void BlockReader::for_each_block(const FileDescriptor& fd, uint64_t offset, uint64_t record_bytes,
+                                 uint64_t count, const BlockFn& fn) {
+  if (count == 0) return;
   // Large ranges are read through a mapping: checksumming and packing then work on the page
   // cache directly, which saves a copy of every byte (pread copies it into our buffer first).
   if (record_bytes > m_budget || count * record_bytes >= map_threshold) {
@@ -34,7 +45,7 @@ void BlockReader::for_each_record(const FileDescriptor& fd, uint64_t offset, uin
 }
 
 void BlockReader::read_blocks(const FileDescriptor& fd, uint64_t offset, uint64_t record_bytes,
-                              uint64_t count, const RecordFn& fn) {
+                              uint64_t count, const BlockFn& fn) {
   const uint64_t per_block = std::min(count, m_budget / record_bytes);
   if (per_block < count) {
     // Several blocks: ask for aggressive readahead, which matters on Lustre/GPFS. Advisory only.
@@ -47,14 +58,12 @@ void BlockReader::read_blocks(const FileDescriptor& fd, uint64_t offset, uint64_
     const uint64_t records = std::min(per_block, count - first);
     std::span<std::byte> block(m_buffer.data(), records * record_bytes);
     fd.pread_exact(block, offset + first * record_bytes);
-    for (uint64_t i = 0; i < records; ++i) {
-      fn(first + i, block.subspan(i * record_bytes, record_bytes));
-    }
+    fn(first, records, block);
   }
 }
 
 void BlockReader::read_mapped(const FileDescriptor& fd, uint64_t offset, uint64_t record_bytes,
-                              uint64_t count, const RecordFn& fn) {
+                              uint64_t count, const BlockFn& fn) {
   // Page-cache backed: the kernel can drop pages already checksummed, a heap buffer could not.
   MappedFile map(fd.path(), MappedFile::Mode::read_only);
   map.advise_sequential();
@@ -66,22 +75,30 @@ void BlockReader::read_mapped(const FileDescriptor& fd, uint64_t offset, uint64_
                             fd.path().string(), end, bytes.size()),
                 {.file = fd.path().string()});
   }
-  for (uint64_t i = 0; i < count; ++i)
-    fn(i, bytes.subspan(offset + i * record_bytes, record_bytes));
+  fn(0, count, bytes.subspan(offset, count * record_bytes));
 }
 
 void put_records(IndexWriter& writer, BlockReader& reader, const FileDescriptor& fd,
                  const RecordRange& range, std::optional<uint32_t> in_place_file) {
-  reader.for_each_record(fd, range.offset, range.record_bytes, range.count,
-                         [&](uint64_t i, std::span<const std::byte> bytes) {
-                           const uint64_t sample = range.first_sample + i;
-                           if (in_place_file) {
-                             writer.put_in_place(sample, range.field, *in_place_file,
-                                                 range.offset + i * range.record_bytes, bytes);
-                           } else {
-                             writer.put_packed(sample, range.field, bytes);
-                           }
-                         });
+  const uint64_t size = range.record_bytes;
+  if (in_place_file && size > 0) {
+    reader.for_each_block(fd, range.offset, size, range.count,
+                          [&](uint64_t first, uint64_t count, std::span<const std::byte> bytes) {
+                            writer.put_rows_in_place(range.field, range.first_sample + first, count,
+                                                     *in_place_file, range.offset + first * size,
+                                                     size, size, bytes);
+                          });
+    return;
+  }
+  reader.for_each_record(
+      fd, range.offset, size, range.count, [&](uint64_t i, std::span<const std::byte> bytes) {
+        const uint64_t sample = range.first_sample + i;
+        if (in_place_file) {
+          writer.put_in_place(sample, range.field, *in_place_file, range.offset + i * size, bytes);
+        } else {
+          writer.put_packed(sample, range.field, bytes);
+        }
+      });
 }
 
 }  // namespace ddstage::formats

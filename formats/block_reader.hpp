@@ -22,6 +22,10 @@ class BlockReader {
  public:
   /// Called once per record, in order; `bytes` is valid only during the call.
   using RecordFn = std::function<void(uint64_t record, std::span<const std::byte> bytes)>;
+  /// Called for consecutive records first..first+count-1 held back to back in `bytes`, in
+  /// order; `bytes` is valid only during the call.
+  using BlockFn =
+      std::function<void(uint64_t first, uint64_t count, std::span<const std::byte> bytes)>;
 
   explicit BlockReader(uint64_t memory_budget);
 
@@ -29,12 +33,15 @@ class BlockReader {
   /// offset + i * record_bytes of fd. Throws IoError/Error if the file is shorter than that.
   void for_each_record(const FileDescriptor& fd, uint64_t offset, uint64_t record_bytes,
                        uint64_t count, const RecordFn& fn);
+  /// The same records, handed over as few large blocks as the budget allows (record_bytes > 0).
+  void for_each_block(const FileDescriptor& fd, uint64_t offset, uint64_t record_bytes,
+                      uint64_t count, const BlockFn& fn);
 
  private:
   void read_blocks(const FileDescriptor& fd, uint64_t offset, uint64_t record_bytes, uint64_t count,
-                   const RecordFn& fn);
+                   const BlockFn& fn);
   void read_mapped(const FileDescriptor& fd, uint64_t offset, uint64_t record_bytes, uint64_t count,
-                   const RecordFn& fn);
+                   const BlockFn& fn);
 
   uint64_t m_budget;
   std::vector<std::byte> m_buffer;
@@ -50,8 +57,8 @@ struct RecordRange {
 };
 
 /// Puts every record of `range` into the writer (checksummed by it): referenced in place in
-/// `in_place_file` (an id from writer.add_source for fd's file), or copied into pack files when
-/// that is nullopt.
+/// `in_place_file` (an id from writer.add_source for fd's file), a block of rows per call so a
+/// billion small rows cost no billion calls, or copied into pack files when that is nullopt.
 void put_records(IndexWriter& writer, BlockReader& reader, const FileDescriptor& fd,
                  const RecordRange& range, std::optional<uint32_t> in_place_file);
 

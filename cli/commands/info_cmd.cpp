@@ -84,6 +84,13 @@ void print_text(const Index& index, const std::vector<FieldStats>& stats) {
              count_files(index, FileKind::source) + count_files(index, FileKind::copied),
              count_files(index, FileKind::copied), count_files(index, FileKind::pack), m.created,
              m.tool_version);
+  uint64_t runs = 0, blocks = 0;
+  for (uint32_t f = 0; f < index.fields().size(); ++f) {
+    runs += index.runs(f);
+    blocks += index.blocks(f);
+  }
+  // What the index itself costs: runs grow with files and packs, not rows (ddstage-index(5)).
+  fmt::print("index     {} runs, {} checksum blocks\n", runs, blocks);
   if (!m.attributes.empty()) fmt::print("attributes\n");
   for (const auto& [k, v] : m.attributes) fmt::print("  {:<16} {}\n", k, v);
   fmt::print("fields\n  {:<16} {:<10} {:<16} {:<24} {}\n", "name", "dtype", "shape", "bytes/row",
@@ -155,6 +162,7 @@ void print_json(const Index& index, const std::vector<FieldStats>& stats,
         .field("row_bytes", f.row_bytes)
         .field("source", f.source);
     write_type_details(j, f);
+    j.field("runs", index.runs(i)).field("blocks", index.blocks(i));
     j.field("bytes", stats[i].bytes)
         .field("min_row_bytes", stats[i].min)
         .field("max_row_bytes", stats[i].max);

@@ -327,7 +327,15 @@ void flatten(const FlattenRequest& request, IndexWriter& writer) {
       writer.set_attribute("numpy_dtype." + a.field, a.header.numpy_descr);
   }
   const uint64_t rows = arrays.front().header.shape[0];
+  if (rows == 0) {
+    throw UsageError(fmt::format("no samples to index: {} has 0 rows (shape ({}))",
+                                 arrays.front().name, fmt::join(arrays.front().header.shape, ", ")),
+                     {.file = arrays.front().name});
+  }
   writer.define(std::move(fields), rows);
+  uint64_t total = 0;
+  for (const auto& a : arrays) total += a.header.data_bytes;
+  writer.expect_bytes(total);
 
   BlockReader reader(request.memory_budget);
   std::map<size_t, uint32_t> file_ids;

@@ -174,8 +174,15 @@ void flatten(const FlattenRequest& request, IndexWriter& writer) {
         {.file = shards[0].path});
   }
   writer.define(field_infos(layout), layout.samples.size());
-
   const auto width = static_cast<uint32_t>(layout.data_fields.size());
+  // The ETA follows bytes: a 100 KB jpg and its 1-byte class label are not alike.
+  uint64_t total = 0;
+  for (const auto& sample : layout.samples) total += sample.label_length;
+  for (uint64_t i = 0; i < layout.members.size(); ++i) {
+    total += shards[layout.samples[i / width].shard].members[layout.members[i]].size;
+  }
+  writer.expect_bytes(total);
+
   uint64_t sample = 0;
   for (uint32_t s = 0; s < shards.size(); ++s) {
     // Recorded even when packed: the manifest names every source, and staleness covers it.

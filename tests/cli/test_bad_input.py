@@ -142,7 +142,7 @@ def test_bad_npy(ddstage, tmp_path, kind):
         args = [p, "--format", "npy"]
     elif kind == "zero-rows":
         np.save(p, np.zeros((0, 3), np.float32))
-        words = ["no samples"]
+        words = ["no samples", p.name, "0 rows"]
     assert_flatten_fails(ddstage, tmp_path, args, 2, words)
 
 

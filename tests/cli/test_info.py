@@ -49,6 +49,8 @@ def test_info_json(ddstage, h5_dataset):
                       ("g", "uint16", [4], False, 8, "/g")]
     for f in info["fields"]:
         assert f["bytes"] == arrays[f["name"]].nbytes
+        # Fixed rows at a fixed stride (in place or packed in order) are runs, not entries.
+        assert 1 <= f["runs"] <= f["blocks"] < N
 
 
 def test_info_text(ddstage, h5_dataset):
@@ -62,6 +64,9 @@ def test_info_text(ddstage, h5_dataset):
     assert rows["x"][1:5] == ["float32", "[2,", "3]", "24"]
     assert rows["label"][1:4] == ["int8", "[]", "1"]
     assert rows["g"][1:4] == ["uint16", "[4]", "8"]
+    index_line = next(line.split() for line in text.splitlines() if line.startswith("index "))
+    assert index_line[2] == "runs," and index_line[4:6] == ["checksum", "blocks"]
+    assert 3 <= int(index_line[1]) <= int(index_line[3]) < 3 * N  # one run per field at least
 
 
 def test_info_variable_field(ddstage, tmp_path):
