@@ -66,7 +66,8 @@ struct Directory {
 
 std::vector<std::byte> read(const ReadAt& read_at, uint64_t offset, uint64_t length) {
   std::vector<std::byte> bytes(length);
-  read_at(bytes, offset);
+  // An empty directory (an archive of no members) reads nothing: no call with a null buffer.
+  if (length > 0) read_at(bytes, offset);
   return bytes;
 }
 
