@@ -148,6 +148,7 @@ std::optional<int> attach_ranks(ServedDataset& data, const StoreDescriptor& stor
   }
   const std::size_t n = store.ranks.size();
   data.table.settings = settings;
+  data.table.allow_stale = settings.get_bool("origin.allow_stale");
   data.table.routes.resize(n);
   data.table.targets.mapped.resize(n);
   data.table.targets.remotes.resize(n);

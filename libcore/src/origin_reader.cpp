@@ -158,8 +158,12 @@ void OriginReader::verify_requests() {
     const auto& r = m_requests[i];
     return std::pair(r.field, m_index->block(r.sample, r.field).first_sample);
   };
-  std::sort(m_grouped.begin(), m_grouped.end(),
-            [&](std::size_t a, std::size_t b) { return block_of(a) < block_of(b); });
+  // Then by sample: a damaged block is reported at the lowest sample asked of it, every time.
+  std::sort(m_grouped.begin(), m_grouped.end(), [&](std::size_t a, std::size_t b) {
+    const auto block_a = block_of(a);
+    const auto block_b = block_of(b);
+    return block_a != block_b ? block_a < block_b : m_requests[a].sample < m_requests[b].sample;
+  });
   Block block{};
   uint32_t block_field = 0;
   bool have_block = false;

@@ -312,6 +312,7 @@ void Store::load(const std::filesystem::path& index, const std::string& name, bo
     ds->registration =
         m->fabric->expose(ds->region, ds->layouts, ds->direct, ds->table.targets.remotes);
   ds->build_routes(m->options.settings);
+  ds->table.allow_stale = m->options.allow_stale;
   m->datasets.push_back(std::move(ds));
 }
 

@@ -324,11 +324,13 @@ def assert_block_mismatch(proc):
     assert proc.stdout in (b"", "")
 
 
-def test_verify_finds_a_flipped_byte_in_a_multi_row_block(ddstage, serve, blocks):
+def test_verify_finds_a_flipped_byte_in_a_multi_row_block(ddstage, serve, blocks, tmp_path):
     """Sample 20001 is intact, but its block (16384..32767) holds the flipped byte: read --verify,
     info --verify, load --verify (shards 0..19999 and 20000..39999 both cut that block, so each
     rank reads the other half from origin) and read --store --verify refuse it, naming the
-    block; without verify the intact row reads right, and rows of other blocks verify."""
+    block; without verify the intact row reads right, and rows of other blocks verify.
+    read --store --verify reads both halves from the store's live ranks, naming both, and still
+    does once origin is gone."""
     ddx, arr = blocks
     assert ddstage.ok("read", ddx, "--ids", "20001", binary=True).stdout == arr[20001].tobytes()
     assert_block_mismatch(ddstage.run("read", ddx, "--ids", "20001", "--verify", binary=True))
@@ -341,7 +343,12 @@ def test_verify_finds_a_flipped_byte_in_a_multi_row_block(ddstage, serve, blocks
     ddstage.ok("load", "--store", store.dir, ddx, "--name", "b")
     read = ["read", "--store", store.dir, "--dataset", "b"]
     assert ddstage.ok(*read, "--ids", "20001", binary=True).stdout == arr[20001].tobytes()
-    for ids in ("20001", "19999"):  # rank 1's side of the block, and rank 0's
-        assert_block_mismatch(ddstage.run(*read, "--ids", ids, "--verify", binary=True))
-    assert ddstage.ok(*read, "--ids", "5,39999", "--verify", binary=True).stdout == arr[[5, 39999]].tobytes()
+    for gone in (False, True):
+        if gone:
+            (tmp_path / "x.npy").unlink()
+        for ids in ("20001", "19999"):  # rank 1's side of the block, and rank 0's
+            proc = ddstage.run(*read, "--ids", ids, "--verify", binary=True)
+            assert_clear(proc, ["checksum", "16384..32767", "read from rank 0 and rank 1"])
+            assert proc.stdout == b""
+        assert ddstage.ok(*read, "--ids", "5,39999", "--verify", binary=True).stdout == arr[[5, 39999]].tobytes()
     store.stop()

@@ -66,6 +66,7 @@ class TestWatch final : public RouteWatch {
   void explain(const Error& error, std::chrono::steady_clock::time_point) override {
     explained = error.what();
   }
+  bool alive(int r) const override { return r != refuse; }
 
   int refuse = -1;
   std::string explained;

@@ -120,8 +120,43 @@ TEST_CASE("client: verify names the block whose bytes in the store are damaged",
       CHECK(e.context().field == "x");
       CHECK_THAT(e.what(), Contains(fmt::format("block of samples {}..{}", block.first_sample,
                                                 block.first_sample + block.rows - 1)));
+      // The block's bytes came from every rank it spans: no one rank is blamed.
+      CHECK(!e.context().rank);
+      CHECK_THAT(e.what(), Contains("read from rank 0, rank 1 and rank 2"));
     }
     CHECK(store_batch(reader, "g", ids, true) == origin_batch(store.index(), 1, ids));
+  }
+  CHECK(leftover_segments().empty());
+}
+
+TEST_CASE("client: verify reads a block's rows on other live ranks from the store, not origin",
+          "[client]") {
+  {
+    TestStore store;
+    auto reader = Client(store.dir()).open("d").reader();
+    // x is one block across the ranks: verifying one row of rank 0 reads rows of ranks 1 and 2.
+    const uint64_t asked = 5;
+    const Block block = store.index().block(asked, 0);
+    REQUIRE(block.first_sample + block.rows > store.plan().range(1).first);
+    const std::vector<uint64_t> ids = {asked};
+    const auto expect = origin_batch(store.index(), 0, ids);
+    // Origin touched (bytes unchanged), then gone: the store still holds every row of the block.
+    const auto source = store.dir() / "src/x.bin";
+    fs::last_write_time(source, fs::last_write_time(source) + std::chrono::seconds(5));
+    CHECK(store_batch(reader, "x", ids, true) == expect);
+    fs::remove(source);
+    CHECK(store_batch(reader, "x", ids, true) == expect);
+    // Damage in rank 1's part of the block is still found, and rank 1 is among those named.
+    store.damage(store.plan().range(1).first + 2, 0);
+    Bytes dest(expect.size());
+    try {
+      reader.get_batch("x", ids, dest, true);
+      FAIL("no ChecksumError");
+    } catch (const ChecksumError& e) {
+      CHECK(e.context().sample == asked);
+      CHECK(!e.context().rank);
+      CHECK_THAT(e.what(), Contains("rank 1"));
+    }
   }
   CHECK(leftover_segments().empty());
 }
@@ -185,6 +220,20 @@ TEST_CASE("client: a rank that is gone fails reads of its samples only", "[clien
     expect_rank1_gone(late);
     rank1.kill();  // reaped
     expect_rank1_gone(reader);
+    // Verify took rank 1's rows of x's one block from origin: under the freshness rule, which
+    // origin.allow_stale lifts, as for any origin read.
+    const auto ids0 = ids_of_rank(store.plan(), 0);
+    const auto expect0 = origin_batch(store.index(), 0, ids0);
+    const auto source = store.dir() / "src/x.bin";
+    fs::last_write_time(source, fs::last_write_time(source) + std::chrono::seconds(5));
+    auto fresh = Client(store.dir()).open("d").reader();
+    CHECK(store_batch(fresh, "x", ids0) == expect0);
+    CHECK_THROWS_AS(store_batch(fresh, "x", ids0, true), StaleError);
+    auto stale = Client(store.dir(), Settings::resolve({{"origin.allow_stale", "true"}}, {},
+                                                       std::nullopt, false))
+                     .open("d")
+                     .reader();
+    CHECK(store_batch(stale, "x", ids0, true) == expect0);
   }
   CHECK(leftover_segments().empty());
 }

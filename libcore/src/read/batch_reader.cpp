@@ -112,14 +112,23 @@ void BatchReader::transfer(uint32_t field, std::span<const uint64_t> ids, std::s
     throw;
   }
   if (verify) {
-    verify_rows(*m_table.index, *m_table.plan, field, ids, dest.data(), fetch_rows(timer),
-                fetch_origin());
+    verify_rows(*m_table.index, *m_table.plan, field, ids, dest.data(), fetch_rows(timer));
     timer.mark(ProfileStage::other);  // not the GPU copy that may follow
   }
 }
 
 FetchRows BatchReader::fetch_rows(BatchTimer& timer) {
   return [this, &timer](uint32_t field, std::span<const uint64_t> ids, std::span<std::byte> dest) {
+    const int rank = m_table.plan->owner(ids.front());
+    if (m_lane_of[rank] == no_lane || (m_watch && !m_watch->alive(rank))) {
+      // Unverified, this rank's rows could not be read at all; origin still lets the block be
+      // checked, under the store's freshness rule.
+      if (!m_origin)
+        m_origin = std::make_unique<OriginReader>(
+            *m_table.index, OriginReaderOptions{.allow_stale = m_table.allow_stale});
+      m_origin->read(field, ids, dest);
+      return origin_source;
+    }
     m_block.resize(dest.size());
     if (m_block.data() != m_block_registered) {
       // A transport may have registered the old buffer's memory under its address.
@@ -130,13 +139,7 @@ FetchRows BatchReader::fetch_rows(BatchTimer& timer) {
     check_owners();
     move_rows(timer);
     std::memcpy(dest.data(), m_block.data(), dest.size());
-  };
-}
-
-FetchRows BatchReader::fetch_origin() {
-  return [this](uint32_t field, std::span<const uint64_t> ids, std::span<std::byte> dest) {
-    if (!m_origin) m_origin = std::make_unique<OriginReader>(*m_table.index);
-    m_origin->read(field, ids, dest);
+    return rank;
   };
 }
 
@@ -198,8 +201,7 @@ void BatchReader::get_batch(const std::string& field, std::span<const uint64_t> 
                                               : std::span<const ReadOp>();
     device.copy_direct(reads, m_regions, dest);
     if (verify)
-      verify_rows(index, *m_table.plan, f, ids, device.copy_back(dest).data(), fetch_rows(timer),
-                  fetch_origin());
+      verify_rows(index, *m_table.plan, f, ids, device.copy_back(dest).data(), fetch_rows(timer));
   }
   timer.finish(ids.size(), dest.bytes);
 }

@@ -73,11 +73,10 @@ class BatchReader {
   /// Posts every lane (network reads first, so copies run while they are in flight), then
   /// completes them; every way out passes through the lanes' InFlight guards.
   void move_rows(BatchTimer& timer);
-  /// Verify's reads of whole blocks, through the lanes into m_block (kept between batches, so
-  /// a transport's registration of it stays valid).
+  /// Verify's reads of a block's rows, one rank's at a time: through the lanes into m_block
+  /// (kept between batches, so a transport's registration of it stays valid), or from origin
+  /// (m_origin) for a rank without a route or whose process has exited.
   FetchRows fetch_rows(BatchTimer& timer);
-  /// Verify's reads of the rows of a block on other ranks (it straddles a shard's edge).
-  FetchRows fetch_origin();
   std::string why_not_direct() const;
   GpuDestination& gpu();
 
@@ -94,7 +93,7 @@ class BatchReader {
   std::vector<std::span<const std::byte>> m_regions;  // per rank, for direct device copies
   std::vector<std::byte> m_block;                     // a block verify reads
   const std::byte* m_block_registered = nullptr;
-  std::unique_ptr<OriginReader> m_origin;  // opened by the first verify that needs it
+  std::unique_ptr<OriginReader> m_origin;  // opened by the first fetch_rows that needs it
 };
 
 }  // namespace ddstage::detail

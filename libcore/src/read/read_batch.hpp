@@ -7,6 +7,7 @@
 #include <cstring>
 #include <functional>
 #include <numeric>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -97,28 +98,44 @@ inline void append_read(std::vector<ReadOp>& reads, const ReadOp& row) {
   reads.push_back(row);
 }
 
-/// Reads rows of a field (ids, checked) into dest, unverified: how verify_rows gets the rest of
-/// a multi-row block, from the store or from origin.
-using FetchRows =
-    std::function<void(uint32_t field, std::span<const uint64_t> ids, std::span<std::byte> dest)>;
+/// Where verify read rows from when not from a rank of the store.
+inline constexpr int origin_source = -1;
 
-/// Checks each row of dest (ids' rows back to back) against the index: a row checksummed on its
-/// own directly; a row of a multi-row block by reading the whole block once (its cost: a
-/// verified random read of a small row reads its block), hashing it and comparing the row with
-/// the verified bytes. The block's rows held by the ranks the batch read it from come from the
-/// store (from_store), those of other ranks (a block straddling a shard's edge) from origin
-/// (from_origin). A ChecksumError names the sample asked, the field, the block's samples and
-/// the rank.
+/// Reads rows of a field (ids, checked, all in one rank's range) into dest, unverified: how
+/// verify_rows gets a multi-row block. Returns where they came from: the rank, through the
+/// store, or origin_source when that rank cannot be read (its process gone, no route to it).
+using FetchRows =
+    std::function<int(uint32_t field, std::span<const uint64_t> ids, std::span<std::byte> dest)>;
+
+/// Checks each row of dest (ids' rows back to back, read from their owners) against the index:
+/// a row checksummed on its own directly; a row of a multi-row block by reading the whole block
+/// once through fetch (its cost: a verified random read of a small row reads its block), hashing
+/// it and comparing the row with the verified bytes. A ChecksumError names the sample asked, the
+/// field, the block's samples and where its bytes came from: the rank when one rank gave them
+/// all, else every rank (and origin) in the message.
 inline void verify_rows(const Index& index, const ShardPlan& plan, uint32_t field,
                         std::span<const uint64_t> ids, const std::byte* dest,
-                        const FetchRows& from_store, const FetchRows& from_origin) {
-  const auto mismatch = [&](uint64_t id, const Block& b) {
-    const std::string rows = b.rows == 1 ? std::string()
-                                         : fmt::format(" (block of samples {}..{})", b.first_sample,
-                                                       b.first_sample + b.rows - 1);
-    return ChecksumError(
-        "bytes read from the store do not match the index checksum" + rows + "; reload the dataset",
-        {.sample = id, .field = index.fields()[field].name, .rank = plan.owner(id)});
+                        const FetchRows& fetch) {
+  const auto mismatch = [&](uint64_t id, const Block& b, std::span<const int> sources) {
+    std::string rows;
+    if (b.rows > 1) {
+      rows = fmt::format(" (block of samples {}..{}", b.first_sample, b.first_sample + b.rows - 1);
+      if (sources.size() > 1) {
+        for (std::size_t i = 0; i < sources.size(); ++i) {
+          rows += i == 0 ? ", read from " : i + 1 == sources.size() ? " and " : ", ";
+          rows += sources[i] == origin_source ? std::string("origin")
+                                              : fmt::format("rank {}", sources[i]);
+        }
+      }
+      rows += ')';
+    }
+    std::optional<int> rank;
+    if (sources.size() == 1 && sources[0] != origin_source) rank = sources[0];
+    const char* what = sources.size() == 1 && sources[0] == origin_source
+                           ? "bytes read from origin do not match the index checksum"
+                           : "bytes read from the store do not match the index checksum";
+    return ChecksumError(std::string(what) + rows + "; reload the dataset",
+                         {.sample = id, .field = index.fields()[field].name, .rank = rank});
   };
   struct Pending {
     uint64_t block_first;
@@ -132,7 +149,8 @@ inline void verify_rows(const Index& index, const ShardPlan& plan, uint32_t fiel
     if (b.rows > 1) {
       pending.push_back({b.first_sample, id, dest});
     } else if (checksum({dest, e.length}) != b.checksum) {
-      throw mismatch(id, b);
+      const int owner = plan.owner(id);
+      throw mismatch(id, b, {&owner, 1});
     }
     dest += e.length;
   }
@@ -142,33 +160,36 @@ inline void verify_rows(const Index& index, const ShardPlan& plan, uint32_t fiel
   });
   std::vector<uint64_t> block_ids;
   std::vector<std::byte> bytes;
-  std::vector<int> ranks;
+  std::vector<int> sources;
   for (std::size_t begin = 0, end = 0; begin < pending.size(); begin = end) {
     const Block block = index.block(pending[begin].id, field);
     const uint64_t length = index.entry(block.first_sample, field).length;  // one run
-    ranks.clear();
-    for (end = begin; end < pending.size() && pending[end].block_first == block.first_sample;
-         ++end) {
-      ranks.push_back(plan.owner(pending[end].id));
-    }
+    for (end = begin; end < pending.size() && pending[end].block_first == block.first_sample;)
+      ++end;
+    // Each rank the block spans gives its rows through the store (fetch's choice): origin may
+    // have changed or gone since the load, so only a rank that cannot be read sends there.
     bytes.resize(block.rows * length);
+    sources.clear();
     const uint64_t last = block.first_sample + block.rows;
     for (uint64_t s = block.first_sample; s < last;) {
-      const int rank = plan.owner(s);
-      const uint64_t stop = std::min(last, plan.range(rank).last);
+      const uint64_t stop = std::min(last, plan.range(plan.owner(s)).last);
       block_ids.resize(stop - s);
       std::iota(block_ids.begin(), block_ids.end(), s);
-      const bool asked = std::find(ranks.begin(), ranks.end(), rank) != ranks.end();
-      (asked ? from_store : from_origin)(
+      const int source = fetch(
           field, block_ids,
           std::span(bytes).subspan((s - block.first_sample) * length, block_ids.size() * length));
+      if (std::find(sources.begin(), sources.end(), source) == sources.end())
+        sources.push_back(source);
       s = stop;
     }
-    if (checksum(bytes) != block.checksum) throw mismatch(pending[begin].id, block);
+    if (checksum(bytes) != block.checksum) throw mismatch(pending[begin].id, block, sources);
     for (std::size_t i = begin; i < end; ++i) {
       const uint64_t at = (pending[i].id - block.first_sample) * length;
-      if (length && std::memcmp(pending[i].row, bytes.data() + at, length) != 0)
-        throw mismatch(pending[i].id, block);
+      if (length && std::memcmp(pending[i].row, bytes.data() + at, length) != 0) {
+        // The block checked out: the row the batch read from its owner is the one that differs.
+        const int owner = plan.owner(pending[i].id);
+        throw mismatch(pending[i].id, block, {&owner, 1});
+      }
     }
   }
 }

@@ -50,6 +50,9 @@ struct RouteTable {
   std::vector<Route> routes;  ///< by rank
   TransportTargets targets;   ///< what each reader's transports are opened on
   Settings settings;          ///< fabric.*, read_timeout, gpu.path
+  /// Verify's origin reads (the rows of a block on a rank that cannot be read) skip the
+  /// sources' size/mtime check, as the store's own loads did.
+  bool allow_stale = false;
 };
 
 /// What a served store adds to a batch, per reader (it may keep per-batch scratch). The
@@ -63,6 +66,9 @@ class RouteWatch {
   /// After a batch's transfer threw `error`: throws a better explanation when there is one (a
   /// rank that died, a dataset replaced), else returns and the error stands.
   virtual void explain(const Error& error, std::chrono::steady_clock::time_point started) = 0;
+  /// Whether rank r may still be read: false once its process is known to have exited. Throws
+  /// nothing, so verify can take a dead rank's rows of a block from origin instead.
+  virtual bool alive(int r) const = 0;
 };
 
 /// Where a reader's routes come from: keeps the table alive for as long as a reader reads.

@@ -27,6 +27,7 @@ class ServedWatch final : public RouteWatch {
 
   void check(std::span<const int> owners) override;
   void explain(const Error& error, std::chrono::steady_clock::time_point started) override;
+  bool alive(int r) const override { return !exited(r); }
 
  private:
   /// One poll() on the watched pidfds: throw_gone for the first rank whose process has exited.
