@@ -262,6 +262,11 @@ detail::FieldRows check_field_rows(std::span<const std::byte> bytes, const Index
     if (r.block_rows == 0 || r.first_block != next_block || blocks > t.blocks - next_block) {
       throw corrupt(fmt::format("run {} names blocks the table does not hold", i));
     }
+    uint64_t span = 0;
+    const bool wraps = __builtin_mul_overflow(r.count - 1, r.stride, &span);
+    const auto last = add(r.base, span);
+    if (wraps || !last) throw rows.bad(*run_end - 1, field, "lies past the end of its file");
+    rows.check(r.first_sample, field, r.file, *last, r.length, r.count);
     // Verify paths read a block into one buffer: a crafted block_rows must not size it.
     const uint64_t block_rows = std::min<uint64_t>(r.block_rows, r.count);
     if ((r.count > 1 && r.block_rows > detail::max_block_rows) ||
@@ -271,11 +276,6 @@ detail::FieldRows check_field_rows(std::span<const std::byte> bytes, const Index
                       "bytes)",
                       i, r.block_rows, r.length, detail::max_block_rows, detail::max_block_bytes));
     }
-    uint64_t span = 0;
-    const bool wraps = __builtin_mul_overflow(r.count - 1, r.stride, &span);
-    const auto last = add(r.base, span);
-    if (wraps || !last) throw rows.bad(*run_end - 1, field, "lies past the end of its file");
-    rows.check(r.first_sample, field, r.file, *last, r.length, r.count);
     next_sample = *run_end;
     next_block += blocks;
   }
