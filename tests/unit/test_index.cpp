@@ -18,6 +18,7 @@
 #include "ddstage/tool/origin_verify.hpp"
 #include "ddstage/tool/shard_layout.hpp"
 #include "ddstage/tool/shard_loader.hpp"
+#include "ddstage/tool/shard_plan.hpp"
 #include "index_layout.hpp"
 #include "test_support.hpp"
 
@@ -1249,4 +1250,41 @@ TEST_CASE("field stats of a crafted 2^32-row run come from the run, not the rows
   CHECK(stats.bytes == n);
   CHECK(stats.min_row == 1);
   CHECK(stats.max_row == 1);
+}
+
+TEST_CASE("a shard plan walked by runs splits where a walk row by row does", "[index][runs]") {
+  test::TempDir dir;
+  const uint64_t n = 5000;
+  const auto source = test::pattern_bytes(1 << 16, 17);
+  const auto src = dir / "src.bin";
+  test::write_file(src, source);
+  {
+    IndexWriter w({.out = dir / "s.ddx", .block_bytes = 64});
+    w.define({fixed16("x"), variable_bytes("v")}, n);
+    const auto file = w.add_source(src);
+    for (uint64_t s = 0; s < n; ++s) {
+      // x: runs of 700 rows; v: runs of 3-byte rows, one-row runs and empty rows in stretches.
+      w.put_in_place(s, 0, file, (s % 700) * 16, std::span(source).subspan((s % 700) * 16, 16));
+      const uint64_t length = s < 2000 ? 3 : s < 3000 ? 1 + s % 7 : s < 4000 ? 0 : 5;
+      const uint64_t offset = s < 2000 || s >= 4000 ? s * length : s % 999;
+      w.put_in_place(s, 1, file, offset, std::span(source).subspan(offset, length));
+    }
+    w.commit();
+  }
+  const auto index = Index::open(dir / "s.ddx");
+  REQUIRE(index.runs(1) < n);
+  for (int ranks : {1, 2, 3, 7, 64, 4999, 6000}) {
+    std::vector<uint64_t> expected(static_cast<std::size_t>(ranks) + 1, n);
+    expected[0] = 0;
+    const uint64_t total = index.manifest().total_bytes;
+    uint64_t before = 0;
+    int next = 1;
+    for (uint64_t s = 0; s < n && next < ranks; ++s) {
+      while (next < ranks &&
+             before * static_cast<uint64_t>(ranks) >= total * static_cast<uint64_t>(next))
+        expected[static_cast<std::size_t>(next++)] = s;
+      before += index.entry(s, 0).length + index.entry(s, 1).length;
+    }
+    CHECK(ShardPlan::balance(index, ranks).boundaries() == expected);
+  }
 }

@@ -193,6 +193,14 @@ class Index {
     const detail::RunRecord& r = detail::run_of(t, sample);
     return {r.file, r.base + (sample - r.first_sample) * r.stride, r.length};
   }
+  /// The first sample past the run holding (sample, field): rows from sample up to it share
+  /// one length (sample + 1 for a field stored row by row). Same cost as entry().
+  uint64_t run_end(uint64_t sample, uint32_t field) const noexcept {
+    const detail::FieldRows& t = m_rows[field];
+    if (t.entries) return sample + 1;
+    const detail::RunRecord& r = detail::run_of(t, sample);
+    return r.first_sample + r.count;
+  }
   /// The checksummed block holding (sample, field). Same cost as entry().
   Block block(uint64_t sample, uint32_t field) const noexcept;
   /// Absolute path of a file-table row.
