@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstring>
 #include <optional>
 
@@ -266,6 +267,15 @@ detail::FieldRows check_field_rows(std::span<const std::byte> bytes, const Index
     const auto last = add(r.base, span);
     if (wraps || !last) throw rows.bad(*run_end - 1, field, "lies past the end of its file");
     rows.check(r.first_sample, field, r.file, *last, r.length, r.count);
+    // Verify paths read a block into one buffer: a crafted block_rows must not size it.
+    const uint64_t block_rows = std::min<uint64_t>(r.block_rows, r.count);
+    if ((r.count > 1 && r.block_rows > detail::max_block_rows) ||
+        (block_rows > 1 && r.length > detail::max_block_bytes / block_rows)) {
+      throw corrupt(
+          fmt::format("run {} has blocks of {} rows of {} bytes (at most {} rows and {} "
+                      "bytes)",
+                      i, r.block_rows, r.length, detail::max_block_rows, detail::max_block_bytes));
+    }
     next_sample = *run_end;
     next_block += blocks;
   }
@@ -334,6 +344,25 @@ uint64_t Index::runs(uint32_t field) const noexcept {
 
 uint64_t Index::blocks(uint32_t field) const noexcept {
   return m_rows[field].entries ? m_samples : m_rows[field].block_count;
+}
+
+Index::FieldStats Index::field_stats(uint32_t field) const noexcept {
+  const detail::FieldRows& t = m_rows[field];
+  FieldStats out{0, UINT64_MAX, 0};
+  auto add_rows = [&out](uint64_t length, uint64_t count) {
+    uint64_t bytes = 0;
+    if (__builtin_mul_overflow(length, count, &bytes) ||
+        __builtin_add_overflow(out.bytes, bytes, &out.bytes))
+      out.bytes = UINT64_MAX;
+    out.min_row = std::min(out.min_row, length);
+    out.max_row = std::max(out.max_row, length);
+  };
+  if (t.entries) {
+    for (uint64_t s = 0; s < m_samples; ++s) add_rows(t.entries[s * t.entry_step].length, 1);
+  } else {
+    for (uint64_t i = 0; i < t.run_count; ++i) add_rows(t.runs[i].length, t.runs[i].count);
+  }
+  return out;
 }
 
 uint32_t Index::field_id(std::string_view name) const {

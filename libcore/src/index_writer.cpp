@@ -9,7 +9,9 @@
 #include <chrono>
 #include <cstring>
 #include <ctime>
+#include <functional>
 #include <map>
+#include <optional>
 #include <unordered_map>
 
 #include <spdlog/spdlog.h>
@@ -17,6 +19,7 @@
 
 #include "ddstage/config.hpp"
 #include "ddstage/error.hpp"
+#include "ddstage/mapped_file.hpp"
 #include "ddstage/tool/checksum.hpp"
 #include "ddstage/tool/file_descriptor.hpp"
 #include "index_layout.hpp"
@@ -29,12 +32,11 @@ namespace {
 
 constexpr std::size_t pack_buffer_bytes = 4u << 20;
 constexpr std::size_t entries_per_write = 1u << 16;
-/// Tiny rows would otherwise make blocks of millions of rows.
-constexpr uint64_t max_block_rows = 1u << 16;
-
+/// Within what Index::open accepts: tiny rows would otherwise make blocks of millions of rows.
 uint32_t block_rows_for(uint64_t block_bytes, uint64_t row_bytes) {
-  return static_cast<uint32_t>(
-      std::clamp<uint64_t>(block_bytes / std::max<uint64_t>(row_bytes, 1), 1, max_block_rows));
+  return static_cast<uint32_t>(std::clamp<uint64_t>(
+      std::min(block_bytes, detail::max_block_bytes) / std::max<uint64_t>(row_bytes, 1), 1,
+      detail::max_block_rows));
 }
 constexpr auto progress_interval = std::chrono::milliseconds(200);
 
@@ -68,12 +70,46 @@ bool replaceable(const fs::path& out) {
 
 }  // namespace
 
+/// A field's runs in sample order, one-row runs included, each with its block checksums.
+using RunSink = std::function<void(const detail::RunRecord&, std::span<const uint64_t>)>;
+
+/// What a field's section of index.bin will hold.
+struct FieldPlan {
+  detail::FieldLayout layout = detail::FieldLayout::entries;
+  uint64_t runs = 0;  // after merging
+  uint64_t blocks = 0;
+};
+
+/// Collects records and hands them to `append` in pieces: a field of a billion rows needs no
+/// copy of them all.
+template <class Record>
+class RecordBuffer {
+ public:
+  explicit RecordBuffer(const std::function<void(std::span<const std::byte>)>& append)
+      : m_append(append) {}
+  void push(const Record& r) {
+    m_records.push_back(r);
+    if (m_records.size() == entries_per_write) flush();
+  }
+  void flush() {
+    m_append(std::as_bytes(std::span(m_records)));
+    m_records.clear();
+  }
+
+ private:
+  const std::function<void(std::span<const std::byte>)>& m_append;
+  std::vector<Record> m_records;
+};
+
 struct IndexWriter::State {
   IndexWriterOptions options;
   fs::path tmp;
   bool committed = false;
 
-  /// One field's runs: the closed ones (first_block counts in blocks), and the one growing.
+  /// One field's runs: the closed ones of two rows or more (first_block counts in blocks), the
+  /// one growing, and the closed one-row runs. Those go to a sparse file (an entry record at
+  /// slot [sample], marked present), mapped, not to the heap: a field whose rows form no runs
+  /// (files, variable rows) costs 32 bytes a row of evictable page cache, as index.bin does.
   struct FieldRuns {
     std::vector<detail::RunRecord> runs;
     std::vector<uint64_t> blocks;
@@ -81,6 +117,9 @@ struct IndexWriter::State {
     bool open = false;
     uint64_t block_filled = 0;  // rows of current's last block hashed so far
     StreamingChecksum hash;
+    MappedFile singles;  // samples EntryRecords, created at the first one-row run
+    uint64_t single_count = 0;
+    std::optional<uint64_t> put_twice;  // a one-row run's sample put again as one
   };
 
   bool defined = false;
@@ -112,9 +151,14 @@ struct IndexWriter::State {
   FieldRuns& runs_of(uint64_t sample, uint32_t field, uint64_t count);
   void put(uint64_t sample, uint32_t field, uint32_t file, uint64_t offset,
            std::span<const std::byte> bytes);
-  void close_run(FieldRuns& f);
+  void close_run(FieldRuns& f, uint32_t field);
   void hash_rows(FieldRuns& f, std::span<const std::byte> bytes, uint64_t rows);
-  std::vector<detail::RunRecord> finish_field(uint32_t field, std::vector<uint64_t>& blocks);
+  void walk_field(uint32_t field, const RunSink& sink);
+  void merge_field(uint32_t field, const std::function<void(const detail::RunRecord&)>& on_run,
+                   const std::function<void(std::span<const uint64_t>)>& on_blocks);
+  FieldPlan plan_field(uint32_t field, std::vector<bool>& referenced);
+  void write_entries(uint32_t field, const std::function<void(std::span<const std::byte>)>& append);
+  void write_runs(uint32_t field, const std::function<void(std::span<const std::byte>)>& append);
   void report(bool final);
   void flush_pack();
   void write_pack(std::span<const std::byte> bytes);
@@ -219,7 +263,7 @@ void IndexWriter::State::put(uint64_t sample, uint32_t field, uint32_t file, uin
     if (r.count == 1) r.stride = offset - r.base;
     ++r.count;
   } else {
-    close_run(f);
+    close_run(f, field);
     r = {sample,       1,
          offset,       0,
          bytes.size(), f.blocks.size(),
@@ -247,14 +291,36 @@ void IndexWriter::State::hash_rows(FieldRuns& f, std::span<const std::byte> byte
   report(false);
 }
 
-void IndexWriter::State::close_run(FieldRuns& f) {
+void IndexWriter::State::close_run(FieldRuns& f, uint32_t field) {
   if (!f.open) return;
   if (f.block_filled) {
     f.blocks.push_back(f.hash.digest_and_reset());
     f.block_filled = 0;
   }
-  f.runs.push_back(f.current);
   f.open = false;
+  const detail::RunRecord& r = f.current;
+  if (r.count > 1) {
+    f.runs.push_back(r);
+    return;
+  }
+  if (f.singles.bytes().empty()) {
+    // Sparse (no fallocate): pages exist only where rows land. Unlinked once mapped, so the
+    // published directory never holds it and a failed flatten leaves nothing behind.
+    const auto path = tmp / ("singles-" + std::to_string(field) + ".bin");
+    auto fd = FileDescriptor::open(path, O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (::ftruncate(fd.get(), static_cast<off_t>(samples * sizeof(detail::EntryRecord))) != 0)
+      throw IoError("ftruncate " + path.string(), errno);
+    f.singles = MappedFile(path, MappedFile::Mode::read_write);
+    fs::remove(path);
+  }
+  auto* slot = reinterpret_cast<detail::EntryRecord*>(f.singles.writable().data()) + r.first_sample;
+  if (slot->reserved) {
+    if (!f.put_twice) f.put_twice = r.first_sample;
+  } else {
+    *slot = {r.file, 1, r.base, r.length, f.blocks.back()};
+    ++f.single_count;
+  }
+  f.blocks.pop_back();
 }
 
 void IndexWriter::put_in_place(uint64_t sample, uint32_t field, uint32_t file, uint64_t offset,
@@ -377,54 +443,149 @@ void IndexWriter::State::close_pack() {
   pack_fd = FileDescriptor();
 }
 
-/// Closes the field's run and returns its runs in sample order, neighbours that continue each
-/// other merged, with their blocks in that order in `blocks`. logic_error unless they cover
-/// every sample exactly once.
-std::vector<detail::RunRecord> IndexWriter::State::finish_field(uint32_t field,
-                                                                std::vector<uint64_t>& blocks) {
+/// Calls sink with the field's runs in sample order, the one-row ones read back from their
+/// file, after closing its open run. logic_error unless they cover every sample exactly once.
+void IndexWriter::State::walk_field(uint32_t field, const RunSink& sink) {
   FieldRuns& f = field_runs[field];
-  close_run(f);
+  close_run(f, field);
   auto& runs = f.runs;
   std::sort(runs.begin(), runs.end(),
             [](const auto& a, const auto& b) { return a.first_sample < b.first_sample; });
-  std::vector<detail::RunRecord> out;
-  blocks.clear();
+  const auto* singles = reinterpret_cast<const detail::EntryRecord*>(f.singles.bytes().data());
   uint64_t next = 0;
+  uint64_t singles_seen = 0;
+  uint64_t missing = 0;
+  auto take_singles = [&](uint64_t end) {
+    for (; next < end; ++next) {
+      const detail::EntryRecord* e = singles ? singles + next : nullptr;
+      if (!e || !e->reserved) {
+        ++missing;
+        continue;
+      }
+      ++singles_seen;
+      const detail::RunRecord r{
+          next,      1, e->offset, 0,
+          e->length, 0, e->file,   block_rows_for(options.block_bytes, e->length)};
+      sink(r, std::span(&e->checksum, 1));
+    }
+  };
   for (const auto& r : runs) {
     if (r.first_sample < next) {
       throw std::logic_error("IndexWriter: entry for sample " + std::to_string(r.first_sample) +
                              " of field '" + fields[field].name + "' put twice");
     }
-    if (r.first_sample > next) break;  // reported below
-    const uint64_t nblocks = (r.count - 1) / r.block_rows + 1;
-    const auto* first = f.blocks.data() + r.first_block;
+    take_singles(r.first_sample);
+    sink(r, std::span(f.blocks).subspan(r.first_block, (r.count - 1) / r.block_rows + 1));
     next = r.first_sample + r.count;
-    if (!out.empty()) {
-      // Merged only where the blocks line up: a block's checksum cannot be split or joined.
-      auto& p = out.back();
-      const uint64_t stride = p.count == 1 ? r.base - p.base : p.stride;
-      if (r.file == p.file && r.length == p.length && r.block_rows == p.block_rows &&
-          p.count % p.block_rows == 0 && r.base >= p.base && r.base == p.base + p.count * stride &&
-          (r.count == 1 || r.stride == stride)) {
-        p.stride = stride;
-        p.count += r.count;
-        blocks.insert(blocks.end(), first, first + nblocks);
-        continue;
-      }
-    }
-    out.push_back(r);
-    out.back().first_block = blocks.size();
-    blocks.insert(blocks.end(), first, first + nblocks);
   }
-  if (next != samples) {
-    uint64_t put = 0;
-    for (const auto& r : runs) put += r.count;
-    throw std::logic_error("IndexWriter::commit: " + std::to_string(samples - put) +
+  take_singles(samples);
+  if (!f.put_twice && singles_seen != f.single_count) {
+    // A one-row run inside a longer one: find it (only on this error path, O(samples)).
+    for (const auto& r : runs) {
+      for (uint64_t s = r.first_sample; s < r.first_sample + r.count && !f.put_twice; ++s)
+        if (singles[s].reserved) f.put_twice = s;
+    }
+  }
+  if (f.put_twice) {
+    throw std::logic_error("IndexWriter: entry for sample " + std::to_string(*f.put_twice) +
+                           " of field '" + fields[field].name + "' put twice");
+  }
+  if (missing) {
+    throw std::logic_error("IndexWriter::commit: " + std::to_string(missing) +
                            " entries of field '" + fields[field].name + "' were never put");
   }
-  runs = {};
-  f.blocks = {};
-  return out;
+}
+
+/// The field's runs as index.bin stores them: neighbours that continue each other merged. Blocks
+/// keep their order, so they go to on_blocks as they come.
+void IndexWriter::State::merge_field(
+    uint32_t field, const std::function<void(const detail::RunRecord&)>& on_run,
+    const std::function<void(std::span<const uint64_t>)>& on_blocks) {
+  std::optional<detail::RunRecord> p;
+  uint64_t blocks = 0;
+  walk_field(field, [&](const detail::RunRecord& r, std::span<const uint64_t> b) {
+    if (on_blocks) on_blocks(b);
+    const uint64_t first_block = blocks;
+    blocks += b.size();
+    if (p) {
+      // Merged only where the blocks line up: a block's checksum cannot be split or joined.
+      const uint64_t stride = p->count == 1 ? r.base - p->base : p->stride;
+      if (r.file == p->file && r.length == p->length && r.block_rows == p->block_rows &&
+          p->count % p->block_rows == 0 && r.base >= p->base &&
+          r.base == p->base + p->count * stride && (r.count == 1 || r.stride == stride)) {
+        p->stride = stride;
+        p->count += r.count;
+        return;
+      }
+      on_run(*p);
+    }
+    p = r;
+    p->first_block = first_block;
+  });
+  on_run(*p);
+}
+
+/// Counts the field's merged runs and blocks and picks the smaller layout: runs (56 bytes each
+/// and 8 a block) or an entry of 32 bytes a row. Marks the files its rows lie in.
+FieldPlan IndexWriter::State::plan_field(uint32_t field, std::vector<bool>& referenced) {
+  FieldPlan plan;
+  merge_field(
+      field,
+      [&](const detail::RunRecord& r) {
+        ++plan.runs;
+        referenced[r.file] = true;
+      },
+      [&](std::span<const uint64_t> b) { plan.blocks += b.size(); });
+  const uint64_t runs_bytes =
+      plan.runs * sizeof(detail::RunRecord) + plan.blocks * sizeof(uint64_t);
+  plan.layout = samples * sizeof(detail::EntryRecord) < runs_bytes ? detail::FieldLayout::entries
+                                                                   : detail::FieldLayout::runs;
+  return plan;
+}
+
+/// An entry per row. Rows of longer runs need a checksum of their own: their blocks' when a
+/// block is one row, else hashed again from their file (such rows are under a block's size).
+void IndexWriter::State::write_entries(
+    uint32_t field, const std::function<void(std::span<const std::byte>)>& append) {
+  RecordBuffer<detail::EntryRecord> out(append);
+  FileDescriptor fd;
+  uint32_t fd_file = 0;
+  std::vector<std::byte> row;
+  walk_field(field, [&](const detail::RunRecord& r, std::span<const uint64_t> blocks) {
+    for (uint64_t i = 0; i < r.count; ++i) {
+      const uint64_t offset = r.base + i * r.stride;
+      uint64_t sum = 0;
+      if (r.count == 1 || r.block_rows == 1) {
+        sum = blocks[i];
+      } else {
+        if (!fd || fd_file != r.file) {
+          const auto& info = files[r.file];
+          fd = FileDescriptor::open(
+              info.kind == FileKind::pack ? tmp / info.path : fs::path(info.path), O_RDONLY);
+          fd_file = r.file;
+        }
+        row.resize(r.length);
+        fd.pread_exact(row, offset);
+        sum = checksum(row);
+      }
+      out.push({r.file, 0, offset, r.length, sum});
+    }
+  });
+  out.flush();
+}
+
+void IndexWriter::State::write_runs(uint32_t field,
+                                    const std::function<void(std::span<const std::byte>)>& append) {
+  RecordBuffer<detail::RunRecord> runs(append);
+  merge_field(field, [&](const detail::RunRecord& r) { runs.push(r); }, {});
+  runs.flush();
+  RecordBuffer<uint64_t> blocks(append);
+  merge_field(
+      field, [](const detail::RunRecord&) {},
+      [&](std::span<const uint64_t> b) {
+        for (uint64_t c : b) blocks.push(c);
+      });
+  blocks.flush();
 }
 
 /// Writes index.bin: field tables, each field's runs (or, when every row is a run of its own,
@@ -443,51 +604,39 @@ void IndexWriter::State::write_tables() {
     at += bytes.size();
   };
 
-  // Sections follow the field tables in field order, so their offsets are known once a field
-  // is finished; the tables are written last, hashed first: finish every field up front.
+  // Sections follow the field tables in field order, so their offsets are known once each
+  // field is counted; the tables are written first, then the fields one at a time.
   std::vector<bool> referenced(files.size(), false);
   std::vector<detail::FieldTable> tables(fields.size());
-  std::vector<std::vector<detail::RunRecord>> all_runs(fields.size());
-  std::vector<std::vector<uint64_t>> all_blocks(fields.size());
   uint64_t offset = detail::entries_offset + fields.size() * sizeof(detail::FieldTable);
   for (uint32_t f = 0; f < fields.size(); ++f) {
-    all_runs[f] = finish_field(f, all_blocks[f]);
-    for (const auto& r : all_runs[f]) referenced[r.file] = true;
+    const FieldPlan plan = plan_field(f, referenced);
     auto& t = tables[f];
-    if (all_runs[f].size() == samples) {
+    if (plan.layout == detail::FieldLayout::entries) {
       t = {static_cast<uint32_t>(detail::FieldLayout::entries), 0, offset, samples, 0, 0};
       offset += samples * sizeof(detail::EntryRecord);
     } else {
-      t = {static_cast<uint32_t>(detail::FieldLayout::runs),
-           0,
-           offset,
-           all_runs[f].size(),
-           0,
-           all_blocks[f].size()};
-      offset += all_runs[f].size() * sizeof(detail::RunRecord);
+      t = {static_cast<uint32_t>(detail::FieldLayout::runs), 0, offset, plan.runs, 0, plan.blocks};
+      offset += plan.runs * sizeof(detail::RunRecord);
       t.blocks_offset = offset;
-      offset += all_blocks[f].size() * sizeof(uint64_t);
+      offset += plan.blocks * sizeof(uint64_t);
     }
   }
   append(std::as_bytes(std::span(tables)));
+  const std::function<void(std::span<const std::byte>)> append_fn = append;
   for (uint32_t f = 0; f < fields.size(); ++f) {
     if (tables[f].layout == static_cast<uint32_t>(detail::FieldLayout::entries)) {
-      // In pieces: a field of a billion one-row runs needs no second copy of them all.
-      std::vector<detail::EntryRecord> entries;
-      for (uint64_t i = 0; i < samples; ++i) {
-        const auto& r = all_runs[f][i];
-        entries.push_back({r.file, 0, r.base, r.length, all_blocks[f][i]});
-        if (entries.size() == entries_per_write || i + 1 == samples) {
-          append(std::as_bytes(std::span(entries)));
-          entries.clear();
-        }
-      }
+      write_entries(f, append_fn);
     } else {
-      append(std::as_bytes(std::span(all_runs[f])));
-      append(std::as_bytes(std::span(all_blocks[f])));
+      write_runs(f, append_fn);
     }
-    all_runs[f] = {};
-    all_blocks[f] = {};
+    if (at != (f + 1 < fields.size() ? tables[f + 1].records_offset : offset))
+      throw std::logic_error("IndexWriter: field " + fields[f].name +
+                             " wrote a section of the wrong size");
+    auto& fr = field_runs[f];
+    fr.runs = {};
+    fr.blocks = {};
+    fr.singles = MappedFile();
   }
 
   for (uint32_t f = 0; f < files.size(); ++f) {

@@ -45,6 +45,12 @@ inline void check_index_contract(const Index& index) {
           b.rows > n - b.first_sample) {
         violated(where + " lies in a block that does not hold it");
       }
+      // Verify paths size one buffer by a block.
+      if (b.rows > detail::max_block_rows ||
+          (b.rows > 1 && e.length > detail::max_block_bytes / b.rows)) {
+        violated(where + " lies in a block of " + std::to_string(b.rows) + " rows of " +
+                 std::to_string(e.length) + " bytes");
+      }
     }
   }
 }

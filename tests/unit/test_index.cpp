@@ -18,6 +18,7 @@
 #include "ddstage/tool/origin_verify.hpp"
 #include "ddstage/tool/shard_layout.hpp"
 #include "ddstage/tool/shard_loader.hpp"
+#include "ddstage/tool/shard_plan.hpp"
 #include "index_layout.hpp"
 #include "test_support.hpp"
 
@@ -1038,5 +1039,252 @@ TEST_CASE("crafted format 3 run tables are refused at open, naming the damage",
                         Catch::Contains("index.bin") && Catch::Contains(c.words));
       CHECK_THROWS_AS(Index::open(path), IndexError);
     }
+  }
+}
+
+namespace {
+
+/// A variable uint8 field.
+FieldInfo variable_bytes(const std::string& name) {
+  return {name, DType::uint8, {}, true, 0, "/" + name};
+}
+
+/// Every row of field f reads back through a verifying reader as the bytes of `source` its
+/// entry names, and each row's block checksum holds it.
+void check_variable_rows(const Index& index, uint32_t f, const std::vector<std::byte>& source) {
+  for (uint64_t s = 0; s < index.samples(); ++s) {
+    const Entry e = index.entry(s, f);
+    const Block b = index.block(s, f);
+    if (b.rows == 1) REQUIRE(b.checksum == checksum(std::span(source).subspan(e.offset, e.length)));
+  }
+  OriginReader reader(index, {.verify = true});
+  std::vector<uint64_t> ids{0, index.samples() / 2, index.samples() - 1};
+  std::vector<std::byte> out(reader.batch_bytes(f, ids));
+  reader.read(f, ids, out);
+  uint64_t at = 0;
+  for (uint64_t s : ids) {
+    const Entry e = index.entry(s, f);
+    CHECK(std::equal(out.begin() + static_cast<std::ptrdiff_t>(at),
+                     out.begin() + static_cast<std::ptrdiff_t>(at + e.length),
+                     source.begin() + static_cast<std::ptrdiff_t>(e.offset)));
+    at += e.length;
+  }
+}
+
+/// Resident anonymous memory (heap) of this process, from /proc/self/status.
+uint64_t rss_anon_bytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("RssAnon:", 0) == 0) return std::stoull(line.substr(8)) * 1024;
+  }
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("a field of one-row runs and a few pairs is stored as entries, each row checksummed",
+          "[index][runs]") {
+  test::TempDir dir;
+  const uint64_t n = 1000;
+  const auto source = test::pattern_bytes(1 << 16, 9);
+  const auto src = dir / "src.bin";
+  test::write_file(src, source);
+  {
+    IndexWriter w({.out = dir / "p.ddx"});
+    w.define({variable_bytes("v")}, n);
+    const auto file = w.add_source(src);
+    for (uint64_t s = 0; s < n; ++s) {
+      // Samples 10-11 and 500-502 continue each other (equal length, next offset): runs.
+      const bool paired = (s >= 10 && s <= 11) || (s >= 500 && s <= 502);
+      const uint64_t length = paired ? 3 : 1 + (s * 7919) % 50;
+      const uint64_t offset = paired ? 1000 + s * 3 : (s * 104729) % 60000;
+      w.put_in_place(s, 0, file, offset, std::span(source).subspan(offset, length));
+    }
+    w.commit();
+  }
+  const auto index = Index::open(dir / "p.ddx");
+  CHECK(index.runs(0) == n);  // entries: 32 bytes a row, not 64 for runs of one row
+  CHECK(index.entry(11, 0).offset == 1000 + 33);
+  CHECK(fs::file_size(dir / "p.ddx" / "index.bin") <
+        detail::entries_offset + sizeof(detail::FieldTable) + n * 32 + 256);
+  check_variable_rows(index, 0, source);
+  for (uint64_t s : {10, 11, 500, 502}) CHECK(index.block(s, 0).rows == 1);
+}
+
+TEST_CASE("a long run with one-row runs around it is stored as runs, in sample order",
+          "[index][runs]") {
+  test::TempDir dir;
+  const uint64_t n = 20000;
+  const auto source = test::pattern_bytes(1 << 16, 11);
+  const auto src = dir / "src.bin";
+  test::write_file(src, source);
+  {
+    IndexWriter w({.out = dir / "r.ddx", .pack_bytes = 1000});
+    w.define({variable_bytes("v")}, n);
+    const auto file = w.add_source(src);
+    const auto put = [&](uint64_t s) {
+      if (s >= 3 && s < n - 3) {
+        w.put_in_place(s, 0, file, s * 2, std::span(source).subspan(s * 2, 2));
+      } else {
+        w.put_packed(s, 0, std::span(source).subspan(s, 1 + s % 5));  // lengths differ: no runs
+      }
+    };
+    // The last rows first: one-row runs land in their file before and after the long run.
+    for (uint64_t s = n - 3; s < n; ++s) put(s);
+    for (uint64_t s = 0; s < n - 3; ++s) put(s);
+    w.commit();
+  }
+  const auto index = Index::open(dir / "r.ddx");
+  CHECK(index.runs(0) == 7);
+  CHECK(fs::file_size(dir / "r.ddx" / "index.bin") < 4096);
+  for (uint64_t s = 0; s < n; ++s) {
+    const Entry e = index.entry(s, 0);
+    REQUIRE(e.length == (s >= 3 && s < n - 3 ? 2 : 1 + s % 5));
+  }
+  OriginReader reader(index, {.verify = true});
+  std::vector<uint64_t> ids{0, 2, 3, 10000, n - 4, n - 1};
+  std::vector<std::byte> out(reader.batch_bytes(0, ids));
+  reader.read(0, ids, out);
+  uint64_t at = 0;
+  for (uint64_t s : ids) {
+    const uint64_t len = s >= 3 && s < n - 3 ? 2 : 1 + s % 5;
+    const uint64_t from = s >= 3 && s < n - 3 ? s * 2 : s;
+    CHECK(std::equal(out.begin() + static_cast<std::ptrdiff_t>(at),
+                     out.begin() + static_cast<std::ptrdiff_t>(at + len),
+                     source.begin() + static_cast<std::ptrdiff_t>(from)));
+    at += len;
+  }
+}
+
+TEST_CASE("one-row runs of a 10^6-row field are spilled to a mapped file, not the heap",
+          "[index][runs]") {
+  test::TempDir dir;
+  const uint64_t n = 1'000'000;
+  const auto source = test::pattern_bytes(1 << 16, 13);
+  const auto src = dir / "src.bin";
+  test::write_file(src, source);
+  IndexWriter w({.out = dir / "m.ddx"});
+  w.define({variable_bytes("v")}, n);
+  const auto file = w.add_source(src);
+  const uint64_t before = rss_anon_bytes();
+  for (uint64_t s = 0; s < n; ++s) {
+    const uint64_t length = 1 + (s * 7919) % 50;
+    const uint64_t offset = (s * 104729) % 60000;
+    w.put_in_place(s, 0, file, offset, std::span(source).subspan(offset, length));
+  }
+  // A run record and a block on the heap per row were 64 MB here; the spill file is 32 MB of
+  // page cache. The bound leaves room for allocator noise.
+  if (before) CHECK(rss_anon_bytes() < before + (16u << 20));
+  w.commit();
+  const auto index = Index::open(dir / "m.ddx");
+  CHECK(index.runs(0) == n);
+  CHECK(fs::file_size(dir / "m.ddx" / "index.bin") <
+        detail::entries_offset + sizeof(detail::FieldTable) + n * 32 + 256);
+  check_variable_rows(index, 0, source);
+}
+
+TEST_CASE("a run's blocks larger than a reader may buffer are refused at open",
+          "[index][corrupt][runs]") {
+  test::TempDir dir;
+  const auto src = dir / "src.bin";
+  test::write_file(src, test::pattern_bytes(3 << 20, 3));
+  const auto path = dir / "b.ddx";
+  {
+    IndexWriter w({.out = path});
+    w.define({variable_bytes("v")}, 40);
+    const auto file = w.add_source(src);
+    const auto row = test::pattern_bytes(1024, 3);
+    for (uint64_t s = 0; s < 40; ++s) w.put_in_place(s, 0, file, 0, row);  // stride 0: one run
+    w.commit();
+  }
+  REQUIRE(Index::open(path).runs(0) == 1);
+  using detail::RunRecord;
+  SECTION("too many rows") {
+    CraftedIndex c(path);
+    edit(c, 0, [](RunRecord& r) { r.block_rows = 1u << 20; });
+    c.seal();
+    CHECK_THROWS_WITH(Index::open(path),
+                      Catch::Contains("index.bin") && Catch::Contains("blocks of 1048576 rows"));
+  }
+  SECTION("too many bytes") {
+    CraftedIndex c(path);
+    edit(c, 0, [](RunRecord& r) { r.length = 2u << 20; });  // 40 rows of 2 MiB in one block
+    c.seal();
+    CHECK_THROWS_WITH(Index::open(path),
+                      Catch::Contains("index.bin") && Catch::Contains("rows of 2097152 bytes"));
+  }
+}
+
+TEST_CASE("field stats of a crafted 2^32-row run come from the run, not the rows",
+          "[index][runs]") {
+  test::TempDir dir;
+  const auto src = dir / "src.bin";
+  test::write_file(src, test::pattern_bytes(1, 4));
+  const auto path = dir / "h.ddx";
+  const uint64_t base = 65536;
+  {
+    // One-byte blocks: room for the block checksums of 2^32 rows in 65536-row blocks.
+    IndexWriter w({.out = path, .block_bytes = 1});
+    w.define({{"x", DType::uint8, {1}, false, 1, "/x"}}, base);
+    const auto file = w.add_source(src);
+    const auto row = test::pattern_bytes(1, 4);
+    for (uint64_t s = 0; s < base; ++s) w.put_in_place(s, 0, file, 0, row);
+    w.commit();
+  }
+  const uint64_t n = uint64_t{1} << 32;
+  {
+    CraftedIndex c(path);
+    edit(c, 0, [&](detail::RunRecord& r) {
+      r.count = n;
+      r.block_rows = 65536;
+    });
+    c.header.samples = n;
+    c.seal();
+    edit_manifest(path, "samples: 65536", "samples: " + std::to_string(n));
+    edit_manifest(path, "total_bytes: 65536", "total_bytes: " + std::to_string(n));
+  }
+  const auto index = Index::open(path);
+  REQUIRE(index.samples() == n);
+  const auto stats = index.field_stats(0);
+  CHECK(stats.bytes == n);
+  CHECK(stats.min_row == 1);
+  CHECK(stats.max_row == 1);
+}
+
+TEST_CASE("a shard plan walked by runs splits where a walk row by row does", "[index][runs]") {
+  test::TempDir dir;
+  const uint64_t n = 5000;
+  const auto source = test::pattern_bytes(1 << 16, 17);
+  const auto src = dir / "src.bin";
+  test::write_file(src, source);
+  {
+    IndexWriter w({.out = dir / "s.ddx", .block_bytes = 64});
+    w.define({fixed16("x"), variable_bytes("v")}, n);
+    const auto file = w.add_source(src);
+    for (uint64_t s = 0; s < n; ++s) {
+      // x: runs of 700 rows; v: runs of 3-byte rows, one-row runs and empty rows in stretches.
+      w.put_in_place(s, 0, file, (s % 700) * 16, std::span(source).subspan((s % 700) * 16, 16));
+      const uint64_t length = s < 2000 ? 3 : s < 3000 ? 1 + s % 7 : s < 4000 ? 0 : 5;
+      const uint64_t offset = s < 2000 || s >= 4000 ? s * length : s % 999;
+      w.put_in_place(s, 1, file, offset, std::span(source).subspan(offset, length));
+    }
+    w.commit();
+  }
+  const auto index = Index::open(dir / "s.ddx");
+  REQUIRE(index.runs(1) < n);
+  for (int ranks : {1, 2, 3, 7, 64, 4999, 6000}) {
+    std::vector<uint64_t> expected(static_cast<std::size_t>(ranks) + 1, n);
+    expected[0] = 0;
+    const uint64_t total = index.manifest().total_bytes;
+    uint64_t before = 0;
+    int next = 1;
+    for (uint64_t s = 0; s < n && next < ranks; ++s) {
+      while (next < ranks &&
+             before * static_cast<uint64_t>(ranks) >= total * static_cast<uint64_t>(next))
+        expected[static_cast<std::size_t>(next++)] = s;
+      before += index.entry(s, 0).length + index.entry(s, 1).length;
+    }
+    CHECK(ShardPlan::balance(index, ranks).boundaries() == expected);
   }
 }

@@ -48,6 +48,12 @@ struct RunRecord {
 };
 static_assert(sizeof(RunRecord) == 56);
 
+/// Bounds Index::open puts on a run's blocks, so that a verify path may size a buffer by a
+/// block: at most max_block_rows rows (unless the run has one row), and a block of more than
+/// one row at most max_block_bytes. A row alone may be as long as its file.
+inline constexpr uint64_t max_block_rows = 1u << 16;
+inline constexpr uint64_t max_block_bytes = 64u << 20;
+
 /// One field's rows as Index holds them: records (every entry_step-th: formats 1-2 interleave
 /// the fields), or runs sorted by first_sample with their block checksums.
 struct FieldRows {
@@ -187,6 +193,14 @@ class Index {
     const detail::RunRecord& r = detail::run_of(t, sample);
     return {r.file, r.base + (sample - r.first_sample) * r.stride, r.length};
   }
+  /// The first sample past the run holding (sample, field): rows from sample up to it share
+  /// one length (sample + 1 for a field stored row by row). Same cost as entry().
+  uint64_t run_end(uint64_t sample, uint32_t field) const noexcept {
+    const detail::FieldRows& t = m_rows[field];
+    if (t.entries) return sample + 1;
+    const detail::RunRecord& r = detail::run_of(t, sample);
+    return r.first_sample + r.count;
+  }
   /// The checksummed block holding (sample, field). Same cost as entry().
   Block block(uint64_t sample, uint32_t field) const noexcept;
   /// Absolute path of a file-table row.
@@ -200,6 +214,14 @@ class Index {
   /// index costs, for `info` and benches.
   uint64_t runs(uint32_t field) const noexcept;
   uint64_t blocks(uint32_t field) const noexcept;
+  /// A field's bytes and shortest and longest row, in O(runs) (O(samples) for a field stored
+  /// row by row): for `info` on an index whose few runs stand for 2^40 rows.
+  struct FieldStats {
+    uint64_t bytes = 0;  ///< saturates at 2^64 - 1
+    uint64_t min_row = 0;
+    uint64_t max_row = 0;
+  };
+  FieldStats field_stats(uint32_t field) const noexcept;
   /// check_fresh for every file reads can touch (not `copied` ones); the first stale one throws.
   void check_all_fresh() const;
 
