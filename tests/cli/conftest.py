@@ -17,6 +17,12 @@ import pytest
 
 TIMEOUT_S = 120
 
+# Run by hand, DDSTAGE_BIN=build/cli/ddstage is relative: every test that changes directory
+# (external raw files resolve against the cwd) or hands the path to a child would lose it.
+for _key in ("DDSTAGE_BIN", "DDSTAGE_GEN"):
+    if "/" in os.environ.get(_key, ""):
+        os.environ[_key] = os.path.abspath(os.environ[_key])
+
 # What runs a command as an unprivileged user (root ignores file modes).
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 
