@@ -274,35 +274,35 @@ uint64_t fields_checksum(std::span<const FieldInfo> fields) {
   const auto put = [&encoded](uint64_t v) {
     encoded.append(reinterpret_cast<const char*>(&v), sizeof v);
   };
+  const auto put_text = [&](const std::string& text) {
+    put(text.size());
+    encoded += text;
+  };
+  const auto put_dims = [&](const std::vector<uint64_t>& dims) {
+    put(dims.size());
+    for (uint64_t d : dims) put(d);
+  };
   for (const auto& f : fields) {
-    put(f.name.size());
-    encoded += f.name;
+    put_text(f.name);
     put(static_cast<uint64_t>(f.dtype));
     put(f.variable);
-    put(f.shape.size());
-    for (uint64_t d : f.shape) put(d);
+    put_dims(f.shape);
     put(f.row_bytes);
     // Appended only when present, so the checksums of format-2 indexes do not change.
     if (!f.members.empty()) {
       put(f.members.size());
       for (const auto& m : f.members) {
-        put(m.name.size());
-        encoded += m.name;
+        put_text(m.name);
         put(static_cast<uint64_t>(m.dtype));
         put(m.offset);
-        put(m.shape.size());
-        for (uint64_t d : m.shape) put(d);
+        put_dims(m.shape);
       }
     }
-    if (!f.encoding.empty()) {
-      put(f.encoding.size());
-      encoded += f.encoding;
-    }
+    if (!f.encoding.empty()) put_text(f.encoding);
     if (!f.enum_names.empty()) {
       put(f.enum_names.size());
       for (const auto& e : f.enum_names) {
-        put(e.name.size());
-        encoded += e.name;
+        put_text(e.name);
         put(static_cast<uint64_t>(e.value));
       }
     }
