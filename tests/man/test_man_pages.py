@@ -2,7 +2,7 @@
 
 The commands and flags come from the built binary (DDSTAGE_BIN: `ddstage --help`, each
 command's and bench subcommand's --help), so a flag added to the CLI without a word in its
-page fails here.
+page fails here; so does a setting of `ddstage info --settings` missing from ddstage-settings(7).
 """
 import os
 import re
@@ -119,7 +119,8 @@ def test_page_has_its_sections(page):
     found = sections(page)
     missing = [s for s in REQUIRED[section] if s not in found]
     assert not missing, f"{page.name} lacks {missing} (has {list(found)})"
-    assert re.match(rf"\s*{re.escape(name)}\b", found["NAME"]), f"{page.name}: NAME does not begin with {name}"
+    assert re.match(rf"\s*{re.escape(name)}\b", found["NAME"]), \
+        f"{page.name}: NAME does not begin with {name}"
 
 
 @pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
@@ -178,3 +179,14 @@ def test_bench_subcommands_have_sections_and_flags():
         problems += [f"{page.name} does not document {f} of `bench {sub}`"
                      for f in help_flags(help_text("bench", sub)) if not mentions(text, f)]
     assert not problems, "\n".join(problems)
+
+
+def test_every_setting_is_in_ddstage_settings_7():
+    proc = subprocess.run([ddstage_bin(), "info", "--settings"], capture_output=True, text=True,
+                          timeout=TIMEOUT_S)
+    assert proc.returncode == 0, proc.stderr
+    rows = re.findall(r"^(\S+)\s.*?\b(DDSTAGE_[A-Z0-9_]+)\b", proc.stdout, re.M)
+    assert len(rows) > 10, f"no settings parsed from ddstage info --settings:\n{proc.stdout}"
+    text = roff_text(MAN_DIR / "ddstage-settings.7")
+    missing = [f"{key} ({env})" for key, env in rows if not (mentions(text, key) and mentions(text, env))]
+    assert not missing, f"ddstage-settings(7) does not document {missing}"
