@@ -81,8 +81,9 @@ def help_block(text, heading):
 
 
 def help_flags(text):
-    """Every flag name in the help's option column (-o and --output of `-o,--output TEXT`)."""
-    return [name for column in help_block(text, "Options") for name in column.split(",")
+    """Every flag name in the help's option column (-o and --output of `-o,--output TEXT`),
+    under Options: or any option group's heading."""
+    return [name for column in re.findall(r"^  (-\S+)", text, re.M) for name in column.split(",")
             if name.startswith("-") and name not in ("-h", "--help")]
 
 
