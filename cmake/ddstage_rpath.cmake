@@ -4,19 +4,30 @@
 # The build tree needs nothing: CMake's build RPATH already names libcore's build directory.
 include_guard(GLOBAL)
 
+# Whether directory is one of the compiler's, and so the loader's, own: a RUNPATH entry for it
+# would change nothing.
+function(ddstage_is_implicit_link_directory directory out)
+  get_filename_component(real ${directory} REALPATH)
+  foreach(implicit IN LISTS CMAKE_C_IMPLICIT_LINK_DIRECTORIES CMAKE_CXX_IMPLICIT_LINK_DIRECTORIES)
+    get_filename_component(implicit ${implicit} REALPATH)
+    if(real STREQUAL implicit)
+      set(${out} TRUE PARENT_SCOPE)
+      return()
+    endif()
+  endforeach()
+  set(${out} FALSE PARENT_SCOPE)
+endfunction()
+
 # target: installed into destination (relative to the prefix, or absolute).
 function(ddstage_install_rpath target destination)
   if(NOT DDSTAGE_SHARED)
     return()
   endif()
-  # The loader's own directories need no RUNPATH entry (a /usr install, as Debian packages).
-  get_filename_component(libdir ${CMAKE_INSTALL_FULL_LIBDIR} REALPATH)
-  foreach(implicit IN LISTS CMAKE_C_IMPLICIT_LINK_DIRECTORIES CMAKE_CXX_IMPLICIT_LINK_DIRECTORIES)
-    get_filename_component(implicit ${implicit} REALPATH)
-    if(libdir STREQUAL implicit)
-      return()
-    endif()
-  endforeach()
+  # A /usr install, as Debian packages, needs no entry.
+  ddstage_is_implicit_link_directory(${CMAKE_INSTALL_FULL_LIBDIR} implicit)
+  if(implicit)
+    return()
+  endif()
   cmake_path(ABSOLUTE_PATH destination BASE_DIRECTORY ${CMAKE_INSTALL_PREFIX} NORMALIZE
              OUTPUT_VARIABLE from)
   file(RELATIVE_PATH relative ${from} ${CMAKE_INSTALL_FULL_LIBDIR})
