@@ -69,6 +69,13 @@ check_needed() {
     fail "$1 links libcore's own dependencies itself"
 }
 
+# Which libddstage the loader gives binary: the prefix's, not one installed system-wide.
+check_loads_prefix_lib() {
+  local lib
+  lib=$(ldd "$1" | sed -n 's/^\s*libddstage\.so[^ ]* => \(\S*\).*/\1/p')
+  [[ $lib == "$prefix"/* ]] || fail "$1 loads libddstage from '${lib:-nowhere}', not from $prefix"
+}
+
 # Second half: inside the namespace.
 if [[ ${DDSTAGE_CPU_CLIENT_INSIDE:-} == 1 ]]; then
   hide_dev_files "$work/hide"
@@ -91,6 +98,7 @@ if [[ ${DDSTAGE_CPU_CLIENT_INSIDE:-} == 1 ]]; then
   step "both apps read what ddstage read does"
   for app in "$work/build-cmake/cpu-client" "$work/cpu-client-pc"; do
     check_needed "$app"
+    check_loads_prefix_lib "$app"
     "$app" "$work/rows.ddx" 10 40 x >"$work/got.bin"
     cmp "$work/expected.bin" "$work/got.bin" || fail "$app read other bytes than ddstage read"
   done
@@ -110,6 +118,7 @@ for v in $(env | sed -n 's/^\(DDSTAGE_[A-Z0-9_]*\)=.*/\1/p'); do unset "$v"; don
 
 step "the installed ddstage runs and reads from origin (RUNPATH \$ORIGIN)"
 readelf -d "$prefix/bin/ddstage" | grep -q 'R.*PATH.*\$ORIGIN/' || fail "installed ddstage has no \$ORIGIN RUNPATH"
+check_loads_prefix_lib "$prefix/bin/ddstage"
 timeout 60 "$gen" hdf5-rows "$work/rows.h5" --samples 60 --shape 96 --dtype float32
 timeout 60 "$prefix/bin/ddstage" flatten "$work/rows.h5" --field x=/features --field y=/labels -o "$work/rows.ddx" >"$work/flatten.log"
 timeout 60 "$prefix/bin/ddstage" read "$work/rows.ddx" --ids 10-49 --field x -o "$work/expected.bin"
