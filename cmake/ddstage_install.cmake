@@ -100,7 +100,7 @@ cmake_path(ABSOLUTE_PATH CMAKE_INSTALL_INCLUDEDIR BASE_DIRECTORY ${CMAKE_INSTALL
 cmake_path(RELATIVE_PATH _ddstage_pc_include BASE_DIRECTORY ${CMAKE_INSTALL_PREFIX}
            OUTPUT_VARIABLE DDSTAGE_PC_INCLUDEDIR)
 # A static libcore's own dependencies, for `pkg-config --static`: the modules that ship a .pc
-# file, and MPI's and the CUDA runtime's libraries as CMake found them.
+# file, and MPI's, the CUDA runtime's and HIP's libraries as CMake found them.
 set(DDSTAGE_PC_REQUIRES_PRIVATE "")
 set(DDSTAGE_PC_LIBS_PRIVATE "")
 if(NOT DDSTAGE_SHARED)
@@ -113,7 +113,8 @@ if(NOT DDSTAGE_SHARED)
     list(APPEND _ddstage_pc_libs ${CUDA_cudart_static_LIBRARY} -lrt)
   endif()
   if(DDSTAGE_CORE_NEEDS_HIP)
-    list(APPEND _ddstage_pc_libs -L${HIP_LIB_INSTALL_DIR} -lamdhip64)
+    get_target_property(_ddstage_hip_library hip::amdhip64 LOCATION)
+    list(APPEND _ddstage_pc_libs ${_ddstage_hip_library})
   endif()
   foreach(_lib IN LISTS CMAKE_DL_LIBS)
     list(APPEND _ddstage_pc_libs -l${_lib})
