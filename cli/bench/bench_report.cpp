@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -111,6 +112,36 @@ std::string terminal_for(const std::string& path) {
   throw UsageError("--plot " + path + ": the file must end in .png or .svg");
 }
 
+/// Colours told apart in print and by most colour-blind readers (Okabe-Ito, then two more).
+constexpr std::array<const char*, 9> palette{"#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00",
+                                             "#56B4E9", "#000000", "#882255", "#999999"};
+/// Filled and open shapes, each distinct at a glance.
+constexpr std::array<int, 10> point_types{7, 5, 9, 11, 13, 6, 4, 8, 10, 12};
+
+/// "row_bytes" as an axis title: "row bytes".
+std::string axis_name(std::string name) {
+  std::replace(name.begin(), name.end(), '_', ' ');
+  return name;
+}
+
+/// A figure as named in the CSV, or none where the cell lacks it.
+std::optional<double> figure_of(const BenchCell& c, std::string_view name) {
+  if (name == "gb_per_s") return c.gb_per_s();
+  if (name == "seconds") return c.seconds;
+  for (const auto& [k, v] : latency_figures(c)) {
+    if (k == name) return v;
+  }
+  return c.extra(name);
+}
+
+/// Three significant digits without an exponent up to a million: a bar's label.
+std::string short_number(double v) {
+  if (v >= 1e6 || (v != 0 && v < 1e-3)) return fmt::format("{:.2e}", v);
+  if (v >= 100) return fmt::format("{:.0f}", v);
+  if (v >= 10) return fmt::format("{:.1f}", v);
+  return fmt::format("{:.3g}", v);
+}
+
 /// The names of the (name, value) pairs members_of(cell) points at, in first-seen order.
 template <typename Members>
 std::vector<std::string> names_over(const std::vector<BenchCell>& cells, Members members_of) {
@@ -171,11 +202,15 @@ void add_bench_output_options(CLI::App& sub, BenchOutputs& out) {
   sub.add_option("--csv", out.csv,
                  "Also write one line per cell (with a header line) to this CSV file");
   sub.add_option("--plot", out.plot,
-                 "Draw µs/row and GB/s against row size with gnuplot (FILE.png or FILE.svg)");
+                 "Draw the figures with gnuplot (FILE.png or FILE.svg): lines against row size, "
+                 "or bars with ratios to the baseline");
 }
 
 BenchReport::BenchReport(std::string bench, std::string unit)
-    : m_bench(std::move(bench)), m_unit(std::move(unit)) {
+    : m_bench(std::move(bench)),
+      m_unit(std::move(unit)),
+      m_bars{{fmt::format("µs per {} (mean)", m_unit), {{"mean_us", "mean"}}},
+             {"GB/s", {{"gb_per_s", "GB/s"}}}} {
   utsname u{};
   ::uname(&u);
   describe("host", host_name());
@@ -294,10 +329,14 @@ std::string BenchReport::json() const {
 std::string BenchReport::csv() const {
   const auto dims = dim_names();
   const auto extras = extra_names();
+  // Steps timed once each (bench flatten, load) have no per-call latencies to show.
+  const bool per_call = std::any_of(m_cells.begin(), m_cells.end(),
+                                    [](const BenchCell& c) { return c.ns_per_row.count() > 0; });
   std::vector<std::string> header(dims);
-  for (const char* h : {"rows", "bytes", "seconds", "gb_per_s", "calls", "mean_us", "p50_us",
-                        "p99_us", "p999_us", "max_us"}) {
-    header.emplace_back(h);
+  for (const char* h : {"rows", "bytes", "seconds", "gb_per_s"}) header.emplace_back(h);
+  if (per_call) {
+    for (const char* h : {"calls", "mean_us", "p50_us", "p99_us", "p999_us", "max_us"})
+      header.emplace_back(h);
   }
   header.insert(header.end(), extras.begin(), extras.end());
   auto line = [](const std::vector<std::string>& fields) {
@@ -313,8 +352,10 @@ std::string BenchReport::csv() const {
     fields.push_back(std::to_string(c.bytes));
     fields.push_back(fmt::format("{:.9g}", c.seconds));
     fields.push_back(fmt::format("{:.6g}", c.gb_per_s()));
-    fields.push_back(std::to_string(c.ns_per_row.count()));
-    for (const auto& f : latency_figures(c)) fields.push_back(fmt::format("{:.6g}", f.second));
+    if (per_call) {
+      fields.push_back(std::to_string(c.ns_per_row.count()));
+      for (const auto& f : latency_figures(c)) fields.push_back(fmt::format("{:.6g}", f.second));
+    }
     for (const auto& e : extras)
       fields.push_back(c.extra(e) ? fmt::format("{:.6g}", *c.extra(e)) : "");
     out += line(fields);
@@ -348,68 +389,151 @@ void BenchReport::plot(const std::string& path) const {
   out.commit();
 }
 
-// Series are the cells that differ only in the x coordinate; with no numeric x coordinate every
-// cell is one point of a single series, labelled on the x axis.
 std::string BenchReport::plot_script(const std::string& path, const std::string& output) const {
   const bool by_x =
       !m_cells.empty() && std::all_of(m_cells.begin(), m_cells.end(), [this](const BenchCell& c) {
         const auto* x = c.dim(m_plot_x);
         return x && std::holds_alternative<uint64_t>(*x);
       });
+  std::string script =
+      fmt::format("set terminal {}\nset output {}\n", terminal_for(path), gp_string(output));
+  script += fmt::format(
+      "set multiplot layout 1,{} title {}\n", by_x ? 2 : m_bars.size(),
+      gp_string(fmt::format("ddstage bench {} on {}", m_bench, m_description.front().second)));
+  return script + (by_x ? line_plot() : bar_plot()) + "unset multiplot\n";
+}
+
+// A series is the cells that differ only in the x coordinate. Colour alone cannot tell 15
+// series apart, so colour carries one dimension (the transport, in bench store) and the
+// dash and point type the rest; the key sits right of both panels, off the data.
+std::string BenchReport::line_plot() const {
+  auto varies = [this](const std::string& name) {
+    const auto* first = m_cells.front().dim(name);
+    return std::any_of(m_cells.begin(), m_cells.end(), [&](const BenchCell& c) {
+      return !first || !c.dim(name) || !(*c.dim(name) == *first);
+    });
+  };
+  const auto names = dim_names();
+  const auto colour_at = std::find_if(
+      names.begin(), names.end(), [&](const std::string& n) { return n != m_plot_x && varies(n); });
+  const std::string colour_dim = colour_at == names.end() ? "" : *colour_at;
+  std::vector<std::string> order, colours, styles;
   std::map<std::string, std::vector<const BenchCell*>> series;
-  std::vector<std::string> order;
+  std::map<std::string, std::pair<std::size_t, std::size_t>> look;  // series: colour, style
+  auto index_of = [](std::vector<std::string>& seen, const std::string& v) {
+    const auto at = std::find(seen.begin(), seen.end(), v);
+    if (at != seen.end()) return static_cast<std::size_t>(at - seen.begin());
+    seen.push_back(v);
+    return seen.size() - 1;
+  };
   for (const auto& c : m_cells) {
-    const auto key = by_x ? c.label(m_plot_x) : std::string("cells");
-    if (!series.count(key)) order.push_back(key);
+    const auto key = c.label(m_plot_x);
+    if (!series.count(key)) {
+      order.push_back(key);
+      const auto* by = c.dim(colour_dim);
+      BenchCell rest{.dims = {}};
+      for (const auto& d : c.dims) {
+        if (d.first != colour_dim) rest.dims.push_back(d);
+      }
+      look[key] = {index_of(colours, by ? dim_text(*by) : ""),
+                   index_of(styles, rest.label(m_plot_x))};
+    }
     series[key].push_back(&c);
   }
-  std::string data;
+  std::string script;
   for (std::size_t s = 0; s < order.size(); ++s) {
     auto& cells = series[order[s]];
-    if (by_x) {
-      std::stable_sort(cells.begin(), cells.end(), [this](const BenchCell* a, const BenchCell* b) {
-        return std::get<uint64_t>(*a->dim(m_plot_x)) < std::get<uint64_t>(*b->dim(m_plot_x));
-      });
-    }
-    data += fmt::format("$s{} << EOD\n", s);
+    std::stable_sort(cells.begin(), cells.end(), [this](const BenchCell* a, const BenchCell* b) {
+      return std::get<uint64_t>(*a->dim(m_plot_x)) < std::get<uint64_t>(*b->dim(m_plot_x));
+    });
+    script += fmt::format("$s{} << EOD\n", s);
     for (const auto* c : cells) {
-      const auto x = by_x ? dim_text(*c->dim(m_plot_x)) : gp_string(c->label());
-      data += fmt::format("{} {:.6g} {:.6g}\n", x, c->ns_per_row.mean() / 1e3, c->gb_per_s());
+      script += fmt::format("{} {:.6g} {:.6g}\n", dim_text(*c->dim(m_plot_x)),
+                            c->ns_per_row.mean() / 1e3, c->gb_per_s());
     }
-    data += "EOD\n";
+    script += "EOD\n";
   }
   auto plot_line = [&](int column) {
     std::string cmd = "plot ";
     for (std::size_t s = 0; s < order.size(); ++s) {
-      cmd += fmt::format("{}$s{} using {} with linespoints title {}", s ? ", " : "", s,
-                         by_x ? fmt::format("1:{}", column) : fmt::format("0:{}:xtic(1)", column),
-                         gp_string(by_x ? order[s] : m_bench));
+      const auto [colour, style] = look[order[s]];
+      cmd += fmt::format(
+          "{}$s{} using 1:{} with linespoints lw 2 ps 1.2 lc rgb '{}' dt {} pt {} title {}",
+          s ? ", " : "", s, column, palette[colour % palette.size()], style % 5 + 1,
+          point_types[style % point_types.size()], gp_string(order[s]));
     }
     return cmd + "\n";
   };
-  std::string script =
-      fmt::format("set terminal {}\nset output {}\n", terminal_for(path), gp_string(output));
-  script += data;
-  script += fmt::format(
-      "set multiplot layout 1,2 title {}\n",
-      gp_string(fmt::format("ddstage bench {} on {}", m_bench, m_description.front().second)));
-  script += "set grid\nset key top left font ',8'\nset logscale y\n";
-  if (by_x) {
-    // Padded by a factor of 2 each side: a single row size still gets an x range.
-    uint64_t lo = UINT64_MAX, hi = 0;
-    for (const auto& c : m_cells) {
-      lo = std::min(lo, std::get<uint64_t>(*c.dim(m_plot_x)));
-      hi = std::max(hi, std::get<uint64_t>(*c.dim(m_plot_x)));
-    }
-    script +=
-        fmt::format("set logscale x 2\nset format x '%.0b%B'\nset xrange [{}:{}]\nset xlabel {}\n",
-                    static_cast<double>(lo) / 2, static_cast<double>(hi) * 2, gp_string(m_plot_x));
-  } else {
-    script += "set xtics rotate by -30\n";
+  // Padded by a factor of 2 each side: a single x value still gets a range.
+  uint64_t lo = UINT64_MAX, hi = 0;
+  for (const auto& c : m_cells) {
+    lo = std::min(lo, std::get<uint64_t>(*c.dim(m_plot_x)));
+    hi = std::max(hi, std::get<uint64_t>(*c.dim(m_plot_x)));
   }
+  script += fmt::format(
+      "set grid\nset logscale y\nset logscale x 2\nset xrange [{}:{}]\nset xlabel {}\n",
+      static_cast<double>(lo) / 2, static_cast<double>(hi) * 2, gp_string(axis_name(m_plot_x)));
+  if (m_plot_x.ends_with("bytes")) script += "set format x '%.0b %BB'\n";
+  script += "set lmargin at screen 0.06\nset rmargin at screen 0.39\nunset key\n";
   script += fmt::format("set ylabel {}\n", gp_string(fmt::format("µs per {} (mean)", m_unit))) +
             plot_line(2);
-  return script + "set ylabel 'GB/s'\n" + plot_line(3) + "unset multiplot\n";
+  script += "set lmargin at screen 0.46\nset rmargin at screen 0.79\n";
+  script += "set key at screen 0.80,0.90 left top Left reverse font ',9' spacing 1.1\n";
+  return script + "set ylabel 'GB/s'\n" + plot_line(3);
+}
+
+// Categories have no order or distance between them: bars, not lines, each printing its value
+// and its ratio to the first cell's (the same-run baseline) so the figure needs no table.
+std::string BenchReport::bar_plot() const {
+  const auto& panels = m_bars;
+  const auto& base = m_cells.front();
+  std::string tics;
+  for (std::size_t i = 0; i < m_cells.size(); ++i)
+    tics += fmt::format("{}{} {}", i ? ", " : "", gp_string(m_cells[i].label()), i);
+  std::string script = fmt::format(
+      "set style fill solid 0.85 border -1\nset grid ytics\nset xtics ({}) scale 0 font ',11'\n"
+      "set xrange [-0.6:{}]\nset offsets 0,0,graph 0.22,0\nset bmargin 5\n"
+      "set key outside bottom center horizontal Left reverse samplen 2\n",
+      tics, static_cast<double>(m_cells.size()) - 0.4);
+  for (std::size_t p = 0; p < panels.size(); ++p) {
+    const auto& panel = panels[p];
+    const double width = 0.8 / static_cast<double>(panel.figures.size());
+    std::string plot = "plot ";
+    double top = 0;
+    for (std::size_t f = 0; f < panel.figures.size(); ++f) {
+      const auto& [name, legend] = panel.figures[f];
+      const auto block = fmt::format("$p{}f{}", p, f);
+      script += block + " << EOD\n";
+      const double base_value = figure_of(base, name).value_or(0);
+      for (const auto& c : m_cells) top = std::max(top, figure_of(c, name).value_or(0));
+      for (std::size_t i = 0; i < m_cells.size(); ++i) {
+        const double v = figure_of(m_cells[i], name).value_or(0);
+        const auto ratio = i == 0           ? std::string("baseline")
+                           : base_value > 0 ? fmt::format("{:.2f}x", v / base_value)
+                                            : std::string("-");
+        const double x = static_cast<double>(i) +
+                         (static_cast<double>(f) - (panel.figures.size() - 1) / 2.0) * width;
+        script += fmt::format("{:.4f} {:.6g} \"{}\" \"{}\"\n", x, v * panel.scale,
+                              short_number(v * panel.scale), ratio);
+      }
+      script += "EOD\n";
+      plot += fmt::format(
+          "{}{} using 1:2 with boxes lc rgb '{}' title {}, {} using 1:2:{} with labels center "
+          "offset 0,{} font ',10' notitle",
+          f ? ", " : "", block, palette[f % palette.size()], gp_string(legend), block,
+          panel.ratio ? "(sprintf(\"%s\\n%s\", strcol(3), strcol(4)))" : "(strcol(3))",
+          panel.ratio ? 1.6 : 0.8);
+    }
+    // All zero (no step waited a second): a range of its own, as gnuplot has none to take.
+    script += top > 0 ? "set yrange [0:*]\n" : "set yrange [0:1]\n";
+    script += fmt::format("set boxwidth {:.4f}\n{} key\n", width * 0.9,
+                          panel.figures.size() > 1 ? "set" : "unset");
+    script += fmt::format(
+        "set title {}\nset ylabel {}\n{}\n",
+        gp_string(panel.ratio ? panel.title + ", with the ratio to " + base.label() : panel.title),
+        gp_string(panel.title), plot);
+  }
+  return script;
 }
 
 }  // namespace ddstage::cli
