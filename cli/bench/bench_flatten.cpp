@@ -109,8 +109,8 @@ void write_cells(const BenchFlattenOptions& opts, const Index& index, const CatR
               .seconds = run.seconds,
               .extras = {{"sample_bytes", static_cast<double>(run.bytes)},
                          {"packed_bytes", static_cast<double>(run.packed)}}});
-  report.set_bars({{"source files, MB/s", {{"gb_per_s", "MB/s"}}, 1000},
-                   {"seconds", {{"seconds", "seconds"}}}});
+  report.set_panels({{"source files, MB/s", {{"gb_per_s", "MB/s"}}, 1000},
+                     {"seconds", {{"seconds", "seconds"}}}});
   // The JSON keeps its own layout (ddstage-bench(1) documents its fields).
   report.write({.csv = opts.outputs.csv, .plot = opts.outputs.plot});
 }

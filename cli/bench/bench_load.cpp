@@ -208,7 +208,8 @@ void write_cells(const BenchOutputs& outputs, const LoadFigures& f) {
   }
   report.add(
       {.dims = {{"step", "load"}}, .rows = rows, .bytes = f.load.bytes, .seconds = f.load.seconds});
-  report.set_bars({{"MB/s", {{"gb_per_s", "MB/s"}}, 1000}, {"seconds", {{"seconds", "seconds"}}}});
+  report.set_panels(
+      {{"MB/s", {{"gb_per_s", "MB/s"}}, 1000}, {"seconds", {{"seconds", "seconds"}}}});
   // The JSON keeps its own layout (ddstage-bench(1) documents its fields).
   report.write({.csv = outputs.csv, .plot = outputs.plot});
 }

@@ -245,7 +245,7 @@ BenchReport loader_report(const BenchLoaderOptions& opts, const RunDescription& 
   BenchReport report("loader", "step");
   // What decides between the modes (ddstage-bench(1)): the wait tail and the share of steps
   // that stall the trainer, then what that costs an epoch.
-  report.set_bars(
+  report.set_panels(
       {{"wait per step, µs", {{"mean_us", "mean"}, {"p99_us", "p99"}}},
        {"steps waiting longer, %", {{"over_100ms", "> 100 ms"}, {"over_1s", "> 1 s"}}, 100, false},
        {"epoch, seconds", {{"epoch_s", "epoch"}}}});

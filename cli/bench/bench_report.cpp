@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -12,6 +13,7 @@
 #include <map>
 #include <optional>
 #include <thread>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -85,6 +87,12 @@ std::string csv_field(const std::string& v) {
   return quoted + '"';
 }
 
+/// Counts (bytes, blocks) in full, other figures to 6 significant digits.
+std::string csv_number(double v) {
+  if (v == std::floor(v) && std::fabs(v) < 1e15) return fmt::format("{:.0f}", v);
+  return fmt::format("{:.6g}", v);
+}
+
 /// A gnuplot single-quoted string: the only escape is '' for '.
 std::string gp_string(const std::string& v) {
   std::string out = "'";
@@ -140,6 +148,75 @@ std::string short_number(double v) {
   if (v >= 100) return fmt::format("{:.0f}", v);
   if (v >= 10) return fmt::format("{:.1f}", v);
   return fmt::format("{:.3g}", v);
+}
+
+/// Cells that differ only in the x coordinate, drawn as one line.
+struct LineSeries {
+  std::string title;  ///< the coordinates that vary between series
+  std::size_t colour = 0;
+  std::size_t style = 0;
+  std::vector<const BenchCell*> cells;  ///< by x
+};
+
+/// The series of cells against the numeric dimension x, in key order. Colour alone cannot tell
+/// 15 series apart: the first dimension that varies (the transport, in bench store) picks the
+/// colour, the others that vary (batch, threads) the dash and point type. A dimension that
+/// takes one value per colour (bench store's mode, set by its transport) adds nothing to the
+/// style; series of one colour are listed together.
+std::vector<LineSeries> line_series(const std::vector<BenchCell>& cells,
+                                    const std::vector<std::string>& names, const std::string& x) {
+  auto text = [](const BenchCell& c, const std::string& name) {
+    const auto* d = c.dim(name);
+    return d ? dim_text(*d) : std::string();
+  };
+  auto tied_to = [&](const std::string& name, const std::string& by) {
+    std::map<std::string, std::string> seen;
+    return std::all_of(cells.begin(), cells.end(), [&](const BenchCell& c) {
+      return seen.emplace(text(c, by), text(c, name)).first->second == text(c, name);
+    });
+  };
+  std::vector<std::string> varying, styled;
+  for (const auto& n : names) {
+    if (n != x && !tied_to(n, "")) varying.push_back(n);  // tied to nothing: constant
+  }
+  for (std::size_t i = 1; i < varying.size(); ++i) {
+    if (!tied_to(varying[i], varying[0])) styled.push_back(varying[i]);
+  }
+  auto label_of = [&](const BenchCell& c, const std::vector<std::string>& over) {
+    std::string out;
+    for (const auto& n : over) {
+      if (const auto* d = c.dim(n))
+        out += (out.empty() ? "" : " ") +
+               (std::holds_alternative<uint64_t>(*d) ? n + "=" + dim_text(*d) : dim_text(*d));
+    }
+    return out;
+  };
+  std::vector<std::string> colours, styles, keys;
+  auto index_of = [](std::vector<std::string>& seen, const std::string& v) {
+    const auto at = std::find(seen.begin(), seen.end(), v);
+    if (at == seen.end()) seen.push_back(v);
+    return static_cast<std::size_t>(std::find(seen.begin(), seen.end(), v) - seen.begin());
+  };
+  std::vector<LineSeries> series;
+  for (const auto& c : cells) {
+    const auto s = index_of(keys, c.label(x));
+    if (s == series.size()) {
+      series.push_back({label_of(c, varying),
+                        index_of(colours, varying.empty() ? "" : text(c, varying[0])),
+                        index_of(styles, label_of(c, styled)),
+                        {}});
+    }
+    series[s].cells.push_back(&c);
+  }
+  for (auto& s : series) {
+    std::stable_sort(s.cells.begin(), s.cells.end(), [&x](const BenchCell* a, const BenchCell* b) {
+      return std::get<uint64_t>(*a->dim(x)) < std::get<uint64_t>(*b->dim(x));
+    });
+  }
+  std::stable_sort(series.begin(), series.end(), [](const LineSeries& a, const LineSeries& b) {
+    return std::tie(a.colour, a.style) < std::tie(b.colour, b.style);
+  });
+  return series;
 }
 
 /// The names of the (name, value) pairs members_of(cell) points at, in first-seen order.
@@ -209,8 +286,8 @@ void add_bench_output_options(CLI::App& sub, BenchOutputs& out) {
 BenchReport::BenchReport(std::string bench, std::string unit)
     : m_bench(std::move(bench)),
       m_unit(std::move(unit)),
-      m_bars{{fmt::format("µs per {} (mean)", m_unit), {{"mean_us", "mean"}}},
-             {"GB/s", {{"gb_per_s", "GB/s"}}}} {
+      m_panels{{fmt::format("µs per {} (mean)", m_unit), {{"mean_us", "mean"}}},
+               {"GB/s", {{"gb_per_s", "GB/s"}}}} {
   utsname u{};
   ::uname(&u);
   describe("host", host_name());
@@ -356,8 +433,7 @@ std::string BenchReport::csv() const {
       fields.push_back(std::to_string(c.ns_per_row.count()));
       for (const auto& f : latency_figures(c)) fields.push_back(fmt::format("{:.6g}", f.second));
     }
-    for (const auto& e : extras)
-      fields.push_back(c.extra(e) ? fmt::format("{:.6g}", *c.extra(e)) : "");
+    for (const auto& e : extras) fields.push_back(c.extra(e) ? csv_number(*c.extra(e)) : "");
     out += line(fields);
   }
   return out;
@@ -398,94 +474,72 @@ std::string BenchReport::plot_script(const std::string& path, const std::string&
   std::string script =
       fmt::format("set terminal {}\nset output {}\n", terminal_for(path), gp_string(output));
   script += fmt::format(
-      "set multiplot layout 1,{} title {}\n", by_x ? 2 : m_bars.size(),
+      "set multiplot layout 1,{} title {}\n", m_panels.size(),
       gp_string(fmt::format("ddstage bench {} on {}", m_bench, m_description.front().second)));
   return script + (by_x ? line_plot() : bar_plot()) + "unset multiplot\n";
 }
 
-// A series is the cells that differ only in the x coordinate. Colour alone cannot tell 15
-// series apart, so colour carries one dimension (the transport, in bench store) and the
-// dash and point type the rest; the key sits right of both panels, off the data.
 std::string BenchReport::line_plot() const {
-  auto varies = [this](const std::string& name) {
-    const auto* first = m_cells.front().dim(name);
-    return std::any_of(m_cells.begin(), m_cells.end(), [&](const BenchCell& c) {
-      return !first || !c.dim(name) || !(*c.dim(name) == *first);
-    });
-  };
-  const auto names = dim_names();
-  const auto colour_at = std::find_if(
-      names.begin(), names.end(), [&](const std::string& n) { return n != m_plot_x && varies(n); });
-  const std::string colour_dim = colour_at == names.end() ? "" : *colour_at;
-  std::vector<std::string> order, colours, styles;
-  std::map<std::string, std::vector<const BenchCell*>> series;
-  std::map<std::string, std::pair<std::size_t, std::size_t>> look;  // series: colour, style
-  auto index_of = [](std::vector<std::string>& seen, const std::string& v) {
-    const auto at = std::find(seen.begin(), seen.end(), v);
-    if (at != seen.end()) return static_cast<std::size_t>(at - seen.begin());
-    seen.push_back(v);
-    return seen.size() - 1;
-  };
-  for (const auto& c : m_cells) {
-    const auto key = c.label(m_plot_x);
-    if (!series.count(key)) {
-      order.push_back(key);
-      const auto* by = c.dim(colour_dim);
-      BenchCell rest{.dims = {}};
-      for (const auto& d : c.dims) {
-        if (d.first != colour_dim) rest.dims.push_back(d);
-      }
-      look[key] = {index_of(colours, by ? dim_text(*by) : ""),
-                   index_of(styles, rest.label(m_plot_x))};
-    }
-    series[key].push_back(&c);
-  }
+  const auto series = line_series(m_cells, dim_names(), m_plot_x);
   std::string script;
-  for (std::size_t s = 0; s < order.size(); ++s) {
-    auto& cells = series[order[s]];
-    std::stable_sort(cells.begin(), cells.end(), [this](const BenchCell* a, const BenchCell* b) {
-      return std::get<uint64_t>(*a->dim(m_plot_x)) < std::get<uint64_t>(*b->dim(m_plot_x));
-    });
+  for (std::size_t s = 0; s < series.size(); ++s) {
     script += fmt::format("$s{} << EOD\n", s);
-    for (const auto* c : cells) {
-      script += fmt::format("{} {:.6g} {:.6g}\n", dim_text(*c->dim(m_plot_x)),
-                            c->ns_per_row.mean() / 1e3, c->gb_per_s());
+    for (const auto* c : series[s].cells) {
+      script += dim_text(*c->dim(m_plot_x));
+      for (const auto& panel : m_panels) {
+        script += fmt::format(" {:.6g}",
+                              figure_of(*c, panel.figures.front().first).value_or(0) * panel.scale);
+      }
+      script += "\n";
     }
     script += "EOD\n";
   }
-  auto plot_line = [&](int column) {
-    std::string cmd = "plot ";
-    for (std::size_t s = 0; s < order.size(); ++s) {
-      const auto [colour, style] = look[order[s]];
-      cmd += fmt::format(
-          "{}$s{} using 1:{} with linespoints lw 2 ps 1.2 lc rgb '{}' dt {} pt {} title {}",
-          s ? ", " : "", s, column, palette[colour % palette.size()], style % 5 + 1,
-          point_types[style % point_types.size()], gp_string(order[s]));
-    }
-    return cmd + "\n";
-  };
   // Padded by a factor of 2 each side: a single x value still gets a range.
   uint64_t lo = UINT64_MAX, hi = 0;
   for (const auto& c : m_cells) {
     lo = std::min(lo, std::get<uint64_t>(*c.dim(m_plot_x)));
     hi = std::max(hi, std::get<uint64_t>(*c.dim(m_plot_x)));
   }
-  script += fmt::format(
-      "set grid\nset logscale y\nset logscale x 2\nset xrange [{}:{}]\nset xlabel {}\n",
-      static_cast<double>(lo) / 2, static_cast<double>(hi) * 2, gp_string(axis_name(m_plot_x)));
-  if (m_plot_x.ends_with("bytes")) script += "set format x '%.0b %BB'\n";
-  script += "set lmargin at screen 0.06\nset rmargin at screen 0.39\nunset key\n";
-  script += fmt::format("set ylabel {}\n", gp_string(fmt::format("µs per {} (mean)", m_unit))) +
-            plot_line(2);
-  script += "set lmargin at screen 0.46\nset rmargin at screen 0.79\n";
-  script += "set key at screen 0.80,0.90 left top Left reverse font ',9' spacing 1.1\n";
-  return script + "set ylabel 'GB/s'\n" + plot_line(3);
+  script +=
+      fmt::format("set grid\nset xrange [{}:{}]\nset xlabel {}\n", static_cast<double>(lo) / 2,
+                  static_cast<double>(hi) * 2, gp_string(axis_name(m_plot_x)));
+  // Sizes in binary units at powers of 2; counts in decimal ones at powers of 10.
+  script += m_plot_x.ends_with("bytes") ? "set logscale x 2\nset format x '%.0b %BB'\n"
+                                        : "set logscale x 10\nset format x '%.0s%c'\n";
+  // The panels share the left 78% of the width; the key takes the rest, off the data.
+  const double gap = 0.07, width = (0.72 - gap * static_cast<double>(m_panels.size() - 1)) /
+                                   static_cast<double>(m_panels.size());
+  for (std::size_t p = 0; p < m_panels.size(); ++p) {
+    const auto& figure = m_panels[p].figures.front().first;
+    // A log axis cannot show a zero (a cell timed as a whole has no per-call mean).
+    const bool positive = std::all_of(m_cells.begin(), m_cells.end(), [&](const BenchCell& c) {
+      return figure_of(c, figure).value_or(0) > 0;
+    });
+    const double left = 0.06 + static_cast<double>(p) * (width + gap);
+    script += fmt::format("set lmargin at screen {:.3f}\nset rmargin at screen {:.3f}\n", left,
+                          left + width);
+    script +=
+        positive ? "set logscale y\nset yrange [*:*]\n" : "unset logscale y\nset yrange [0:*]\n";
+    script += p + 1 == m_panels.size()
+                  ? "set key at screen 0.79,0.90 left top Left reverse font ',9' spacing 1.1\n"
+                  : "unset key\n";
+    script += fmt::format("set ylabel {}\nplot ", gp_string(m_panels[p].title));
+    for (std::size_t s = 0; s < series.size(); ++s) {
+      const auto& [title, colour, style, cells] = series[s];
+      script += fmt::format(
+          "{}$s{} using 1:{} with linespoints lw 2 ps 1.2 lc rgb '{}' dt {} pt {} title {}",
+          s ? ", " : "", s, p + 2, palette[colour % palette.size()], style % 5 + 1,
+          point_types[style % point_types.size()], gp_string(title));
+    }
+    script += "\n";
+  }
+  return script;
 }
 
 // Categories have no order or distance between them: bars, not lines, each printing its value
 // and its ratio to the first cell's (the same-run baseline) so the figure needs no table.
 std::string BenchReport::bar_plot() const {
-  const auto& panels = m_bars;
+  const auto& panels = m_panels;
   const auto& base = m_cells.front();
   std::string tics;
   for (std::size_t i = 0; i < m_cells.size(); ++i)
@@ -509,7 +563,7 @@ std::string BenchReport::bar_plot() const {
       for (std::size_t i = 0; i < m_cells.size(); ++i) {
         const double v = figure_of(m_cells[i], name).value_or(0);
         const auto ratio = i == 0           ? std::string("baseline")
-                           : base_value > 0 ? fmt::format("{:.2f}x", v / base_value)
+                           : base_value > 0 ? short_number(v / base_value) + "x"
                                             : std::string("-");
         const double x = static_cast<double>(i) +
                          (static_cast<double>(f) - (panel.figures.size() - 1) / 2.0) * width;
