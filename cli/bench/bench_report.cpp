@@ -55,6 +55,11 @@ std::string dim_text(const BenchDim& d) {
   return std::visit([](const auto& v) { return fmt::format("{}", v); }, d);
 }
 
+/// A coordinate in a label: a count with its name ("batch=128"), a name alone ("shm").
+std::string dim_label(const std::string& name, const BenchDim& d) {
+  return std::holds_alternative<uint64_t>(d) ? name + "=" + dim_text(d) : dim_text(d);
+}
+
 double us(uint64_t ns) {
   return static_cast<double>(ns) / 1e3;
 }
@@ -185,9 +190,7 @@ std::vector<LineSeries> line_series(const std::vector<BenchCell>& cells,
   auto label_of = [&](const BenchCell& c, const std::vector<std::string>& over) {
     std::string out;
     for (const auto& n : over) {
-      if (const auto* d = c.dim(n))
-        out += (out.empty() ? "" : " ") +
-               (std::holds_alternative<uint64_t>(*d) ? n + "=" + dim_text(*d) : dim_text(*d));
+      if (const auto* d = c.dim(n)) out += (out.empty() ? "" : " ") + dim_label(n, *d);
     }
     return out;
   };
@@ -259,7 +262,7 @@ std::string BenchCell::label(std::string_view skip) const {
   for (const auto& [k, v] : dims) {
     if (k == skip) continue;
     if (!out.empty()) out += ' ';
-    out += std::holds_alternative<uint64_t>(v) ? k + "=" + dim_text(v) : dim_text(v);
+    out += dim_label(k, v);
   }
   return out;
 }
