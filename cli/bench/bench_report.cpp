@@ -449,6 +449,9 @@ void BenchReport::write(const BenchOutputs& out) const {
 }
 
 void BenchReport::plot(const std::string& path) const {
+  // Every mode can be unavailable (bench loader --compare hdf5 on a tree of files).
+  if (m_cells.empty())
+    throw Error(ErrorKind::runtime, "--plot " + path + ": nothing was measured, nothing to draw");
   // gnuplot writes its output by name, so it draws into a private scratch file whose bytes then
   // go to path as every output does (through a device or FIFO, atomically over a regular file).
   const ScratchFile drawn(fs::path(path).extension().string());

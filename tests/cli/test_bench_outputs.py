@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_usage_error, flatten
+from conftest import assert_runtime_error, assert_usage_error, flatten
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: shared helpers
 from local_mpi import MPI_ENV  # noqa: E402
@@ -117,6 +117,17 @@ def test_bench_load_and_loader_plots(ddstage, serve, tree, tmp_path):
     assert {"mean", "p99", "> 100 ms", "> 1 s"} <= set(legends), legends
     assert legends["mean"] != legends["p99"] and legends["> 100 ms"] != legends["> 1 s"]
     store.stop()
+
+
+@needs_gnuplot
+def test_bench_plot_of_nothing_measured(ddstage, tree, tmp_path):
+    """Every mode unavailable (no HDF5 baseline for a tree of files): the table says why, and
+    --plot is a one-line run-time error, not a crash, with no file left behind."""
+    ddx = flatten(ddstage, tmp_path / "t.ddx", tree)
+    proc = ddstage.run("bench", "loader", "--index", ddx, "--compare", "hdf5", "--batch", 4, "--steps", 2,
+                       "--plot", tmp_path / "n.svg")
+    assert_runtime_error(proc, "nothing was measured")
+    assert "hdf5: n/a" in proc.stdout and not (tmp_path / "n.svg").exists()
 
 
 @needs_gnuplot
