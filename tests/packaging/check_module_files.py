@@ -12,9 +12,10 @@ usage: check_module_files.py BUILD_DIR SOURCE_DIR CMAKE      exit 0 pass, 1 fail
 """
 import re
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
+
+from checks import report, run
 
 # What each variable must find under the path the module prepends.
 WANTED = {
@@ -55,6 +56,7 @@ def cache_value(build, name):
 
 
 def main(build, source, cmake):
+    build, source = Path(build).resolve(), Path(source).resolve()
     problems, skipped = [], []
     with tempfile.TemporaryDirectory(prefix="ddstage-module-check-") as scratch:
         prefix = Path(scratch) / "prefix"
@@ -83,14 +85,8 @@ def main(build, source, cmake):
             print(f"{var}: {path} -> {[str(f.relative_to(prefix)) for f in found]}")
             if not found:
                 problems.append(f"{var} prepends {path}, where the install has no {WANTED[var]}")
-    for line in skipped:
-        print(f"SKIPPED {line}")
-    for problem in problems:
-        print(f"FAIL: {problem}")
-    return 1 if problems else 0
+    return report(problems, skipped)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 4:
-        sys.exit(__doc__.rsplit("usage: ", 1)[1])
-    sys.exit(main(Path(sys.argv[1]).resolve(), Path(sys.argv[2]).resolve(), sys.argv[3]))
+    run(main, __doc__)

@@ -25,6 +25,8 @@ import sys
 import types
 from pathlib import Path
 
+from checks import report, run
+
 # CMake's dependency names -> Spack's packages. None: nothing to depend on.
 PACKAGE_OF = {
     "MPI": "mpi",
@@ -214,6 +216,7 @@ def defines(args):
 
 
 def main(source):
+    source = Path(source).resolve()
     project = CMakeProject(source)
     recipe, recorded, FakeSpec = load_recipe(source / "packaging/spack/package.py")
     problems = []
@@ -274,12 +277,8 @@ def main(source):
     print(f"CMake feature options: {', '.join(sorted(set(project.options) - set(NOT_FEATURES)))}")
     print(f"CMake dependencies: {', '.join(sorted(project.found))}")
     print(f"cmake_args (all on): {' '.join(f'{k}={v}' for k, v in sorted(args_on.items()))}")
-    for problem in problems:
-        print(f"FAIL: {problem}")
-    return 1 if problems else 0
+    return report(problems)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit(__doc__.rsplit("usage: ", 1)[1])
-    sys.exit(main(Path(sys.argv[1]).resolve()))
+    run(main, __doc__)
