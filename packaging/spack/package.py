@@ -34,7 +34,10 @@ class Ddstage(CMakePackage, CudaPackage, ROCmPackage):
 
     depends_on("cli11")
     depends_on("yaml-cpp")
-    depends_on("spdlog")
+    # The Python module formats with fmt::fmt, which spdlog's package provides only with an
+    # external fmt (Debian's spdlog is built that way too).
+    depends_on("spdlog+fmt_external")
+    depends_on("fmt")
     depends_on("xxhash")
     depends_on("zlib-api")
     depends_on("libarchive")  # compressed tar shards
@@ -67,6 +70,8 @@ class Ddstage(CMakePackage, CudaPackage, ROCmPackage):
             self.define("DDSTAGE_WITH_HIP", on_off("rocm")),
             self.define("DDSTAGE_WITH_PYTHON", on_off("python")),
             self.define("DDSTAGE_BUILD_TESTS", self.run_tests),
+            # Spack provides every dependency: one it did not is an error, never a download.
+            self.define("DDSTAGE_FETCH_MISSING", False),
         ]
         if spec.satisfies("+python"):
             args.append(self.define("Python3_EXECUTABLE", spec["python"].command.path))

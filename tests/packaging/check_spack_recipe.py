@@ -35,6 +35,7 @@ PACKAGE_OF = {
     "CLI11": "cli11",
     "yaml-cpp": "yaml-cpp",
     "spdlog": "spdlog",
+    "fmt": "fmt",
     "libxxhash": "xxhash",
     "Catch2": "catch2",
     "pybind11": "py-pybind11",
@@ -51,6 +52,7 @@ PACKAGE_OF = {
 NOT_FOUND_BY_CMAKE = {
     "cmake": "runs the build",
     "py-numpy": "imported by the Python package at run time",
+    "fmt": "fmt::fmt, which the Python module links, may come with spdlog's package",
 }
 # DDSTAGE_* cache variables that select no feature of the installed package.
 NOT_FEATURES = {
