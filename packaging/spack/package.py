@@ -1,6 +1,7 @@
 # Spack package for ddstage, kept with the sources so that it follows the CMake options.
 # Use it from a repository of your own until it is in Spack's builtin one:
-#   spack repo create myrepo && cp -r packaging/spack myrepo/packages/ddstage
+#   spack repo create myrepo && spack repo add myrepo
+#   cp -r packaging/spack myrepo/packages/ddstage
 #   spack install ddstage +cuda cuda_arch=90
 # tests/packaging/check_spack_recipe.py checks its variants and dependencies against the
 # CMake files (Spack itself is not installed where the test suite runs).
@@ -57,7 +58,9 @@ class Ddstage(CMakePackage, CudaPackage, ROCmPackage):
     def cmake_args(self):
         spec = self.spec
         # CUDA, HIP and PYTHON are ON/OFF/AUTO strings: AUTO would switch a feature on or off
-        # by whatever happens to be visible, so the spec decides, explicitly.
+        # by whatever happens to be visible, so the spec decides, explicitly. cuda_arch and
+        # amdgpu_target are not passed: ddstage compiles no device code, it only calls the
+        # CUDA and HIP runtimes from the host.
         def on_off(variant):
             return "ON" if spec.satisfies(f"+{variant}") else "OFF"
 
