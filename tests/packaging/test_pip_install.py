@@ -104,6 +104,8 @@ def test_pip_install_into_a_venv_reads_a_batch(tmp_path, served):
     for path, names in before.items():
         assert set(os.listdir(path)) == names, f"pip left {set(os.listdir(path)) - names} in {path}"
 
-    out = run(python, "-c", READER, store, source, cwd=tmp_path, env=env).splitlines()
+    reader = tmp_path / "read_batch.py"
+    reader.write_text(READER)
+    out = run(python, reader, store, source, cwd=tmp_path, env=env).splitlines()
     assert Path(out[0]).is_relative_to(venv), f"imported {out[0]}, not the venv's ddstage"
     assert out[-1] == "batch ok (5, 4, 3)"
