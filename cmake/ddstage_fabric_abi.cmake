@@ -1,3 +1,5 @@
+include(${CMAKE_CURRENT_LIST_DIR}/ddstage_rpath.cmake)  # ddstage_is_implicit_link_directory
+
 # Which libfabric libcore binds, and how. It loads it at run time
 # (libcore/src/fabric/fabric_library.cpp) and calls the few functions it exports at the symbol
 # versions linking it would have bound: the default version of each in the libfabric whose
@@ -63,13 +65,10 @@ function(ddstage_fabric_runpath target)
     return()
   endif()
   get_filename_component(directory ${library} DIRECTORY)
-  get_filename_component(real ${directory} REALPATH)
-  foreach(implicit IN LISTS CMAKE_C_IMPLICIT_LINK_DIRECTORIES CMAKE_CXX_IMPLICIT_LINK_DIRECTORIES)
-    get_filename_component(implicit ${implicit} REALPATH)
-    if(real STREQUAL implicit)
-      return()
-    endif()
-  endforeach()
+  ddstage_is_implicit_link_directory(${directory} implicit)
+  if(implicit)
+    return()
+  endif()
   set_property(TARGET ${target} APPEND PROPERTY BUILD_RPATH ${directory})
   set_property(TARGET ${target} APPEND PROPERTY INSTALL_RPATH ${directory})
   # RUNPATH, not RPATH: LD_LIBRARY_PATH still comes first, as it did for the linked library.

@@ -9,33 +9,38 @@ set(DDSTAGE_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/ddstage
     CACHE STRING "Where ddstageConfig.cmake is installed, relative to the prefix")
 mark_as_advanced(DDSTAGE_INSTALL_CMAKEDIR)
 
-# libcore is a static library: its PRIVATE dependencies reach the export as $<LINK_ONLY:...>
-# (CMake adds that for static libraries), so every target it names must exist in the consumer.
+# A static libcore's PRIVATE dependencies reach the export as $<LINK_ONLY:...> (CMake adds that
+# for static libraries), so every target it names must exist in the consumer.
 # ddstageConfig.cmake.in knows how to find the ones below; anything else is flagged here, at
-# configure time (and tests/install fails), rather than at some app's link.
-get_target_property(_ddstage_core_links ddstage_core LINK_LIBRARIES)
-# ${CMAKE_DL_LIBS} (dlopen of libfabric) is a plain system library name: nothing to find.
-set(_ddstage_known_links yaml-cpp PkgConfig::XXHASH spdlog::spdlog Threads::Threads
-    MPI::MPI_CXX CUDA::cudart_static hip::host ${CMAKE_DL_LIBS})
+# configure time (and tests/install fails), rather than at some app's link. A shared libcore
+# exports none of them: its apps need only Threads, which its public headers use.
 set(DDSTAGE_CORE_NEEDS_MPI 0)
 set(DDSTAGE_CORE_NEEDS_CUDA 0)
 set(DDSTAGE_CORE_NEEDS_HIP 0)
-foreach(_lib IN LISTS _ddstage_core_links)
-  if(_lib STREQUAL "MPI::MPI_CXX")
-    set(DDSTAGE_CORE_NEEDS_MPI 1)
-  elseif(_lib STREQUAL "CUDA::cudart_static")
-    set(DDSTAGE_CORE_NEEDS_CUDA 1)
-  elseif(_lib STREQUAL "hip::host")
-    set(DDSTAGE_CORE_NEEDS_HIP 1)
-  endif()
-  if(NOT _lib IN_LIST _ddstage_known_links AND NOT _lib MATCHES "^\\$<BUILD_INTERFACE:")
-    message(WARNING "ddstage_core links '${_lib}', which the installed package cannot find: "
-            "add a find_dependency for it to cmake/ddstageConfig.cmake.in and to the list in "
-            "cmake/ddstage_install.cmake (or link it as $<BUILD_INTERFACE:...> if it is header-only).")
-  endif()
-endforeach()
+if(NOT DDSTAGE_SHARED)
+  get_target_property(_ddstage_core_links ddstage_core LINK_LIBRARIES)
+  # ${CMAKE_DL_LIBS} (dlopen of libfabric) is a plain system library name: nothing to find.
+  set(_ddstage_known_links yaml-cpp PkgConfig::XXHASH spdlog::spdlog Threads::Threads
+      MPI::MPI_CXX CUDA::cudart_static hip::host ${CMAKE_DL_LIBS})
+  foreach(_lib IN LISTS _ddstage_core_links)
+    if(_lib STREQUAL "MPI::MPI_CXX")
+      set(DDSTAGE_CORE_NEEDS_MPI 1)
+    elseif(_lib STREQUAL "CUDA::cudart_static")
+      set(DDSTAGE_CORE_NEEDS_CUDA 1)
+    elseif(_lib STREQUAL "hip::host")
+      set(DDSTAGE_CORE_NEEDS_HIP 1)
+    endif()
+    if(NOT _lib IN_LIST _ddstage_known_links AND NOT _lib MATCHES "^\\$<BUILD_INTERFACE:")
+      message(WARNING "ddstage_core links '${_lib}', which the installed package cannot find: "
+              "add a find_dependency for it to cmake/ddstageConfig.cmake.in and to the list in "
+              "cmake/ddstage_install.cmake (or link it as $<BUILD_INTERFACE:...> if it is header-only).")
+    endif()
+  endforeach()
+endif()
 
-# A sanitized static library needs the sanitizer runtime at the app's link too.
+# An app of a sanitized libcore links the sanitizer runtime too: a static one holds
+# instrumented objects, and a shared one built by clang leaves the runtime's symbols for the
+# executable to define (GCC's libasan must also come first in the program's library list).
 if(DDSTAGE_SANITIZE)
   target_link_options(ddstage_core INTERFACE $<INSTALL_INTERFACE:-fsanitize=address,undefined>)
 endif()
@@ -80,3 +85,46 @@ install(FILES
   ${PROJECT_BINARY_DIR}/cmake/ddstageConfig.cmake
   ${PROJECT_BINARY_DIR}/cmake/ddstageConfigVersion.cmake
   DESTINATION ${DDSTAGE_INSTALL_CMAKEDIR})
+
+# pkg-config: `pkg-config --cflags --libs ddstage` for apps built without CMake. Its prefix is
+# found relative to the .pc file (${pcfiledir}), so it stays right under `cmake --install
+# --prefix` and in a relocated tree.
+cmake_path(ABSOLUTE_PATH CMAKE_INSTALL_LIBDIR BASE_DIRECTORY ${CMAKE_INSTALL_PREFIX} NORMALIZE
+           OUTPUT_VARIABLE _ddstage_pc_dir)
+file(RELATIVE_PATH DDSTAGE_PC_PREFIX ${_ddstage_pc_dir}/pkgconfig ${CMAKE_INSTALL_PREFIX})
+string(REGEX REPLACE "/$" "" DDSTAGE_PC_PREFIX "${DDSTAGE_PC_PREFIX}")
+cmake_path(RELATIVE_PATH _ddstage_pc_dir BASE_DIRECTORY ${CMAKE_INSTALL_PREFIX}
+           OUTPUT_VARIABLE DDSTAGE_PC_LIBDIR)
+cmake_path(ABSOLUTE_PATH CMAKE_INSTALL_INCLUDEDIR BASE_DIRECTORY ${CMAKE_INSTALL_PREFIX} NORMALIZE
+           OUTPUT_VARIABLE _ddstage_pc_include)
+cmake_path(RELATIVE_PATH _ddstage_pc_include BASE_DIRECTORY ${CMAKE_INSTALL_PREFIX}
+           OUTPUT_VARIABLE DDSTAGE_PC_INCLUDEDIR)
+# A static libcore's own dependencies, for `pkg-config --static`: the modules that ship a .pc
+# file, and MPI's, the CUDA runtime's and HIP's libraries as CMake found them.
+set(DDSTAGE_PC_REQUIRES_PRIVATE "")
+set(DDSTAGE_PC_LIBS_PRIVATE "")
+if(NOT DDSTAGE_SHARED)
+  set(DDSTAGE_PC_REQUIRES_PRIVATE "yaml-cpp spdlog libxxhash")
+  set(_ddstage_pc_libs)
+  if(DDSTAGE_CORE_NEEDS_MPI)
+    list(APPEND _ddstage_pc_libs ${MPI_CXX_LIBRARIES})
+  endif()
+  if(DDSTAGE_CORE_NEEDS_CUDA)
+    list(APPEND _ddstage_pc_libs ${CUDA_cudart_static_LIBRARY} -lrt)
+  endif()
+  if(DDSTAGE_CORE_NEEDS_HIP)
+    get_target_property(_ddstage_hip_library hip::amdhip64 LOCATION)
+    list(APPEND _ddstage_pc_libs ${_ddstage_hip_library})
+  endif()
+  foreach(_lib IN LISTS CMAKE_DL_LIBS)
+    list(APPEND _ddstage_pc_libs -l${_lib})
+  endforeach()
+  list(JOIN _ddstage_pc_libs " " DDSTAGE_PC_LIBS_PRIVATE)
+endif()
+# The sanitizer runtime, for the same reason as the CMake package's link option above.
+set(DDSTAGE_PC_LIBS_SANITIZE "")
+if(DDSTAGE_SANITIZE)
+  set(DDSTAGE_PC_LIBS_SANITIZE " -fsanitize=address,undefined")
+endif()
+configure_file(cmake/ddstage.pc.in ${PROJECT_BINARY_DIR}/pkgconfig/ddstage.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/pkgconfig/ddstage.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)

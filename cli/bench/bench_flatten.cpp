@@ -24,7 +24,7 @@ using Clock = std::chrono::steady_clock;
 struct BenchFlattenOptions {
   FlattenOptions flatten;
   std::string work_dir;
-  std::string json;
+  BenchOutputs outputs;
   bool warm = false;
 };
 
@@ -80,7 +80,7 @@ void report_figures(const BenchFlattenOptions& opts, const Index& index, const C
       "ratio: flatten goes through the source files at {:.0f}% of cat's speed (file bytes per "
       "second; {} samples, {} packed)\n",
       100.0 * ratio, index.samples(), human_bytes(static_cast<double>(run.packed)));
-  if (opts.json.empty()) return;
+  if (opts.outputs.json.empty()) return;
   JsonWriter j;
   j.begin_object().field("schema", bench_json_schema).field("bench", "flatten");
   j.field("format", index.manifest().format).field("warm", opts.warm);
@@ -92,10 +92,31 @@ void report_figures(const BenchFlattenOptions& opts, const Index& index, const C
   j.field("flatten_file_mb_per_s", flatten_file_mbs);
   j.field("flatten_sample_mb_per_s", flatten_sample_mbs);
   j.field("samples_per_second", samples_s).field("ratio_vs_cat", ratio).end_object();
-  write_text_file(opts.json, j.str());
+  write_text_file(opts.outputs.json, j.str());
+}
+
+/// The CSV and the plot: both steps in the source files' bytes, so that their GB/s compare.
+void write_cells(const BenchFlattenOptions& opts, const Index& index, const CatRun& cat,
+                 const FlattenRun& run) {
+  BenchReport report("flatten", "file");
+  report.add({.dims = {{"step", "cat"}},
+              .rows = index.samples(),
+              .bytes = cat.bytes,
+              .seconds = cat.seconds});
+  report.add({.dims = {{"step", run.packed ? "flatten --pack" : "flatten"}},
+              .rows = index.samples(),
+              .bytes = cat.bytes,
+              .seconds = run.seconds,
+              .extras = {{"sample_bytes", static_cast<double>(run.bytes)},
+                         {"packed_bytes", static_cast<double>(run.packed)}}});
+  report.set_panels({{"source files, MB/s", {{"gb_per_s", "MB/s"}}, 1000},
+                     {"seconds", {{"seconds", "seconds"}}}});
+  // The JSON keeps its own layout (ddstage-bench(1) documents its fields).
+  report.write({.csv = opts.outputs.csv, .plot = opts.outputs.plot});
 }
 
 void run_bench_flatten(const BenchFlattenOptions& opts, const CliContext& ctx) {
+  opts.outputs.check();
   auto settings = ctx.resolve_settings();
   std::string templ = (std::filesystem::path(opts.work_dir) / "ddstage-bench-XXXXXX").string();
   if (!::mkdtemp(templ.data()))
@@ -123,6 +144,7 @@ void run_bench_flatten(const BenchFlattenOptions& opts, const CliContext& ctx) {
   const auto run = timed_flatten(opts.flatten, settings, out);
 
   report_figures(opts, index, {cat_bytes, cat_s}, run);
+  write_cells(opts, index, {cat_bytes, cat_s}, run);
 }
 
 }  // namespace
@@ -136,7 +158,7 @@ void setup_bench_flatten(CLI::App& bench, CliContext& ctx) {
   opts->work_dir = tmp && *tmp ? tmp : "/tmp";
   sub->add_option("--work-dir", opts->work_dir, "Where the throw-away index is written")
       ->capture_default_str();
-  sub->add_option("--json", opts->json, "Also write every figure as JSON to this file");
+  add_bench_output_options(*sub, opts->outputs);
   sub->add_flag("--warm", opts->warm,
                 "Keep the sources in the page cache (default: drop them before each step)");
   sub->callback([opts, &ctx] { run_bench_flatten(*opts, ctx); });

@@ -35,7 +35,7 @@ struct BenchLoadOptions {
   std::string index;
   std::string name;
   unsigned streams = 0;
-  std::string json;
+  BenchOutputs outputs;
   bool warm = false;
 };
 
@@ -194,7 +194,28 @@ void write_json(const std::string& path, const LoadFigures& f, const LoadSetup& 
   write_text_file(path, j.end_object().str());
 }
 
+/// The CSV and the plot: each step a cell, the copy only where it ran.
+void write_cells(const BenchOutputs& outputs, const LoadFigures& f) {
+  BenchReport report("load", "file");
+  const uint64_t rows = f.load.samples;
+  report.add(
+      {.dims = {{"step", "cat"}}, .rows = rows, .bytes = f.cat_bytes, .seconds = f.cat_seconds});
+  if (f.shm_seconds) {
+    report.add({.dims = {{"step", "cat > /dev/shm"}},
+                .rows = rows,
+                .bytes = f.cat_bytes,
+                .seconds = *f.shm_seconds});
+  }
+  report.add(
+      {.dims = {{"step", "load"}}, .rows = rows, .bytes = f.load.bytes, .seconds = f.load.seconds});
+  report.set_panels(
+      {{"MB/s", {{"gb_per_s", "MB/s"}}, 1000}, {"seconds", {{"seconds", "seconds"}}}});
+  // The JSON keeps its own layout (ddstage-bench(1) documents its fields).
+  report.write({.csv = outputs.csv, .plot = outputs.plot});
+}
+
 void run_bench_load(BenchLoadOptions opts, const CliContext& ctx) {
+  opts.outputs.check();
   const auto settings = ctx.resolve_settings();
   opts.store = store_dir(opts.store, settings);
   const std::string name =
@@ -204,7 +225,8 @@ void run_bench_load(BenchLoadOptions opts, const CliContext& ctx) {
                         .ranks = StoreDescriptor::read(opts.store).ranks.size(),
                         .streams = opts.streams ? opts.streams : ShardLoadOptions{}.streams};
   print_figures(f, setup);
-  if (!opts.json.empty()) write_json(opts.json, f, setup);
+  if (!opts.outputs.json.empty()) write_json(opts.outputs.json, f, setup);
+  write_cells(opts.outputs, f);
 }
 
 }  // namespace
@@ -220,7 +242,7 @@ void setup_bench_load(CLI::App& bench, CliContext& ctx) {
                   "Name to load under, unloaded afterwards (default: a temporary one)");
   sub->add_option("--streams", opts->streams, "Reader threads per rank (default: the server's)")
       ->check(CLI::Range(1u, max_load_streams));
-  sub->add_option("--json", opts->json, "Also write every figure as JSON to this file");
+  add_bench_output_options(*sub, opts->outputs);
   sub->add_flag("--warm", opts->warm,
                 "Keep the files in the page cache (default: drop them before each step)");
   sub->callback([opts, &ctx] { run_bench_load(*opts, ctx); });

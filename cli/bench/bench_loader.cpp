@@ -243,6 +243,12 @@ void compare_with_store(BenchReport& report, BenchCell& cell, const ModeRun& run
 BenchReport loader_report(const BenchLoaderOptions& opts, const RunDescription& d,
                           const std::vector<ModeRun>& runs) {
   BenchReport report("loader", "step");
+  // What decides between the modes (ddstage-bench(1)): the wait tail and the share of steps
+  // that stall the trainer, then what that costs an epoch.
+  report.set_panels(
+      {{"wait per step, µs", {{"mean_us", "mean"}, {"p99_us", "p99"}}},
+       {"steps waiting longer, %", {{"over_100ms", "> 100 ms"}, {"over_1s", "> 1 s"}}, 100, false},
+       {"epoch, seconds", {{"epoch_s", "epoch"}}}});
   report.describe("dataset", fmt::format("{} ({} samples), fields {}", d.dataset, d.samples,
                                          fmt::join(d.fields, ",")));
   report.describe(

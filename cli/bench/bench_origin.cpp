@@ -200,6 +200,8 @@ void run_bench_origin(const BenchOriginOptions& opts, const CliContext& ctx) {
     }
   }
   BenchReport report("origin", "sample");
+  report.set_panels({{"µs per sample", {{"p50_us", "p50"}, {"mean_us", "mean"}, {"p99_us", "p99"}}},
+                     {"GB/s", {{"gb_per_s", "GB/s"}}}});
   report.describe("dataset",
                   fmt::format("{} ({} samples, {} fields, format {})", index.dir().string(),
                               index.samples(), index.fields().size(), index.manifest().format));

@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -11,6 +13,7 @@
 #include <map>
 #include <optional>
 #include <thread>
+#include <tuple>
 
 #include <fmt/format.h>
 
@@ -52,6 +55,11 @@ std::string dim_text(const BenchDim& d) {
   return std::visit([](const auto& v) { return fmt::format("{}", v); }, d);
 }
 
+/// A coordinate in a label: a count with its name ("batch=128"), a name alone ("shm").
+std::string dim_label(const std::string& name, const BenchDim& d) {
+  return std::holds_alternative<uint64_t>(d) ? name + "=" + dim_text(d) : dim_text(d);
+}
+
 double us(uint64_t ns) {
   return static_cast<double>(ns) / 1e3;
 }
@@ -84,6 +92,12 @@ std::string csv_field(const std::string& v) {
   return quoted + '"';
 }
 
+/// Counts (bytes, blocks) in full, other figures to 6 significant digits.
+std::string csv_number(double v) {
+  if (v == std::floor(v) && std::fabs(v) < 1e15) return fmt::format("{:.0f}", v);
+  return fmt::format("{:.6g}", v);
+}
+
 /// A gnuplot single-quoted string: the only escape is '' for '.
 std::string gp_string(const std::string& v) {
   std::string out = "'";
@@ -109,6 +123,103 @@ std::string terminal_for(const std::string& path) {
   if (ext == ".png") return "pngcairo size 1600,700 noenhanced";
   if (ext == ".svg") return "svg size 1600,700 noenhanced";
   throw UsageError("--plot " + path + ": the file must end in .png or .svg");
+}
+
+/// Colours told apart in print and by most colour-blind readers (Okabe-Ito, then two more).
+constexpr std::array<const char*, 9> palette{"#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00",
+                                             "#56B4E9", "#000000", "#882255", "#999999"};
+/// Filled and open shapes, each distinct at a glance.
+constexpr std::array<int, 10> point_types{7, 5, 9, 11, 13, 6, 4, 8, 10, 12};
+
+/// "row_bytes" as an axis title: "row bytes".
+std::string axis_name(std::string name) {
+  std::replace(name.begin(), name.end(), '_', ' ');
+  return name;
+}
+
+/// A figure as named in the CSV, or none where the cell lacks it.
+std::optional<double> figure_of(const BenchCell& c, std::string_view name) {
+  if (name == "gb_per_s") return c.gb_per_s();
+  if (name == "seconds") return c.seconds;
+  for (const auto& [k, v] : latency_figures(c)) {
+    if (k == name) return v;
+  }
+  return c.extra(name);
+}
+
+/// Three significant digits without an exponent up to a million: a bar's label.
+std::string short_number(double v) {
+  if (v >= 1e6 || (v != 0 && v < 1e-3)) return fmt::format("{:.2e}", v);
+  if (v >= 100) return fmt::format("{:.0f}", v);
+  if (v >= 10) return fmt::format("{:.1f}", v);
+  return fmt::format("{:.3g}", v);
+}
+
+/// Cells that differ only in the x coordinate, drawn as one line.
+struct LineSeries {
+  std::string title;  ///< the coordinates that vary between series
+  std::size_t colour = 0;
+  std::size_t style = 0;
+  std::vector<const BenchCell*> cells;  ///< by x
+};
+
+/// The series of cells against the numeric dimension x, in key order. Colour alone cannot tell
+/// 15 series apart: the first dimension that varies (the transport, in bench store) picks the
+/// colour, the others that vary (batch, threads) the dash and point type. A dimension that
+/// takes one value per colour (bench store's mode, set by its transport) adds nothing to the
+/// style; series of one colour are listed together.
+std::vector<LineSeries> line_series(const std::vector<BenchCell>& cells,
+                                    const std::vector<std::string>& names, const std::string& x) {
+  auto text = [](const BenchCell& c, const std::string& name) {
+    const auto* d = c.dim(name);
+    return d ? dim_text(*d) : std::string();
+  };
+  auto tied_to = [&](const std::string& name, const std::string& by) {
+    std::map<std::string, std::string> seen;
+    return std::all_of(cells.begin(), cells.end(), [&](const BenchCell& c) {
+      return seen.emplace(text(c, by), text(c, name)).first->second == text(c, name);
+    });
+  };
+  std::vector<std::string> varying, styled;
+  for (const auto& n : names) {
+    if (n != x && !tied_to(n, "")) varying.push_back(n);  // tied to nothing: constant
+  }
+  for (std::size_t i = 1; i < varying.size(); ++i) {
+    if (!tied_to(varying[i], varying[0])) styled.push_back(varying[i]);
+  }
+  auto label_of = [&](const BenchCell& c, const std::vector<std::string>& over) {
+    std::string out;
+    for (const auto& n : over) {
+      if (const auto* d = c.dim(n)) out += (out.empty() ? "" : " ") + dim_label(n, *d);
+    }
+    return out;
+  };
+  std::vector<std::string> colours, styles, keys;
+  auto index_of = [](std::vector<std::string>& seen, const std::string& v) {
+    const auto at = std::find(seen.begin(), seen.end(), v);
+    if (at == seen.end()) seen.push_back(v);
+    return static_cast<std::size_t>(std::find(seen.begin(), seen.end(), v) - seen.begin());
+  };
+  std::vector<LineSeries> series;
+  for (const auto& c : cells) {
+    const auto s = index_of(keys, c.label(x));
+    if (s == series.size()) {
+      series.push_back({label_of(c, varying),
+                        index_of(colours, varying.empty() ? "" : text(c, varying[0])),
+                        index_of(styles, label_of(c, styled)),
+                        {}});
+    }
+    series[s].cells.push_back(&c);
+  }
+  for (auto& s : series) {
+    std::stable_sort(s.cells.begin(), s.cells.end(), [&x](const BenchCell* a, const BenchCell* b) {
+      return std::get<uint64_t>(*a->dim(x)) < std::get<uint64_t>(*b->dim(x));
+    });
+  }
+  std::stable_sort(series.begin(), series.end(), [](const LineSeries& a, const LineSeries& b) {
+    return std::tie(a.colour, a.style) < std::tie(b.colour, b.style);
+  });
+  return series;
 }
 
 /// The names of the (name, value) pairs members_of(cell) points at, in first-seen order.
@@ -151,7 +262,7 @@ std::string BenchCell::label(std::string_view skip) const {
   for (const auto& [k, v] : dims) {
     if (k == skip) continue;
     if (!out.empty()) out += ' ';
-    out += std::holds_alternative<uint64_t>(v) ? k + "=" + dim_text(v) : dim_text(v);
+    out += dim_label(k, v);
   }
   return out;
 }
@@ -171,11 +282,15 @@ void add_bench_output_options(CLI::App& sub, BenchOutputs& out) {
   sub.add_option("--csv", out.csv,
                  "Also write one line per cell (with a header line) to this CSV file");
   sub.add_option("--plot", out.plot,
-                 "Draw µs/row and GB/s against row size with gnuplot (FILE.png or FILE.svg)");
+                 "Draw the figures with gnuplot (FILE.png or FILE.svg): lines against row size, "
+                 "or bars with ratios to the baseline");
 }
 
 BenchReport::BenchReport(std::string bench, std::string unit)
-    : m_bench(std::move(bench)), m_unit(std::move(unit)) {
+    : m_bench(std::move(bench)),
+      m_unit(std::move(unit)),
+      m_panels{{fmt::format("µs per {} (mean)", m_unit), {{"mean_us", "mean"}}},
+               {"GB/s", {{"gb_per_s", "GB/s"}}}} {
   utsname u{};
   ::uname(&u);
   describe("host", host_name());
@@ -294,10 +409,14 @@ std::string BenchReport::json() const {
 std::string BenchReport::csv() const {
   const auto dims = dim_names();
   const auto extras = extra_names();
+  // Steps timed once each (bench flatten, load) have no per-call latencies to show.
+  const bool per_call = std::any_of(m_cells.begin(), m_cells.end(),
+                                    [](const BenchCell& c) { return c.ns_per_row.count() > 0; });
   std::vector<std::string> header(dims);
-  for (const char* h : {"rows", "bytes", "seconds", "gb_per_s", "calls", "mean_us", "p50_us",
-                        "p99_us", "p999_us", "max_us"}) {
-    header.emplace_back(h);
+  for (const char* h : {"rows", "bytes", "seconds", "gb_per_s"}) header.emplace_back(h);
+  if (per_call) {
+    for (const char* h : {"calls", "mean_us", "p50_us", "p99_us", "p999_us", "max_us"})
+      header.emplace_back(h);
   }
   header.insert(header.end(), extras.begin(), extras.end());
   auto line = [](const std::vector<std::string>& fields) {
@@ -313,10 +432,11 @@ std::string BenchReport::csv() const {
     fields.push_back(std::to_string(c.bytes));
     fields.push_back(fmt::format("{:.9g}", c.seconds));
     fields.push_back(fmt::format("{:.6g}", c.gb_per_s()));
-    fields.push_back(std::to_string(c.ns_per_row.count()));
-    for (const auto& f : latency_figures(c)) fields.push_back(fmt::format("{:.6g}", f.second));
-    for (const auto& e : extras)
-      fields.push_back(c.extra(e) ? fmt::format("{:.6g}", *c.extra(e)) : "");
+    if (per_call) {
+      fields.push_back(std::to_string(c.ns_per_row.count()));
+      for (const auto& f : latency_figures(c)) fields.push_back(fmt::format("{:.6g}", f.second));
+    }
+    for (const auto& e : extras) fields.push_back(c.extra(e) ? csv_number(*c.extra(e)) : "");
     out += line(fields);
   }
   return out;
@@ -329,6 +449,9 @@ void BenchReport::write(const BenchOutputs& out) const {
 }
 
 void BenchReport::plot(const std::string& path) const {
+  // Every mode can be unavailable (bench loader --compare hdf5 on a tree of files).
+  if (m_cells.empty())
+    throw Error(ErrorKind::runtime, "--plot " + path + ": nothing was measured, nothing to draw");
   // gnuplot writes its output by name, so it draws into a private scratch file whose bytes then
   // go to path as every output does (through a device or FIFO, atomically over a regular file).
   const ScratchFile drawn(fs::path(path).extension().string());
@@ -348,68 +471,129 @@ void BenchReport::plot(const std::string& path) const {
   out.commit();
 }
 
-// Series are the cells that differ only in the x coordinate; with no numeric x coordinate every
-// cell is one point of a single series, labelled on the x axis.
 std::string BenchReport::plot_script(const std::string& path, const std::string& output) const {
   const bool by_x =
       !m_cells.empty() && std::all_of(m_cells.begin(), m_cells.end(), [this](const BenchCell& c) {
         const auto* x = c.dim(m_plot_x);
         return x && std::holds_alternative<uint64_t>(*x);
       });
-  std::map<std::string, std::vector<const BenchCell*>> series;
-  std::vector<std::string> order;
-  for (const auto& c : m_cells) {
-    const auto key = by_x ? c.label(m_plot_x) : std::string("cells");
-    if (!series.count(key)) order.push_back(key);
-    series[key].push_back(&c);
-  }
-  std::string data;
-  for (std::size_t s = 0; s < order.size(); ++s) {
-    auto& cells = series[order[s]];
-    if (by_x) {
-      std::stable_sort(cells.begin(), cells.end(), [this](const BenchCell* a, const BenchCell* b) {
-        return std::get<uint64_t>(*a->dim(m_plot_x)) < std::get<uint64_t>(*b->dim(m_plot_x));
-      });
-    }
-    data += fmt::format("$s{} << EOD\n", s);
-    for (const auto* c : cells) {
-      const auto x = by_x ? dim_text(*c->dim(m_plot_x)) : gp_string(c->label());
-      data += fmt::format("{} {:.6g} {:.6g}\n", x, c->ns_per_row.mean() / 1e3, c->gb_per_s());
-    }
-    data += "EOD\n";
-  }
-  auto plot_line = [&](int column) {
-    std::string cmd = "plot ";
-    for (std::size_t s = 0; s < order.size(); ++s) {
-      cmd += fmt::format("{}$s{} using {} with linespoints title {}", s ? ", " : "", s,
-                         by_x ? fmt::format("1:{}", column) : fmt::format("0:{}:xtic(1)", column),
-                         gp_string(by_x ? order[s] : m_bench));
-    }
-    return cmd + "\n";
-  };
   std::string script =
       fmt::format("set terminal {}\nset output {}\n", terminal_for(path), gp_string(output));
-  script += data;
   script += fmt::format(
-      "set multiplot layout 1,2 title {}\n",
+      "set multiplot layout 1,{} title {}\n", m_panels.size(),
       gp_string(fmt::format("ddstage bench {} on {}", m_bench, m_description.front().second)));
-  script += "set grid\nset key top left font ',8'\nset logscale y\n";
-  if (by_x) {
-    // Padded by a factor of 2 each side: a single row size still gets an x range.
-    uint64_t lo = UINT64_MAX, hi = 0;
-    for (const auto& c : m_cells) {
-      lo = std::min(lo, std::get<uint64_t>(*c.dim(m_plot_x)));
-      hi = std::max(hi, std::get<uint64_t>(*c.dim(m_plot_x)));
+  return script + (by_x ? line_plot() : bar_plot()) + "unset multiplot\n";
+}
+
+std::string BenchReport::line_plot() const {
+  const auto series = line_series(m_cells, dim_names(), m_plot_x);
+  std::string script;
+  for (std::size_t s = 0; s < series.size(); ++s) {
+    script += fmt::format("$s{} << EOD\n", s);
+    for (const auto* c : series[s].cells) {
+      script += dim_text(*c->dim(m_plot_x));
+      for (const auto& panel : m_panels) {
+        script += fmt::format(" {:.6g}",
+                              figure_of(*c, panel.figures.front().first).value_or(0) * panel.scale);
+      }
+      script += "\n";
     }
-    script +=
-        fmt::format("set logscale x 2\nset format x '%.0b%B'\nset xrange [{}:{}]\nset xlabel {}\n",
-                    static_cast<double>(lo) / 2, static_cast<double>(hi) * 2, gp_string(m_plot_x));
-  } else {
-    script += "set xtics rotate by -30\n";
+    script += "EOD\n";
   }
-  script += fmt::format("set ylabel {}\n", gp_string(fmt::format("µs per {} (mean)", m_unit))) +
-            plot_line(2);
-  return script + "set ylabel 'GB/s'\n" + plot_line(3) + "unset multiplot\n";
+  // Padded by a factor of 2 each side: a single x value still gets a range.
+  uint64_t lo = UINT64_MAX, hi = 0;
+  for (const auto& c : m_cells) {
+    lo = std::min(lo, std::get<uint64_t>(*c.dim(m_plot_x)));
+    hi = std::max(hi, std::get<uint64_t>(*c.dim(m_plot_x)));
+  }
+  script +=
+      fmt::format("set grid\nset xrange [{}:{}]\nset xlabel {}\n", static_cast<double>(lo) / 2,
+                  static_cast<double>(hi) * 2, gp_string(axis_name(m_plot_x)));
+  // Sizes in binary units at powers of 2; counts in decimal ones at powers of 10.
+  script += m_plot_x.ends_with("bytes") ? "set logscale x 2\nset format x '%.0b %BB'\n"
+                                        : "set logscale x 10\nset format x '%.0s%c'\n";
+  // The panels share the left 78% of the width; the key takes the rest, off the data.
+  const double gap = 0.07, width = (0.72 - gap * static_cast<double>(m_panels.size() - 1)) /
+                                   static_cast<double>(m_panels.size());
+  for (std::size_t p = 0; p < m_panels.size(); ++p) {
+    const auto& figure = m_panels[p].figures.front().first;
+    // A log axis cannot show a zero (a cell timed as a whole has no per-call mean).
+    const bool positive = std::all_of(m_cells.begin(), m_cells.end(), [&](const BenchCell& c) {
+      return figure_of(c, figure).value_or(0) > 0;
+    });
+    const double left = 0.06 + static_cast<double>(p) * (width + gap);
+    script += fmt::format("set lmargin at screen {:.3f}\nset rmargin at screen {:.3f}\n", left,
+                          left + width);
+    script +=
+        positive ? "set logscale y\nset yrange [*:*]\n" : "unset logscale y\nset yrange [0:*]\n";
+    script += p + 1 == m_panels.size()
+                  ? "set key at screen 0.79,0.90 left top Left reverse font ',9' spacing 1.1\n"
+                  : "unset key\n";
+    script += fmt::format("set ylabel {}\nplot ", gp_string(m_panels[p].title));
+    for (std::size_t s = 0; s < series.size(); ++s) {
+      const auto& [title, colour, style, cells] = series[s];
+      script += fmt::format(
+          "{}$s{} using 1:{} with linespoints lw 2 ps 1.2 lc rgb '{}' dt {} pt {} title {}",
+          s ? ", " : "", s, p + 2, palette[colour % palette.size()], style % 5 + 1,
+          point_types[style % point_types.size()], gp_string(title));
+    }
+    script += "\n";
+  }
+  return script;
+}
+
+// Categories have no order or distance between them: bars, not lines, each printing its value
+// and its ratio to the first cell's (the same-run baseline) so the figure needs no table.
+std::string BenchReport::bar_plot() const {
+  const auto& panels = m_panels;
+  const auto& base = m_cells.front();
+  std::string tics;
+  for (std::size_t i = 0; i < m_cells.size(); ++i)
+    tics += fmt::format("{}{} {}", i ? ", " : "", gp_string(m_cells[i].label()), i);
+  std::string script = fmt::format(
+      "set style fill solid 0.85 border -1\nset grid ytics\nset xtics ({}) scale 0 font ',11'\n"
+      "set xrange [-0.6:{}]\nset offsets 0,0,graph 0.22,0\nset bmargin 5\n"
+      "set key outside bottom center horizontal Left reverse samplen 2\n",
+      tics, static_cast<double>(m_cells.size()) - 0.4);
+  for (std::size_t p = 0; p < panels.size(); ++p) {
+    const auto& panel = panels[p];
+    const double width = 0.8 / static_cast<double>(panel.figures.size());
+    std::string plot = "plot ";
+    double top = 0;
+    for (std::size_t f = 0; f < panel.figures.size(); ++f) {
+      const auto& [name, legend] = panel.figures[f];
+      const auto block = fmt::format("$p{}f{}", p, f);
+      script += block + " << EOD\n";
+      const double base_value = figure_of(base, name).value_or(0);
+      for (const auto& c : m_cells) top = std::max(top, figure_of(c, name).value_or(0));
+      for (std::size_t i = 0; i < m_cells.size(); ++i) {
+        const double v = figure_of(m_cells[i], name).value_or(0);
+        const auto ratio = i == 0           ? std::string("baseline")
+                           : base_value > 0 ? short_number(v / base_value) + "x"
+                                            : std::string("-");
+        const double x = static_cast<double>(i) +
+                         (static_cast<double>(f) - (panel.figures.size() - 1) / 2.0) * width;
+        script += fmt::format("{:.4f} {:.6g} \"{}\" \"{}\"\n", x, v * panel.scale,
+                              short_number(v * panel.scale), ratio);
+      }
+      script += "EOD\n";
+      plot += fmt::format(
+          "{}{} using 1:2 with boxes lc rgb '{}' title {}, {} using 1:2:{} with labels center "
+          "offset 0,{} font ',10' notitle",
+          f ? ", " : "", block, palette[f % palette.size()], gp_string(legend), block,
+          panel.ratio ? "(sprintf(\"%s\\n%s\", strcol(3), strcol(4)))" : "(strcol(3))",
+          panel.ratio ? 1.6 : 0.8);
+    }
+    // All zero (no step waited a second): a range of its own, as gnuplot has none to take.
+    script += top > 0 ? "set yrange [0:*]\n" : "set yrange [0:1]\n";
+    script += fmt::format("set boxwidth {:.4f}\n{} key\n", width * 0.9,
+                          panel.figures.size() > 1 ? "set" : "unset");
+    script += fmt::format(
+        "set title {}\nset ylabel {}\n{}\n",
+        gp_string(panel.ratio ? panel.title + ", with the ratio to " + base.label() : panel.title),
+        gp_string(panel.title), plot);
+  }
+  return script;
 }
 
 }  // namespace ddstage::cli

@@ -57,6 +57,17 @@ struct BenchCell {
   std::string label(std::string_view skip = {}) const;
 };
 
+/// One panel of a plot. As lines against a count, its first figure per series; as bars for
+/// categories, per cell a bar for each figure, labelled with the value and, with ratio, the
+/// value over the same figure of the first cell (the run's baseline).
+struct PlotPanel {
+  std::string title;  ///< what the panel shows, with its unit
+  /// (figure, legend): a figure as named in the CSV (mean_us, gb_per_s, seconds, an extra).
+  std::vector<std::pair<std::string, std::string>> figures;
+  double scale = 1;  ///< drawn as figure x scale (100: a fraction in %, 1000: GB/s as MB/s)
+  bool ratio = true;
+};
+
 /// Where a bench writes besides stdout; declared by add_bench_output_options.
 struct BenchOutputs {
   std::string json;  ///< everything
@@ -85,6 +96,8 @@ class BenchReport {
   void note(std::string text);
   /// The dimension the plot puts on its x axis (default row_bytes, log scale).
   void set_plot_x(std::string dim) { m_plot_x = std::move(dim); }
+  /// The plot's panels, side by side; by default mean latency and GB/s.
+  void set_panels(std::vector<PlotPanel> panels) { m_panels = std::move(panels); }
 
   const std::vector<BenchCell>& cells() const noexcept { return m_cells; }
   /// The first cell whose coordinates include every one of `dims`, or nullptr.
@@ -104,10 +117,16 @@ class BenchReport {
   void plot(const std::string& path) const;
   /// The gnuplot script drawing path's format into output.
   std::string plot_script(const std::string& path, const std::string& output) const;
+  /// Lines against the numeric x dimension: one colour per value of the first other
+  /// dimension that varies, one line style per combination of the rest; one panel each.
+  std::string line_plot() const;
+  /// One bar per cell and figure, the panels of m_panels side by side.
+  std::string bar_plot() const;
 
   std::string m_bench;
   std::string m_unit;
   std::string m_plot_x = "row_bytes";
+  std::vector<PlotPanel> m_panels;
   std::vector<std::pair<std::string, std::string>> m_description;
   std::vector<BenchCell> m_cells;
   std::vector<std::string> m_notes;

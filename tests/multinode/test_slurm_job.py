@@ -8,6 +8,7 @@ Nodes sl1 and sl2 run one job at a time; sl3 and sl4 run the two time-limited jo
 the start of the module because Slurm's limit is at least a minute: they run out while the
 other cases run."""
 import json
+import math
 import os
 import shutil
 import signal
@@ -28,6 +29,7 @@ JOB_TIMEOUT_S = 120
 # The limit a job gets, plus up to 30 s until slurmctld's periodic check notices.
 TIME_LIMIT_TIMEOUT_S = 60 + 30 + JOB_TIMEOUT_S
 CLEAN_TIMEOUT_S = 15
+SLURMD_SPOOL = "/tmp/slurmd"  # SlurmdSpoolDir in slurm_cluster.py: each node's own /tmp
 ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE")
 
 
@@ -152,7 +154,8 @@ NODE_SETS = pytest.mark.parametrize("names", [["sl1"], ["sl1", "sl2"]], ids=["1n
 
 def assert_ended(jobs, job_id, state, exit_code):
     job = jobs.wait(job_id, "ended")
-    assert (job["JobState"], job["ExitCode"]) == (state, f"{exit_code}:0"), f"{job}\n{jobs.output(job_id)}"
+    assert (job["JobState"], job["ExitCode"]) == (state, f"{exit_code}:0"), \
+        f"{job}\n{jobs.output(job_id)}\n{jobs.slurm.logs()}"
     return job
 
 
@@ -200,9 +203,15 @@ def test_scancel_during_training(jobs, names):
 def start_requeued(jobs, job_id, names):
     """`scontrol requeue`, and the requeued job started at once: slurmctld holds a requeued job
     back for two minutes, which a test need not wait. A job that already ended is requeued only
-    once its nodes are idle again and no slurmstepd of the killed run is left on them: started
-    while slurmd still ends the killed run's steps, the second run failed at launch, in no time
-    and with no output (seen once in three runs with the idle check alone, and once after)."""
+    once its nodes are idle again and no slurmstepd of the killed run, nor its socket in the
+    spool directory, is left on them: slurmd refuses to launch a job whose step socket it still
+    finds ("already running, do not launch second copy").
+
+    Ending a run makes each slurmd revoke the job's credential at the time of slurmctld's
+    terminate request, in whole seconds, and slurmd refuses any credential created at or before
+    that second ("Job N already killed, do not launch batch job": the requeued run failed in
+    no time, exit 1, no output, about one CI run in ten). So the requeued run is released only
+    once the clock has left the second in which the previous run was seen to end."""
     if jobs.slurm.job(job_id)["JobState"] in ENDED:
         nodes = jobs.slurm.job(job_id)["NodeList"]
         deadline = time.monotonic() + JOB_TIMEOUT_S
@@ -210,13 +219,17 @@ def start_requeued(jobs, job_id, names):
         def settled():
             idle = set(jobs.slurm.run(["sinfo", "-h", "-n", nodes, "-o", "%t"]).stdout.split()) == {"idle"}
             steps = [cmd for node in jobs.nodes(names) for _, cmd in node.processes() if f"[{job_id}." in cmd]
-            return idle and not steps
+            sockets = [name for node in jobs.nodes(names) for name in node.run(["ls", SLURMD_SPOOL]).stdout.split()
+                       if name.startswith(f"{node.name}_{job_id}.")]
+            return idle and not steps and not sockets
 
         while not settled():
             assert time.monotonic() < deadline, jobs.slurm.run(["sinfo", "-n", nodes]).stdout
             time.sleep(0.25)
     jobs.slurm.run(["scontrol", "requeue", str(job_id)])
     jobs.wait(job_id, ["PENDING"])
+    ended = time.time()
+    time.sleep(math.floor(ended) + 1.1 - ended)
     jobs.slurm.run(["scontrol", "update", f"JobId={job_id}", "StartTime=now"])
 
 
