@@ -28,7 +28,7 @@ GEN = os.environ.get("DDSTAGE_GEN", "ddstage-gen")
 # CMAKE_ARGS has the last word.
 CMAKE_ARGS = ("-DDDSTAGE_WITH_MPI=OFF -DDDSTAGE_WITH_HDF5=OFF -DDDSTAGE_WITH_CUDA=OFF -DDDSTAGE_WITH_HIP=OFF "
               "-DCMAKE_BUILD_TYPE=None -DDDSTAGE_PCH=ON")
-BUILD_TIMEOUT_S = 900
+BUILD_TIMEOUT_S = 600  # under ctest's TIMEOUT, so that pytest says which step hung
 READER = textwrap.dedent("""
     import sys
     import numpy as np
