@@ -78,7 +78,10 @@ int main(int argc, char** argv) {
   app.fallthrough();
   app.footer(
       "Exit codes: 0 success, 1 runtime error (I/O, checksum mismatch, stale source), "
-      "2 usage error (bad flag, bad id, missing file).\nSee ddstage(1) and ddstage-<command>(1).");
+      "2 usage error (bad flag, bad id, missing file).\n"
+      "Sizes: K, M, G, T, with or without B or iB, are binary multiples (8G = 8GiB = 8 * 2^30, as "
+      "Slurm's --mem); sizes are shown as KiB, MiB, GiB.\n"
+      "See ddstage(1) and ddstage-<command>(1).");
   ddstage::cli::CliContext ctx;
   ctx.argc = &argc;
   ctx.argv = &argv;
