@@ -5,6 +5,7 @@ way)."""
 import json
 import os
 import pty
+import shutil
 import subprocess
 import sys
 import threading
@@ -199,9 +200,24 @@ def test_store_commands_quiet_json_and_binary_sizes(ddstage, serve, gen, tmp_pat
     assert (q.stdout, q.stderr) == ("", "")
     store.proc.wait(timeout=30)
     assert "serving" not in store.output()
-    q = ddstage.ok("-q", "clean")
-    assert (q.stdout, q.stderr) == ("", "")
-    assert ddstage.ok("-q", "clean", "--dry-run").stdout != ""  # its list is what it is for
+
+
+def test_quiet_clean(ddstage):
+    """clean works host-wide: run in a /dev/shm of its own, so no other test's leftovers go."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare for a private /dev/shm")
+
+    def clean(*args):
+        script = 'mount -t tmpfs tmpfs /dev/shm && exec "$@"'
+        return subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script,
+                               "sh", ddstage.path, *args], capture_output=True, text=True, timeout=60)
+
+    loud = clean("clean")
+    assert loud.returncode == 0 and "nothing to clean" in loud.stdout, loud.stderr
+    quiet = clean("-q", "clean")
+    assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "", "")
+    dry = clean("-q", "clean", "--dry-run")  # its list is what it is for
+    assert dry.returncode == 0 and "nothing to clean" in dry.stdout
 
 
 # ---- 3. help -----------------------------------------------------------------------------------
