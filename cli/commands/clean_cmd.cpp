@@ -66,12 +66,12 @@ std::string summary(const CleanReport& r, bool dry_run) {
 
 /// With --store: the descriptor of a store whose rank 0 ran here and is gone, then the empty
 /// directory (a job's store directory must not outlive it).
-bool clean_descriptor(const std::string& dir, bool dry_run) {
+bool clean_descriptor(const std::string& dir, bool dry_run, const CliContext& out) {
   std::error_code ec;
   bool ok = true;
   if (fs::exists(fs::symlink_status(StoreDescriptor::path_in(dir), ec))) {
     const auto result = clean_store_descriptor(dir, StoreDescriptor::read(dir), dry_run);
-    fmt::print("{}\n", result.message);
+    out.note("{}\n", result.message);
     ok = result.outcome != DescriptorCleanup::Outcome::failed;
   }
   if (!dry_run) remove_empty_store_directory(dir);
@@ -82,21 +82,24 @@ void run_clean(const CleanCmdOptions& opts, const CliContext& ctx) {
   const auto settings = ctx.resolve_settings();
   const auto dir = opts.store.empty() ? settings.get_string("store") : opts.store;
   const auto report = clean_dead_ranks({}, opts.dry_run, opts.force);
+  // A dry run's list is what it exists to print: -q keeps it.
+  CliContext out = ctx;
+  out.quiet = ctx.quiet && !opts.dry_run;
   for (const auto& f : report.removed) {
-    fmt::print("{} {} {} ({}; store {} rank {})\n", opts.dry_run ? "would remove" : "removed",
-               kind_name(f.kind), f.path.string(), human_bytes(static_cast<double>(f.bytes)),
-               f.store_id, f.rank);
+    out.note("{} {} {} ({}; store {} rank {})\n", opts.dry_run ? "would remove" : "removed",
+             kind_name(f.kind), f.path.string(), human_bytes(static_cast<double>(f.bytes)),
+             f.store_id, f.rank);
   }
   for (const auto& k : report.kept)
-    fmt::print("store {} rank {}: live (pid {}), kept\n", k.store_id, k.rank, k.pid);
+    out.note("store {} rank {}: live (pid {}), kept\n", k.store_id, k.rank, k.pid);
   for (const auto& k : report.unlocked) {
-    fmt::print(
+    out.note(
         "store {} rank {}: segments without a lock file (a ddstage older than rank locks?), kept; "
         "--force removes them\n",
         k.store_id, k.rank);
   }
-  const bool descriptor_ok = dir.empty() || clean_descriptor(dir, opts.dry_run);
-  fmt::print("{}\n", summary(report, opts.dry_run));
+  const bool descriptor_ok = dir.empty() || clean_descriptor(dir, opts.dry_run, out);
+  out.note("{}\n", summary(report, opts.dry_run));
   for (const auto& failure : report.failures) fmt::print(stderr, "ddstage: warning: {}\n", failure);
   if (!report.failures.empty()) {
     throw Error(ErrorKind::runtime,

@@ -1,10 +1,14 @@
 #include "commands/flatten_cmd.hpp"
 
-#include <fmt/format.h>
+#include <algorithm>
+#include <chrono>
 #include <filesystem>
+
+#include <fmt/format.h>
 
 #include "ddstage/error.hpp"
 #include "ddstage/tool/index_writer.hpp"
+#include "support/json_writer.hpp"
 #include "support/progress_line.hpp"
 
 namespace ddstage::cli {
@@ -29,10 +33,30 @@ formats::RaggedSpec parse_ragged(const std::string& text) {
   return {text.substr(0, eq), text.substr(eq + 1, colon - eq - 1), text.substr(colon + 1)};
 }
 
+void print_flatten_json(const FlattenOptions& opts, const Index& index, const IndexWriter& writer,
+                        double seconds) {
+  JsonWriter j;
+  j.begin_object()
+      .field("output", opts.output)
+      .field("dataset", index.manifest().name)
+      .field("format", index.manifest().format)
+      .field("samples", index.samples());
+  j.key("fields").begin_array();
+  for (const auto& f : index.fields()) j.value(f.name);
+  j.end_array()
+      .field("bytes_indexed", writer.bytes_written())
+      .field("bytes_packed", writer.packed_bytes())
+      .field("seconds", seconds)
+      .field("bytes_per_second", static_cast<double>(writer.bytes_written()) / seconds);
+  j.end_object();
+  fmt::print("{}\n", j.str());
+}
+
 void run_flatten(const FlattenOptions& opts, const CliContext& ctx) {
   auto settings = ctx.resolve_settings();
   auto request = make_request(opts, settings);
   ProgressLine progress("flatten", settings);
+  const auto t0 = std::chrono::steady_clock::now();
   IndexWriter writer({.out = opts.output,
                       .force = opts.force,
                       .pack_bytes = settings.get_size("flatten.pack_size"),
@@ -40,11 +64,14 @@ void run_flatten(const FlattenOptions& opts, const CliContext& ctx) {
                       .progress = [&progress](const ProgressUpdate& p) { progress(p); }});
   formats::flatten(request, writer);
   writer.commit();
+  const double seconds =
+      std::max(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 1e-9);
   auto index = Index::open(opts.output);
-  fmt::print("{}: {} samples, {} field(s), {} indexed ({} copied into pack files), format {}\n",
-             opts.output, index.samples(), index.fields().size(),
-             human_bytes(static_cast<double>(writer.bytes_written())),
-             human_bytes(static_cast<double>(writer.packed_bytes())), index.manifest().format);
+  if (opts.json) return print_flatten_json(opts, index, writer, seconds);
+  ctx.note("{}: {} samples, {} field(s), {} indexed ({} copied into pack files), format {}\n",
+           opts.output, index.samples(), index.fields().size(),
+           human_bytes(static_cast<double>(writer.bytes_written())),
+           human_bytes(static_cast<double>(writer.packed_bytes())), index.manifest().format);
 }
 
 }  // namespace
@@ -81,7 +108,7 @@ void add_flatten_options(CLI::App& app, CliContext& ctx, FlattenOptions& opts) {
                "Copy every sample into pack files (~256 MiB each) instead of indexing in place");
   app.add_option("--name", opts.name, "Dataset name (default: the output's stem)");
   add_setting_option(app, ctx, "--pack-size", "flatten.pack_size",
-                     "Pack file size (e.g. 256M, 1G)");
+                     "Pack file size (e.g. 256M, 1GiB: K/M/G/T, with or without B/iB, are binary)");
   add_setting_option(app, ctx, "--memory", "flatten.memory",
                      "Memory for decoding chunks and blocks (e.g. 64M)");
 }
@@ -94,6 +121,9 @@ void setup_flatten(CLI::App& app, CliContext& ctx) {
   sub->add_option("-o,--output", opts->output, "The index directory to create (NAME.ddx)")
       ->required();
   sub->add_flag("--force", opts->force, "Replace an existing index, once the new one is complete");
+  sub->add_flag("--json", opts->json,
+                "Print what was done as one JSON object (samples, bytes, seconds, rate) instead "
+                "of the result line");
   sub->callback([opts, &ctx] { run_flatten(*opts, ctx); });
 }
 

@@ -20,6 +20,7 @@ struct FlattenOptions {
   bool pack = false;
   bool webdataset = false;
   bool force = false;
+  bool json = false;  ///< `flatten --json`: what was done as one JSON object on stdout
 };
 
 void setup_flatten(CLI::App& app, CliContext& ctx);

@@ -199,11 +199,46 @@ TransportInfo fabric_transport() {
                        [](const TransportInfo& t) { return t.name == "fabric"; });
 }
 
-void print_settings(const Settings& settings) {
+std::string config_text(const Settings& settings) {
   const auto& config = settings.config_path();
-  fmt::print("config file: {}\n", config.empty()            ? "(none)"
-                                  : settings.config_found() ? config.string()
-                                                            : config.string() + " (not present)");
+  return config.empty()            ? "(none)"
+         : settings.config_found() ? config.string()
+                                   : config.string() + " (not present)";
+}
+
+void print_settings_json(const Settings& settings) {
+  JsonWriter j;
+  j.begin_object()
+      .field("config_file", settings.config_path().string())
+      .field("config_found", settings.config_found());
+  j.key("settings").begin_object();
+  for (const auto& d : setting_table()) {
+    j.key(d.key)
+        .begin_object()
+        .field("value", settings.get_string(d.key))
+        .field("source", source_name(settings.source(d.key)))
+        .field("default", d.default_value)
+        .field("environment", d.env_name())
+        .field("help", d.help)
+        .end_object();
+  }
+  j.end_object().key("build").begin_object();
+  j.field("mpi", DDSTAGE_HAVE_MPI != 0).field("libfabric", DDSTAGE_HAVE_FABRIC != 0);
+  j.field("hdf5", DDSTAGE_HAVE_HDF5 != 0)
+      .field("cuda", DDSTAGE_HAVE_CUDA != 0)
+      .field("hip", DDSTAGE_HAVE_HIP != 0);
+  j.end_object().key("transports").begin_array();
+  for (const auto& t : describe_transports()) {
+    j.begin_object().field("name", t.name).field("available", t.available);
+    j.field("description", t.description).field("why_not", t.why_not).end_object();
+  }
+  j.end_array().end_object();
+  fmt::print("{}\n", j.str());
+}
+
+void print_settings(const Settings& settings, bool json) {
+  if (json) return print_settings_json(settings);
+  fmt::print("config file: {}\n", config_text(settings));
   fmt::print("{:<20} {:<10} {:<8} {:<28} {}\n", "setting", "value", "source", "environment",
              "help");
   for (const auto& d : setting_table()) {
@@ -331,7 +366,7 @@ void report_failures(const VerifyReport& r) {
 
 void run_info(const InfoOptions& opts, const CliContext& ctx) {
   auto settings = ctx.resolve_settings();
-  if (opts.settings) return print_settings(settings);
+  if (opts.settings) return print_settings(settings, opts.json);
   if (opts.fabric) return print_fabric(settings, opts.json);
   if (opts.gpu) return print_gpu(settings, opts.json);
   if (opts.dataset.empty())
@@ -363,7 +398,8 @@ void setup_info(CLI::App& app, CliContext& ctx) {
   auto* sub = app.add_subcommand(
       "info", "Show what an index holds; --verify re-reads every sample from origin");
   sub->add_option("dataset", opts->dataset, "The index directory (DATASET.ddx)");
-  sub->add_flag("--json", opts->json, "Print JSON instead of a table");
+  sub->add_flag("--json", opts->json,
+                "Print JSON instead of a table (also with --settings, --fabric, --gpu)");
   sub->add_flag("--verify", opts->verify,
                 "Re-read every sample from origin and check its checksum (exit 1 on mismatch)");
   sub->add_flag("--allow-stale", opts->allow_stale,

@@ -11,6 +11,7 @@
 #include "ddstage/settings.hpp"
 #include "ddstage/tool/shard_loader.hpp"
 #include "ddstage/tool/store_control.hpp"
+#include "support/json_writer.hpp"
 #include "support/progress_line.hpp"
 #include "support/store_access.hpp"
 
@@ -26,6 +27,7 @@ struct LoadOptions {
   bool replace = false;
   bool allow_stale = false;
   unsigned streams = 0;  ///< 0: the server's default
+  bool json = false;
 };
 
 /// The store's progress as ProgressLine draws it: samples estimated from the bytes done.
@@ -58,10 +60,24 @@ void run_load(const LoadOptions& opts, const CliContext& ctx) {
     throw;
   }
   if (line.enabled()) line({r.samples, r.samples, r.bytes, elapsed(), true});
-  fmt::print("loaded '{}': {} samples, {} in {:.2f} s ({}/s){}\n", r.name, r.samples,
-             human_bytes(static_cast<double>(r.bytes)), r.seconds,
-             human_bytes(static_cast<double>(r.bytes) / std::max(r.seconds, 1e-9)),
-             r.verified ? ", checksums verified" : "");
+  const double rate = static_cast<double>(r.bytes) / std::max(r.seconds, 1e-9);
+  if (opts.json) {
+    JsonWriter j;
+    j.begin_object()
+        .field("name", r.name)
+        .field("index", opts.index)
+        .field("samples", r.samples)
+        .field("bytes", r.bytes)
+        .field("seconds", r.seconds)
+        .field("bytes_per_second", rate)
+        .field("verified", r.verified)
+        .end_object();
+    fmt::print("{}\n", j.str());
+    return;
+  }
+  ctx.note("loaded '{}': {} samples, {} in {:.2f} s ({}/s){}\n", r.name, r.samples,
+           human_bytes(static_cast<double>(r.bytes)), r.seconds, human_bytes(rate),
+           r.verified ? ", checksums verified" : "");
 }
 
 }  // namespace
@@ -80,7 +96,11 @@ void setup_load(CLI::App& app, CliContext& ctx) {
                 "Replace a loaded dataset of the same name (once the new one is loaded)");
   sub->add_flag("--allow-stale", opts->allow_stale, "Load sources that changed after flattening");
   sub->add_option("--mem-limit", opts->mem_limit,
-                  "Bytes each rank may hold for this load (default: the server's)");
+                  "Bytes each rank may hold for this load, e.g. 8G or 8GiB (binary either way; "
+                  "default: the server's)");
+  sub->add_flag("--json", opts->json,
+                "Print what was done as one JSON object (samples, bytes, seconds, rate, "
+                "verified) instead of the result line");
   sub->add_option(
          "--streams", opts->streams,
          "Reader threads per rank, each with large reads in flight (default: the server's)")

@@ -50,7 +50,8 @@ void setup_serve(CLI::App& app, CliContext& ctx) {
       "fabric (setting transport)");
   sub->add_option(
       "--mem-limit", opts->mem_limit,
-      "Bytes each rank may hold (default: 80% of available memory / ranks on the node)");
+      "Bytes each rank may hold, e.g. 8G or 8GiB (binary either way; default: 80% of available "
+      "memory / ranks on the node)");
   sub->callback([opts, &ctx] { run_serve(*opts, ctx); });
 }
 

@@ -2,6 +2,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -72,9 +73,11 @@ void print_status_text(const StoreStatus& s) {
   fmt::print("datasets\n");
   if (s.datasets.empty()) fmt::print("  (none loaded)\n");
   for (const auto& d : s.datasets) {
+    std::vector<std::string> bytes;
+    for (auto n : d.bytes_per_rank) bytes.push_back(human_bytes(static_cast<double>(n)));
     fmt::print("  {}: {} samples from {}\n    samples per rank: {}\n    bytes per rank:   {}\n",
                d.name, d.samples, d.index.string(), fmt::join(d.samples_per_rank, " "),
-               fmt::join(d.bytes_per_rank, " "));
+               fmt::join(bytes, "  "));
   }
 }
 
@@ -97,7 +100,7 @@ void setup_status(CLI::App& app, CliContext& ctx) {
   auto opts = std::make_shared<StatusOptions>();
   auto* sub = app.add_subcommand("status", "Show a running store's ranks, datasets and memory");
   add_store_option(*sub, opts->store);
-  sub->add_flag("--json", opts->json, "Print JSON");
+  sub->add_flag("--json", opts->json, "Print JSON (sizes as integer bytes)");
   sub->callback([opts, &ctx] { run_status(*opts, ctx); });
 }
 

@@ -19,16 +19,17 @@ struct StopOptions {
 };
 
 /// What stop did, one line per fact; the error (exit 1) when some rank may still run.
-void report_stop(const StopResult& r, const std::string& dir) {
-  for (const auto& file : r.cleaned.removed) fmt::print("removed {}\n", file.path.string());
-  if (r.descriptor_removed) fmt::print("removed {}\n", StoreDescriptor::path_in(dir).string());
+/// The unreachable ranks' lines stay under -q: they say what to do about the error that follows.
+void report_stop(const StopResult& r, const std::string& dir, const CliContext& ctx) {
+  for (const auto& file : r.cleaned.removed) ctx.note("removed {}\n", file.path.string());
+  if (r.descriptor_removed) ctx.note("removed {}\n", StoreDescriptor::path_in(dir).string());
   if (!r.stopped.empty()) {
     // Rank 0 silent: say whether stop ended ranks or found them already gone (killed, crashed).
     const char* how = r.no_answer.empty()   ? ""
                       : r.signalled.empty() ? " (already gone: rank 0 did not answer)"
                                             : " (by signal: rank 0 did not answer)";
-    fmt::print("stopped rank{} {} of the store at {}{}\n", r.stopped.size() == 1 ? "" : "s",
-               rank_list(r.stopped), dir, how);
+    ctx.note("stopped rank{} {} of the store at {}{}\n", r.stopped.size() == 1 ? "" : "s",
+             rank_list(r.stopped), dir, how);
   }
   std::vector<int> missing;
   for (const auto& u : r.unreachable) {
@@ -50,7 +51,7 @@ void report_stop(const StopResult& r, const std::string& dir) {
 void run_stop(const StopOptions& opts, const CliContext& ctx) {
   const auto settings = ctx.resolve_settings();
   const auto dir = store_dir(opts.store, settings);
-  report_stop(store_control(dir, settings).stop(), dir);
+  report_stop(store_control(dir, settings).stop(), dir, ctx);
 }
 
 }  // namespace

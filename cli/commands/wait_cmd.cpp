@@ -27,8 +27,8 @@ void run_wait(const WaitCmdOptions& opts, const CliContext& ctx) {
       wait_for_store({dir, *timeout, settings.get_duration("control_timeout"), opts.pid});
   std::set<std::string> hosts;
   for (const auto& r : d.ranks) hosts.insert(r.host);
-  fmt::print("store at {} ready: {} rank{} on {} host{}\n", dir, d.ranks.size(),
-             d.ranks.size() == 1 ? "" : "s", hosts.size(), hosts.size() == 1 ? "" : "s");
+  ctx.note("store at {} ready: {} rank{} on {} host{}\n", dir, d.ranks.size(),
+           d.ranks.size() == 1 ? "" : "s", hosts.size(), hosts.size() == 1 ? "" : "s");
 }
 
 }  // namespace

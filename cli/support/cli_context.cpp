@@ -13,7 +13,10 @@
 namespace ddstage::cli {
 Settings CliContext::resolve_settings() const {
   auto flags = setting_flags;
-  if (quiet) flags["log.level"] = "error";
+  if (quiet) {
+    flags["log.level"] = "error";
+    flags["progress"] = "never";
+  }
   if (verbose == 1) flags["log.level"] = "debug";
   if (verbose > 1) flags["log.level"] = "trace";
   std::optional<std::filesystem::path> path;
@@ -33,7 +36,10 @@ Settings CliContext::resolve_settings() const {
 
 void add_global_options(CLI::App& app, CliContext& ctx) {
   app.add_flag("-v,--verbose", ctx.verbose, "More log output (repeat for trace)");
-  app.add_flag("-q,--quiet", ctx.quiet, "Only errors");
+  app.add_flag("-q,--quiet", ctx.quiet,
+               "Print only errors: no progress line, no logs, no lines about what was done. What "
+               "a command exists to print still is: read's samples, info's and status's report, "
+               "clean --dry-run's list, a --json document");
   app.add_option("--config", ctx.config,
                  "YAML config file (default $XDG_CONFIG_HOME/ddstage/config.yaml)");
 }

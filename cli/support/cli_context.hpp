@@ -4,6 +4,7 @@
 #include <map>
 #include <string>
 
+#include <fmt/format.h>
 #include <CLI/CLI.hpp>
 
 #include "ddstage/settings.hpp"
@@ -21,8 +22,15 @@ struct CliContext {
   int* argc = nullptr;
   char*** argv = nullptr;
 
-  /// Flags > DDSTAGE_* env > config file > defaults; also sets the log level.
+  /// Flags > DDSTAGE_* env > config file > defaults; also sets the log level. -q makes
+  /// log.level error and progress never, as flags.
   Settings resolve_settings() const;
+
+  /// A line on stdout about what was done ("loaded 'x': ..."); -q drops it.
+  template <typename... Args>
+  void note(fmt::format_string<Args...> format, Args&&... args) const {
+    if (!quiet) fmt::print(format, std::forward<Args>(args)...);
+  }
 };
 
 /// Declares -v/-q/--config on app.

@@ -82,6 +82,10 @@ void OutputFile::commit() {
   m_fd.close();
 }
 
+bool names_stdout(const std::string& path) {
+  return own_descriptor(path) == STDOUT_FILENO;
+}
+
 void write_text_file(const std::string& path, std::string_view text) {
   OutputFile out(path);
   out.write(text);

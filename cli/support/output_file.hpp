@@ -40,6 +40,10 @@ class OutputFile {
   FileDescriptor m_fd;
 };
 
+/// True when OutputFile(path) would write to this process's stdout ("-", empty, /dev/stdout,
+/// /dev/fd/1, ...).
+bool names_stdout(const std::string& path);
+
 /// Writes text to path as OutputFile does; IoError on failure.
 void write_text_file(const std::string& path, std::string_view text);
 

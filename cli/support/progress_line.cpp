@@ -16,8 +16,8 @@ ProgressLine::ProgressLine(std::string label, const Settings& settings)
 
 namespace {
 
-/// "12.3 MB/45.6 GB (27%)  1234/5678 samples": by bytes when the total is known, the ETA then
-/// following bytes (rows of a 12 KB field and of an 8-byte label cost alike per item, not per
+/// "12.3 MiB/45.6 GiB (27%)  1234/5678 samples": by bytes when the total is known, the ETA then
+/// following bytes (rows of a 12 KiB field and of an 8-byte label cost alike per item, not per
 /// byte); else by samples or items.
 std::string done_text(const ProgressUpdate& p) {
   const auto percent = [](uint64_t done, uint64_t total) {
@@ -71,10 +71,12 @@ void ProgressLine::operator()(const ProgressUpdate& p) const {
 }
 
 std::string human_bytes(double bytes) {
-  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
+  // Binary units, as the sizes people type are (settings, --mem-limit): 1 GiB given shows as
+  // 1.0 GiB, not 1.1 GB.
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;
-  while (bytes >= 1000 && u < 4) {
-    bytes /= 1000;
+  while (bytes >= 1024 && u < 4) {
+    bytes /= 1024;
     ++u;
   }
   return u ? fmt::format("{:.1f} {}", bytes, units[u]) : fmt::format("{:.0f} {}", bytes, units[u]);

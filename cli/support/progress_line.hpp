@@ -8,7 +8,7 @@
 
 namespace ddstage::cli {
 
-/// Renders ProgressUpdates as "\rLABEL: done/total (P%)  [samples]  N/s  X MB/s  ETA" on stderr,
+/// Renders ProgressUpdates as "\rLABEL: done/total (P%)  [samples]  N/s  X MiB/s  ETA" on stderr,
 /// when the "progress" setting says so (auto: only when stderr is a terminal). The ETA follows
 /// bytes when their total is known.
 class ProgressLine {
@@ -22,7 +22,7 @@ class ProgressLine {
   bool m_enabled;
 };
 
-/// "12.3 MB", "1.2 GB": sizes for people.
+/// "12.3 MiB", "1.2 GiB": sizes for people, in binary units.
 std::string human_bytes(double bytes);
 /// "1m05s", "3.2s".
 std::string human_seconds(double seconds);

@@ -1,6 +1,8 @@
 #include "ddstage/settings.hpp"
 
+#include <algorithm>
 #include <array>
+#include <cctype>
 #include <charconv>
 #include <cstdlib>
 
@@ -174,22 +176,33 @@ std::string_view source_name(SettingSource s) {
 }
 
 std::optional<uint64_t> parse_size(std::string_view text) {
+  // "8G", "8GB", "8GiB" and "8g" alike mean 8 * 2^30, as Slurm's --mem does: people who type
+  // sizes here type that one daily, and a "GB" meaning something else would waste 7%.
+  const auto ends_with_ci = [&text](std::string_view suffix) {
+    if (text.size() < suffix.size()) return false;
+    const auto tail = text.substr(text.size() - suffix.size());
+    return std::equal(tail.begin(), tail.end(), suffix.begin(),
+                      [](char a, char b) { return std::tolower(a) == b; });
+  };
+  if (ends_with_ci("ib")) {
+    text.remove_suffix(2);
+    if (text.empty() || !std::isalpha(static_cast<unsigned char>(text.back())))
+      return std::nullopt;  // "12iB": a binary unit needs its letter
+  } else if (ends_with_ci("b")) {
+    text.remove_suffix(1);
+  }
   if (text.empty()) return std::nullopt;
   uint64_t mult = 1;
-  switch (text.back()) {
-    case 'K':
+  switch (std::tolower(static_cast<unsigned char>(text.back()))) {
     case 'k':
       mult = 1ull << 10;
       break;
-    case 'M':
     case 'm':
       mult = 1ull << 20;
       break;
-    case 'G':
     case 'g':
       mult = 1ull << 30;
       break;
-    case 'T':
     case 't':
       mult = 1ull << 40;
       break;

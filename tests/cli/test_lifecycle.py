@@ -274,7 +274,7 @@ def test_a_load_outlasting_control_timeout_from_a_job_script_succeeds(ddstage, g
     out, err = load.communicate(timeout=60)
     assert load.returncode == 0, err
     assert time.monotonic() - t0 > 16
-    assert out.startswith("loaded 'big': 300 samples, 300.0 MB"), out
+    assert out.startswith("loaded 'big': 300 samples, 286.1 MiB"), out
     assert read_store(ddstage, store.dir, "big", "299") == read_bytes(ddstage, big, "299")
     store.stop()
 

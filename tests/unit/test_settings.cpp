@@ -46,6 +46,14 @@ TEST_CASE("every setting has an env name and a valid default", "[settings]") {
   CHECK(parse_size("1.5") == std::nullopt);
   CHECK(parse_size(".5K") == std::nullopt);
   CHECK(parse_size("3.K") == std::nullopt);
+  // One convention, Slurm's: K/M/G/T with or without B or iB, any case, all binary.
+  for (const char* g : {"8G", "8g", "8GB", "8gb", "8GiB", "8gib"})
+    CHECK(parse_size(g) == 8ull << 30);
+  CHECK(parse_size("1.5KiB") == 1536u);
+  CHECK(parse_size("4096B") == 4096u);
+  CHECK(parse_size("12iB") == std::nullopt);
+  CHECK(parse_size("MiB") == std::nullopt);
+  CHECK(parse_size("B") == std::nullopt);
 }
 
 TEST_CASE("durations take ms, s, m, h; a plain number is seconds", "[settings]") {

@@ -79,8 +79,10 @@ std::filesystem::path default_config_path();
 /// place libcore reads the environment for paths.
 std::filesystem::path default_cache_dir();
 
-/// Parses "256M" style sizes, fractions that come to whole bytes too ("12.5K"); nullopt if
-/// malformed.
+/// Parses sizes: a number with K, M, G or T, alone or followed by "B" or "iB", any case, every
+/// one a binary multiple ("256M" = "256MB" = "256MiB" = 256 * 2^20), as Slurm's --mem reads
+/// them; a bare number or "B" is bytes; fractions that come to whole bytes too ("12.5K");
+/// nullopt if malformed.
 std::optional<uint64_t> parse_size(std::string_view text);
 /// Parses "10s" / "500ms" / "2m" / "1h" / "1.5" (seconds); nullopt if malformed or negative.
 std::optional<std::chrono::milliseconds> parse_duration(std::string_view text);
