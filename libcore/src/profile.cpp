@@ -193,9 +193,9 @@ std::string format(const ProfileReport& report) {
   uint64_t staged_ns = 0;
   for (const auto& h : report.stage_ns) staged_ns += h.sum();
   std::string out = fmt::format(
-      "{} batches, {} rows, {:.1f} MB in {:.3f} s of get_batch: mean {:.1f} us/batch, p99 {:.1f}, "
+      "{} batches, {} rows, {:.1f} MiB in {:.3f} s of get_batch: mean {:.1f} us/batch, p99 {:.1f}, "
       "max {:.1f}\n",
-      report.batches, report.rows, static_cast<double>(report.bytes) / 1e6,
+      report.batches, report.rows, static_cast<double>(report.bytes) / (1 << 20),
       static_cast<double>(report.batch_ns.sum()) / 1e9, us(report.batch_ns.mean()),
       us(static_cast<double>(report.batch_ns.percentile(0.99))),
       us(static_cast<double>(report.batch_ns.max())));

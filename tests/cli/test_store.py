@@ -178,7 +178,7 @@ def test_profile_printed_at_exit(ddstage, serve, datasets, tmp_path):
                     binary=True, env={"DDSTAGE_PROFILE": "1"})
     assert on.stdout == plain.stdout
     text = on.stderr.decode()
-    assert "ddstage profile (pid" in text and "rows, 0.3 MB" in text and "paths: shm" in text
+    assert "ddstage profile (pid" in text and "rows, 0.3 MiB" in text and "paths: shm" in text
     assert "copy" in text and "other" in text
     proc = ddstage.ok("read", "--store", store.dir, "--dataset", "rows", "--ids", "0-9", "--field", "y",
                       binary=True, env={"DDSTAGE_PROFILE": str(tmp_path / "prof-%p.txt")})

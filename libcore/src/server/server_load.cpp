@@ -98,8 +98,8 @@ Message ServerRank::load(const LoadCommand& args) {
   publish_dataset(*plan, args.index, shards);
   const LoadResult result{plan->name, plan->index.samples(), plan->index.manifest().total_bytes,
                           seconds, args.verify};
-  spdlog::info("loaded '{}': {} samples, {} bytes in {:.2f} s", result.name, result.samples,
-               result.bytes, seconds);
+  spdlog::info("loaded '{}': {} samples, {:.1f} MiB in {:.2f} s", result.name, result.samples,
+               static_cast<double>(result.bytes) / (1 << 20), seconds);
   return load_reply(result);
 }
 
