@@ -36,8 +36,9 @@ FetchContent_Declare(catch2 SYSTEM
 # Makes content NAME available, or fails naming the Debian package that provides it.
 function(_ddstage_fetch name debian_package)
   string(TOUPPER ${name} upper)
+  string(REPLACE "_" "-" shown ${name})
   if(NOT DDSTAGE_FETCH_MISSING)
-    message(FATAL_ERROR "ddstage needs ${name}, which was not found: install Debian's ${debian_package} "
+    message(FATAL_ERROR "ddstage needs ${shown}, which was not found: install Debian's ${debian_package} "
                         "(scripts/install-deps), or set -DDDSTAGE_FETCH_MISSING=ON to build its upstream release")
   endif()
   # Dependencies' options are set as plain variables; old cmake_minimum_required() lines
@@ -52,7 +53,7 @@ function(_ddstage_fetch name debian_package)
   else()
     FetchContent_GetProperties(${name} SOURCE_DIR from)
   endif()
-  message(STATUS "ddstage: fetched ${name} (not found on the system) from ${from}")
+  message(STATUS "ddstage: fetched ${shown} (not found on the system) from ${from}")
 endfunction()
 
 function(ddstage_require_cli11)

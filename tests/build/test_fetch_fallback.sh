@@ -98,7 +98,7 @@ fi
   -DDDSTAGE_WITH_MPI=OFF -DDDSTAGE_WITH_FABRIC=OFF -DDDSTAGE_WITH_CUDA=OFF \
   -DDDSTAGE_WITH_HIP=OFF -DDDSTAGE_WITH_PYTHON=OFF -DFETCHCONTENT_FULLY_DISCONNECTED=ON \
   "${sources[@]}" >"$work/configure.log" 2>&1 || { cat "$work/configure.log"; fail "configure"; }
-for name in cli11 yaml_cpp spdlog fmt xxhash catch2; do
+for name in cli11 yaml-cpp spdlog fmt xxhash catch2; do
   grep -q "ddstage: fetched $name " "$work/configure.log" ||
     { cat "$work/configure.log"; fail "the configure log does not say $name was fetched"; }
 done
