@@ -1,10 +1,12 @@
-# Every dependency comes from a Debian 12 package; see README "Quick start".
+# Every dependency comes from a Debian 12 package; see README "Quick start". The small ones
+# other systems lack are built from source when missing (cmake/ddstage_fetch.cmake).
 find_package(PkgConfig REQUIRED)
 find_package(Threads REQUIRED)
-find_package(CLI11 REQUIRED)
-find_package(yaml-cpp REQUIRED)     # 0.7: the target is plain `yaml-cpp`
-find_package(spdlog REQUIRED)
-pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
+include(${CMAKE_CURRENT_LIST_DIR}/ddstage_fetch.cmake)
+ddstage_require_cli11()
+ddstage_require_yaml_cpp()
+ddstage_require_spdlog()
+ddstage_require_xxhash()
 
 set(DDSTAGE_HAVE_MPI 0)
 if(DDSTAGE_WITH_MPI)

@@ -1,0 +1,141 @@
+# Fallback for the small libraries Debian 12 packages but HPC systems (Frontier, Perlmutter)
+# often lack: CLI11, yaml-cpp, spdlog with fmt, xxhash, Catch2. Each comes from the system when
+# found there; otherwise, with DDSTAGE_FETCH_MISSING, FetchContent builds the upstream release of
+# the version Debian 12 ships (the versions the suite is run with) inside this build.
+#
+# Without network, point FetchContent at local copies of those releases:
+#   -DFETCHCONTENT_SOURCE_DIR_CLI11=...  _YAML_CPP  _SPDLOG  _FMT  _XXHASH  _CATCH2
+# (scripts/install-deps unpacks Debian's sources of them under /var/cache/ddstage/deps-src/).
+#
+# Releases are pinned by their git tag: these machines reach no GitHub, so no archive hash was
+# computed and none is claimed. The libraries are built static and position-independent (the
+# project sets CMAKE_POSITION_INDEPENDENT_CODE), without their tests, tools or install rules,
+# and ddstage links them privately: a shared libcore's export names none of them. A static
+# libcore would have to export them too; that combination is refused at the end of configure.
+include(FetchContent)
+
+option(DDSTAGE_FETCH_MISSING
+       "Build CLI11, yaml-cpp, spdlog, fmt, xxhash and Catch2 from pinned upstream releases when the system lacks them"
+       ON)
+
+# Content names are chosen so that each FETCHCONTENT_SOURCE_DIR_<NAME> reads plainly.
+FetchContent_Declare(cli11 SYSTEM
+  GIT_REPOSITORY https://github.com/CLIUtils/CLI11.git GIT_TAG v2.1.2 GIT_SHALLOW TRUE)
+FetchContent_Declare(yaml_cpp SYSTEM
+  GIT_REPOSITORY https://github.com/jbeder/yaml-cpp.git GIT_TAG yaml-cpp-0.7.0 GIT_SHALLOW TRUE)
+FetchContent_Declare(fmt SYSTEM
+  GIT_REPOSITORY https://github.com/fmtlib/fmt.git GIT_TAG 9.1.0 GIT_SHALLOW TRUE)
+FetchContent_Declare(spdlog SYSTEM
+  GIT_REPOSITORY https://github.com/gabime/spdlog.git GIT_TAG v1.10.0 GIT_SHALLOW TRUE)
+# xxhash's own CMake (cmake_unofficial/) also builds the xxhsum tool; its one C file is enough.
+FetchContent_Declare(xxhash
+  GIT_REPOSITORY https://github.com/Cyan4973/xxHash.git GIT_TAG v0.8.1 GIT_SHALLOW TRUE)
+FetchContent_Declare(catch2 SYSTEM
+  GIT_REPOSITORY https://github.com/catchorg/Catch2.git GIT_TAG v2.13.10 GIT_SHALLOW TRUE)
+
+# Makes content NAME available, or fails naming the Debian package that provides it.
+function(_ddstage_fetch name debian_package)
+  string(TOUPPER ${name} upper)
+  string(REPLACE "_" "-" shown ${name})
+  if(NOT DDSTAGE_FETCH_MISSING)
+    message(FATAL_ERROR "ddstage needs ${shown}, which was not found: install Debian's ${debian_package} "
+                        "(scripts/install-deps), or set -DDDSTAGE_FETCH_MISSING=ON to build its upstream release")
+  endif()
+  # Dependencies' options are set as plain variables; old cmake_minimum_required() lines
+  # (yaml-cpp's, Catch2's) would otherwise let option() override them.
+  set(CMAKE_POLICY_DEFAULT_CMP0077 NEW)
+  set(BUILD_SHARED_LIBS OFF)
+  set(BUILD_TESTING OFF)
+  FetchContent_MakeAvailable(${name})
+  set_property(GLOBAL APPEND PROPERTY DDSTAGE_FETCHED ${name})
+  if(FETCHCONTENT_SOURCE_DIR_${upper})
+    set(from "${FETCHCONTENT_SOURCE_DIR_${upper}}")
+  else()
+    FetchContent_GetProperties(${name} SOURCE_DIR from)
+  endif()
+  message(STATUS "ddstage: fetched ${shown} (not found on the system) from ${from}")
+endfunction()
+
+function(ddstage_require_cli11)
+  find_package(CLI11 QUIET)
+  if(NOT CLI11_FOUND)
+    _ddstage_fetch(cli11 libcli11-dev)  # CLI11::CLI11
+  endif()
+endfunction()
+
+function(ddstage_require_yaml_cpp)
+  find_package(yaml-cpp QUIET)  # 0.7: the target is plain `yaml-cpp`
+  if(NOT yaml-cpp_FOUND)
+    set(YAML_CPP_BUILD_TOOLS OFF)
+    _ddstage_fetch(yaml_cpp libyaml-cpp-dev)  # yaml-cpp
+  endif()
+endfunction()
+
+# spdlog always formats with the separate fmt, as Debian's does: ddstage includes <fmt/...>
+# itself, which spdlog's bundled copy would not provide.
+function(ddstage_require_spdlog)
+  find_package(spdlog QUIET)  # finds fmt::fmt with it
+  if(spdlog_FOUND)
+    return()
+  endif()
+  find_package(fmt QUIET)
+  if(NOT fmt_FOUND)
+    _ddstage_fetch(fmt libfmt-dev)  # fmt::fmt
+  endif()
+  set(SPDLOG_FMT_EXTERNAL ON)
+  _ddstage_fetch(spdlog libspdlog-dev)  # spdlog::spdlog
+endfunction()
+
+# The build links libxxhash as PkgConfig::XXHASH (pkg-config's target, as it ships no CMake
+# package); the fetched one takes that name so every user of it stays as it is.
+function(ddstage_require_xxhash)
+  pkg_check_modules(XXHASH QUIET IMPORTED_TARGET libxxhash)
+  if(TARGET PkgConfig::XXHASH)
+    return()
+  endif()
+  _ddstage_fetch(xxhash libxxhash-dev)
+  FetchContent_GetProperties(xxhash SOURCE_DIR xxhash_dir)
+  add_library(ddstage_xxhash STATIC ${xxhash_dir}/xxhash.c)
+  target_include_directories(ddstage_xxhash SYSTEM INTERFACE ${xxhash_dir})
+  add_library(PkgConfig::XXHASH ALIAS ddstage_xxhash)
+endfunction()
+
+# Catch2::Catch2 and Catch2::Catch2WithMain, and Catch.cmake on the caller's module path.
+function(ddstage_require_catch2)
+  find_package(Catch2 QUIET)  # its package puts its own directory on the module path
+  if(NOT Catch2_FOUND)
+    set(CATCH_BUILD_TESTING OFF)
+    set(CATCH_BUILD_STATIC_LIBRARY ON)  # Catch2WithMain, as Debian builds it
+    _ddstage_fetch(catch2 catch2)
+    FetchContent_GetProperties(catch2 SOURCE_DIR catch2_dir)
+    list(APPEND CMAKE_MODULE_PATH ${catch2_dir}/contrib)
+  endif()
+  set(CMAKE_MODULE_PATH ${CMAKE_MODULE_PATH} PARENT_SCOPE)
+endfunction()
+
+# A static libcore carries its private dependencies into the installed package, and fetched
+# ones are built for this tree only: say so here rather than with install(EXPORT)'s
+# "requires target ... that is not in any export set" at generate time. Every library libcore
+# finds on the system is an imported target; one that is not was fetched.
+function(_ddstage_check_fetched_export)
+  get_target_property(type ddstage_core TYPE)
+  if(NOT type STREQUAL "STATIC_LIBRARY")
+    return()
+  endif()
+  get_target_property(links ddstage_core LINK_LIBRARIES)
+  set(fetched)
+  foreach(lib IN LISTS links)
+    if(TARGET ${lib})
+      get_target_property(imported ${lib} IMPORTED)
+      if(NOT imported)
+        list(APPEND fetched ${lib})
+      endif()
+    endif()
+  endforeach()
+  if(fetched)
+    list(JOIN fetched ", " fetched)
+    message(FATAL_ERROR "A static libcore cannot be installed with the fetched ${fetched}: build it shared "
+                        "(-DDDSTAGE_SHARED=ON) or install their Debian packages")
+  endif()
+endfunction()
+cmake_language(DEFER CALL _ddstage_check_fetched_export)  # after libcore is defined
