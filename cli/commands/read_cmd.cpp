@@ -160,7 +160,8 @@ ReadResult read_store(const ReadOptions& opts, const Settings& settings) {
 /// Binary on a terminal garbles it and helps nobody; --json's document and the samples cannot
 /// share stdout.
 void check_output(const ReadOptions& opts) {
-  if (opts.output.empty() && ::isatty(STDOUT_FILENO) == 1)
+  const bool to_stdout = opts.output.empty() || (opts.output != "-" && names_stdout(opts.output));
+  if (to_stdout && ::isatty(STDOUT_FILENO) == 1)
     throw UsageError(
         "refusing to write binary samples to a terminal; use -o FILE, or -o - to force");
   if (opts.json && names_stdout(opts.output))

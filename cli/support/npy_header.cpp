@@ -11,12 +11,44 @@
 namespace ddstage::cli {
 namespace {
 
-/// A Python string literal (numpy reads the header with ast.literal_eval).
+/// Whether s is well-formed UTF-8 (no overlong forms, surrogates or values past U+10FFFF).
+bool valid_utf8(const std::string& s) {
+  for (std::size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const std::size_t n = c < 0x80           ? 1
+                          : (c >> 5) == 0x6  ? 2
+                          : (c >> 4) == 0xe  ? 3
+                          : (c >> 3) == 0x1e ? 4
+                                             : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    uint32_t cp = n == 1 ? c : c & (0x7f >> n);
+    for (std::size_t k = 1; k < n; ++k) {
+      const auto b = static_cast<unsigned char>(s[i + k]);
+      if ((b >> 6) != 0x2) return false;
+      cp = (cp << 6) | (b & 0x3f);
+    }
+    const uint32_t least[] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < least[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return false;
+    i += n;
+  }
+  return true;
+}
+
+/// A Python string literal (numpy reads the header with ast.literal_eval): quotes and
+/// backslashes escaped, control characters as \xNN so the header stays one line. Bytes past
+/// ASCII pass as they are: the caller checked they are UTF-8 (header version 3.0).
 std::string py_str(const std::string& s) {
   std::string out = "'";
   for (char c : s) {
-    if (c == '\\' || c == '\'') out += '\\';
-    out += c;
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '\\' || c == '\'') {
+      out += '\\';
+      out += c;
+    } else if (u < 0x20 || u == 0x7f) {
+      out += fmt::format("\\x{:02x}", u);
+    } else {
+      out += c;
+    }
   }
   return out + "'";
 }
@@ -82,6 +114,10 @@ std::string record_descr(const FieldInfo& f) {
   std::vector<std::string> items;
   uint64_t at = 0;
   for (const auto& m : members) {
+    if (!valid_utf8(m.name))
+      throw UsageError("field '" + f.name +
+                       "' has a member whose name is not UTF-8: a .npy header cannot hold it; "
+                       "write raw bytes (-o FILE without .npy)");
     if (m.offset < at) throw UsageError("field '" + f.name + "' has overlapping members");
     if (m.offset > at) items.push_back(fmt::format("('', '|V{}')", m.offset - at));
     // A bytes member with a shape is a string, as in the Python binding's record dtype.

@@ -70,18 +70,6 @@ void ProgressLine::operator()(const ProgressUpdate& p) const {
   std::fflush(stderr);
 }
 
-std::string human_bytes(double bytes) {
-  // Binary units, as the sizes people type are (settings, --mem-limit): 1 GiB given shows as
-  // 1.0 GiB, not 1.1 GB.
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (bytes >= 1024 && u < 4) {
-    bytes /= 1024;
-    ++u;
-  }
-  return u ? fmt::format("{:.1f} {}", bytes, units[u]) : fmt::format("{:.0f} {}", bytes, units[u]);
-}
-
 std::string human_seconds(double seconds) {
   if (seconds < 60) return fmt::format("{:.1f}s", seconds);
   auto s = static_cast<long>(seconds);

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "ddstage/settings.hpp"
+#include "ddstage/tool/human_bytes.hpp"  // the sizes this line and the commands print
 #include "ddstage/tool/index_writer.hpp"
 
 namespace ddstage::cli {
@@ -22,8 +23,6 @@ class ProgressLine {
   bool m_enabled;
 };
 
-/// "12.3 MiB", "1.2 GiB": sizes for people, in binary units.
-std::string human_bytes(double bytes);
 /// "1m05s", "3.2s".
 std::string human_seconds(double seconds);
 

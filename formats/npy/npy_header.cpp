@@ -24,6 +24,34 @@ constexpr uint64_t max_header_bytes = 16ull << 20;
 // Nesting numpy writes is at most a few levels (structured dtypes); deeper input is garbage.
 constexpr int max_nesting = 32;
 
+/// Appends code point cp (at most U+10FFFF, not a surrogate) as UTF-8.
+void append_utf8(std::string& out, uint32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xc0 | cp >> 6);
+    out += static_cast<char>(0x80 | (cp & 0x3f));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xe0 | cp >> 12);
+    out += static_cast<char>(0x80 | (cp >> 6 & 0x3f));
+    out += static_cast<char>(0x80 | (cp & 0x3f));
+  } else {
+    out += static_cast<char>(0xf0 | cp >> 18);
+    out += static_cast<char>(0x80 | (cp >> 12 & 0x3f));
+    out += static_cast<char>(0x80 | (cp >> 6 & 0x3f));
+    out += static_cast<char>(0x80 | (cp & 0x3f));
+  }
+}
+
+/// Format 1.0 and 2.0 headers are latin-1 (numpy writes 3.0, UTF-8, for names latin-1 cannot
+/// hold): every name ddstage keeps is UTF-8.
+std::string latin1_to_utf8(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) append_utf8(out, static_cast<unsigned char>(c));
+  return out;
+}
+
 /// Header text quoted in a message, with control bytes replaced so the error stays one line.
 std::string printable(std::string_view text) {
   std::string out(text);
@@ -95,16 +123,67 @@ class LiteralParser {
     return value;
   }
 
+  /// A str literal as numpy writes one (repr() of a member name): the escapes repr() uses are
+  /// decoded, so a name comes out as the UTF-8 text numpy's own reader gives.
   PyValue parse_string(char quote) {
     PyValue value{.kind = PyValue::Kind::string};
     ++m_pos;
     while (m_pos < m_text.size() && m_text[m_pos] != quote) {
-      if (m_text[m_pos] == '\\' && m_pos + 1 < m_text.size()) ++m_pos;  // escaped character
-      value.text += m_text[m_pos++];
+      if (m_text[m_pos] != '\\' || m_pos + 1 == m_text.size()) {
+        value.text += m_text[m_pos++];
+        continue;
+      }
+      const char e = m_text[m_pos + 1];
+      m_pos += 2;
+      switch (e) {
+        case 'n':
+          value.text += '\n';
+          break;
+        case 't':
+          value.text += '\t';
+          break;
+        case 'r':
+          value.text += '\r';
+          break;
+        case 'x':
+          append_utf8(value.text, parse_hex(2));
+          break;
+        case 'u':
+          append_utf8(value.text, parse_hex(4));
+          break;
+        case 'U':
+          append_utf8(value.text, parse_hex(8));
+          break;
+        case '\\':
+        case '\'':
+        case '"':
+          value.text += e;
+          break;
+        default:  // Python keeps an unknown escape as it is
+          value.text += '\\';
+          value.text += e;
+      }
     }
     if (m_pos == m_text.size()) fail("unterminated string");
     ++m_pos;
     return value;
+  }
+
+  uint32_t parse_hex(std::size_t digits) {
+    if (m_pos + digits > m_text.size()) fail("a \\x, \\u or \\U escape is cut short");
+    uint32_t cp = 0;
+    for (std::size_t i = 0; i < digits; ++i) {
+      const char c = m_text[m_pos++];
+      const int v = c >= '0' && c <= '9'   ? c - '0'
+                    : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                    : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                           : -1;
+      if (v < 0) fail("a \\x, \\u or \\U escape has a non-hex digit");
+      cp = cp << 4 | static_cast<uint32_t>(v);
+    }
+    if (cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+      fail("an escape names no Unicode character");
+    return cp;
   }
 
   PyValue parse_sequence(char close, int depth) {
@@ -419,8 +498,9 @@ void compute_sizes(NpyHeader& h, const std::string& name) {
 NpyHeader parse_npy_header(std::span<const std::byte> bytes, const std::string& name) {
   const Preamble p = parse_preamble(bytes, name);
   if (bytes.size() < p.header_end) invalid(name, "the file ends inside the header");
-  const std::string_view dict_text(reinterpret_cast<const char*>(bytes.data()) + p.dict_begin,
-                                   p.header_end - p.dict_begin);
+  const std::string_view raw(reinterpret_cast<const char*>(bytes.data()) + p.dict_begin,
+                             p.header_end - p.dict_begin);
+  const std::string dict_text = p.major < 3 ? latin1_to_utf8(raw) : std::string(raw);
   const auto dict = LiteralParser(dict_text, name).parse_dict();
 
   NpyHeader h{.major = p.major, .minor = p.minor, .data_offset = p.header_end};

@@ -81,6 +81,23 @@ def test_read_npy_refuses_a_variable_field_and_leaves_no_file(ddstage, gen, tmp_
     ddstage.ok("read", ddx, "--ids", "0-4", "-o", tmp_path / "v.bin")
 
 
+@pytest.mark.parametrize("names", [["a\nb", "q'u\\o"], ["tab\there", "b\u00e4ck"], ["\u65e5\u672c", "x\x01y"]],
+                         ids=["escapes", "latin-1", "utf-8"])
+def test_read_npy_keeps_member_names_numpy_writes(ddstage, tmp_path, names):
+    """numpy writes member names with repr()'s escapes, in latin-1 (format 1.0) or UTF-8 (3.0):
+    flatten decodes them, and the .npy read writes loads with the same names."""
+    source = np.zeros(3, dtype=[(names[0], "<i4"), (names[1], "<f4")])
+    source[names[0]] = [1, 2, 3]
+    source[names[1]] = [0.5, 1.5, 2.5]
+    np.save(tmp_path / "n.npy", source)
+    ddx = flatten(ddstage, tmp_path / "n.ddx", tmp_path / "n.npy")
+    members = json.loads(ddstage.ok("info", ddx, "--json").stdout)["fields"][0]["members"]
+    assert [m["name"] for m in members] == names
+    ddstage.ok("read", ddx, "--ids", "0-2", "-o", tmp_path / "out.npy")
+    got = np.load(tmp_path / "out.npy")
+    assert got.dtype.names == tuple(names) and got.tobytes() == source.tobytes()
+
+
 # ---- 5. no binary to a terminal ---------------------------------------------------------------
 
 def run_on_pty(ddstage, *args):
@@ -112,6 +129,9 @@ def test_read_refuses_a_terminal_unless_told(ddstage, typed, tmp_path):
     rc, err, seen = run_on_pty(ddstage, "read", ddx, "--field", "label", "--ids", "0-2")
     assert rc == 2 and "refusing to write binary samples to a terminal" in err and "-o -" in err
     assert seen == b""
+    for stdout_name in ("/dev/stdout", "/dev/fd/1"):
+        rc, err, seen = run_on_pty(ddstage, "read", ddx, "--field", "label", "--ids", "0-2", "-o", stdout_name)
+        assert rc == 2 and "refusing to write binary samples to a terminal" in err and seen == b"", stdout_name
     rc, err, seen = run_on_pty(ddstage, "read", ddx, "--field", "label", "--ids", "0-2", "-o", "-")
     assert rc == 0, err
     assert len(seen) >= 24  # 3 int64 (a terminal may turn \n into \r\n)

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "ddstage/tool/human_bytes.hpp"
 #include "ddstage/tool/shard_layout.hpp"
 #include "ddstage/tool/shard_loader.hpp"
 #include "mpi/mpi_agree.hpp"
@@ -98,8 +99,8 @@ Message ServerRank::load(const LoadCommand& args) {
   publish_dataset(*plan, args.index, shards);
   const LoadResult result{plan->name, plan->index.samples(), plan->index.manifest().total_bytes,
                           seconds, args.verify};
-  spdlog::info("loaded '{}': {} samples, {:.1f} MiB in {:.2f} s", result.name, result.samples,
-               static_cast<double>(result.bytes) / (1 << 20), seconds);
+  spdlog::info("loaded '{}': {} samples, {} in {:.2f} s", result.name, result.samples,
+               human_bytes(static_cast<double>(result.bytes)), seconds);
   return load_reply(result);
 }
 
