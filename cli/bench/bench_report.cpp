@@ -12,14 +12,17 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <set>
 #include <thread>
 #include <tuple>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "ddstage/error.hpp"
 #include "ddstage/tool/file_descriptor.hpp"
 #include "ddstage/tool/host_name.hpp"
+#include "ddstage/tool/human_bytes.hpp"
 #include "support/json_writer.hpp"
 #include "support/output_file.hpp"
 
@@ -509,9 +512,21 @@ std::string BenchReport::line_plot() const {
   script +=
       fmt::format("set grid\nset xrange [{}:{}]\nset xlabel {}\n", static_cast<double>(lo) / 2,
                   static_cast<double>(hi) * 2, gp_string(axis_name(m_plot_x)));
-  // Sizes in binary units at powers of 2; counts in decimal ones at powers of 10.
-  script += m_plot_x.ends_with("bytes") ? "set logscale x 2\nset format x '%.0b %BB'\n"
-                                        : "set logscale x 10\nset format x '%.0s%c'\n";
+  // Sizes: a tick at each size measured, in the binary units every size is shown in (gnuplot's
+  // own %B would write "kiB"); counts in decimal units at powers of 10.
+  if (m_plot_x.ends_with("bytes")) {
+    std::set<uint64_t> sizes;
+    for (const auto& c : m_cells) sizes.insert(std::get<uint64_t>(*c.dim(m_plot_x)));
+    std::vector<std::string> tics;
+    for (const auto size : sizes) {
+      auto label = human_bytes(static_cast<double>(size));
+      if (const auto at = label.find(".0 "); at != std::string::npos) label.erase(at, 2);
+      tics.push_back(fmt::format("{} {}", gp_string(label), size));
+    }
+    script += fmt::format("set logscale x 2\nset xtics ({})\n", fmt::join(tics, ", "));
+  } else {
+    script += "set logscale x 10\nset format x '%.0s%c'\n";
+  }
   // The panels share the left 78% of the width; the key takes the rest, off the data.
   const double gap = 0.07, width = (0.72 - gap * static_cast<double>(m_panels.size() - 1)) /
                                    static_cast<double>(m_panels.size());
