@@ -23,7 +23,7 @@ for name in cli11 yaml-cpp spdlog fmt xxhash catch2; do
 done
 
 ddstage=$build/cli/ddstage
-libs=$(ldd "$ddstage")
+libs=$(ldd "$ddstage" | grep -E '^\s*lib(spdlog|fmt|yaml-cpp)[.d]' || true)
 for lib in libspdlog libfmt libyaml-cpp; do
   found=$(grep -c "^[[:space:]]*${lib}[.d]" <<<"$libs" || true)
   [[ $found -eq 1 ]] || fail "ddstage loads $found copies of $lib:"$'\n'"$libs"
