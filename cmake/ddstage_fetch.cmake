@@ -11,13 +11,13 @@
 # computed and none is claimed. The libraries are built position-independent (the project sets
 # CMAKE_POSITION_INDEPENDENT_CODE), without their tests, tools or install rules. yaml-cpp, fmt
 # and spdlog hold global state (spdlog's logger registry and level): with a shared libcore they
-# are built shared too, so that a process holds one copy of each, whoever links them (a static
-# copy in libddstage.so and another in the CLI would keep `ddstage -q` from silencing libcore),
-# and their .so files are installed beside libddstage, found through the $ORIGIN RUNPATH
-# (cmake/ddstage_rpath.cmake). With a static libcore everything lands in one binary and they
-# are static. xxhash (stateless) and Catch2 are always static. A shared libcore's export names
-# none of them; a static one's would have to, so its CMake package is then not installed
-# (cmake/ddstage_install.cmake).
+# are built shared too, so that a process holds one copy of each, whoever links them. Static,
+# there would be one in libddstage.so and another in the CLI, made one only by symbol
+# interposition, which -Bsymbolic or hidden visibility would undo. Their .so files are
+# installed beside libddstage, found through the $ORIGIN RUNPATH (cmake/ddstage_rpath.cmake).
+# With a static libcore everything lands in one binary and they are static. xxhash (stateless)
+# and Catch2 are always static. A static libcore's package would have to export them for apps
+# to link: it is then not installed (cmake/ddstage_install.cmake).
 include(FetchContent)
 
 option(DDSTAGE_FETCH_MISSING

@@ -5,7 +5,7 @@
 # fetched all six (the unit tests, built there, link the fetched Catch2); the CLI loads one copy
 # each of spdlog, fmt and yaml-cpp, the fetched shared ones, beside libddstage.so; it flattens
 # and reads a small .npy; and the log level the CLI sets reaches libcore's own log lines (`-q`
-# silences them), which a second copy of spdlog inside libddstage.so would not see.
+# silences them).
 #
 # Exit 0 pass, 1 fail, 77 skipped (the tree was built with the system's packages).
 # usage: test_fetch_fallback.sh BUILD_DIR FETCHED_LIBRARIES
@@ -26,7 +26,8 @@ ddstage=$build/cli/ddstage
 libs=$(ldd "$ddstage" | grep -E '^\s*lib(spdlog|fmt|yaml-cpp)[.d]' || true)
 for lib in libspdlog libfmt libyaml-cpp; do
   found=$(grep -c "^[[:space:]]*${lib}[.d]" <<<"$libs" || true)
-  [[ $found -eq 1 ]] || fail "ddstage loads $found copies of $lib:"$'\n'"$libs"
+  [[ $found -eq 1 ]] ||
+    fail "ddstage loads $found shared $lib, not 1 (a static one is a copy in libddstage.so and another in the CLI):"$'\n'"$libs"
   grep "^[[:space:]]*${lib}[.d]" <<<"$libs" | grep -q "=> $build/" ||
     fail "ddstage does not load the fetched $lib:"$'\n'"$libs"
 done
