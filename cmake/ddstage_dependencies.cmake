@@ -7,6 +7,11 @@ ddstage_require_cli11()
 ddstage_require_yaml_cpp()
 ddstage_require_spdlog()
 ddstage_require_xxhash()
+if(DDSTAGE_BUILD_TESTS)
+  # Here, not in tests/: a fetched Catch2 is then compiled ahead of the sanitizer and warning
+  # options of the top-level CMakeLists.txt, as the other fetched libraries are.
+  ddstage_require_catch2()
+endif()
 
 set(DDSTAGE_HAVE_MPI 0)
 if(DDSTAGE_WITH_MPI)

@@ -8,10 +8,16 @@
 # (scripts/install-deps unpacks Debian's sources of them under /var/cache/ddstage/deps-src/).
 #
 # Releases are pinned by their git tag: these machines reach no GitHub, so no archive hash was
-# computed and none is claimed. The libraries are built static and position-independent (the
-# project sets CMAKE_POSITION_INDEPENDENT_CODE), without their tests, tools or install rules,
-# and ddstage links them privately: a shared libcore's export names none of them. A static
-# libcore would have to export them too; that combination is refused at the end of configure.
+# computed and none is claimed. The libraries are built position-independent (the project sets
+# CMAKE_POSITION_INDEPENDENT_CODE), without their tests, tools or install rules. yaml-cpp, fmt
+# and spdlog hold global state (spdlog's logger registry and level): with a shared libcore they
+# are built shared too, so that a process holds one copy of each, whoever links them. Static,
+# there would be one in libddstage.so and another in the CLI, made one only by symbol
+# interposition, which -Bsymbolic or hidden visibility would undo. Their .so files are
+# installed beside libddstage, found through the $ORIGIN RUNPATH (cmake/ddstage_rpath.cmake).
+# With a static libcore everything lands in one binary and they are static. xxhash (stateless)
+# and Catch2 are always static. A static libcore's package would have to export them for apps
+# to link: it is then not installed (cmake/ddstage_install.cmake).
 include(FetchContent)
 
 option(DDSTAGE_FETCH_MISSING
@@ -33,8 +39,10 @@ FetchContent_Declare(xxhash
 FetchContent_Declare(catch2 SYSTEM
   GIT_REPOSITORY https://github.com/catchorg/Catch2.git GIT_TAG v2.13.10 GIT_SHALLOW TRUE)
 
-# Makes content NAME available, or fails naming the Debian package that provides it.
+# Makes content NAME available, or fails naming the Debian package that provides it. With
+# SHARED (and a shared libcore) its libraries are shared ones, installed into the libdir.
 function(_ddstage_fetch name debian_package)
+  cmake_parse_arguments(PARSE_ARGV 2 arg "SHARED" "" "")
   string(TOUPPER ${name} upper)
   string(REPLACE "_" "-" shown ${name})
   if(NOT DDSTAGE_FETCH_MISSING)
@@ -45,9 +53,19 @@ function(_ddstage_fetch name debian_package)
   # (yaml-cpp's, Catch2's) would otherwise let option() override them.
   set(CMAKE_POLICY_DEFAULT_CMP0077 NEW)
   set(BUILD_SHARED_LIBS OFF)
+  if(arg_SHARED AND DDSTAGE_SHARED)
+    set(BUILD_SHARED_LIBS ON)
+  endif()
   set(BUILD_TESTING OFF)
   FetchContent_MakeAvailable(${name})
-  set_property(GLOBAL APPEND PROPERTY DDSTAGE_FETCHED ${name})
+  set_property(GLOBAL APPEND PROPERTY DDSTAGE_FETCHED ${shown})
+  if(BUILD_SHARED_LIBS)
+    # Only the runtime library: nothing is built against it once installed. In libcore's export
+    # set because the export of a shared library names the shared libraries it links, for the
+    # linker of an app to find (-rpath-link); the app is not given them to link.
+    set_property(TARGET ${shown} PROPERTY PUBLIC_HEADER)
+    install(TARGETS ${shown} EXPORT ddstageTargets LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} NAMELINK_SKIP)
+  endif()
   if(FETCHCONTENT_SOURCE_DIR_${upper})
     set(from "${FETCHCONTENT_SOURCE_DIR_${upper}}")
   else()
@@ -67,7 +85,7 @@ function(ddstage_require_yaml_cpp)
   find_package(yaml-cpp QUIET)  # 0.7: the target is plain `yaml-cpp`
   if(NOT yaml-cpp_FOUND)
     set(YAML_CPP_BUILD_TOOLS OFF)
-    _ddstage_fetch(yaml_cpp libyaml-cpp-dev)  # yaml-cpp
+    _ddstage_fetch(yaml_cpp libyaml-cpp-dev SHARED)  # yaml-cpp
   endif()
 endfunction()
 
@@ -80,10 +98,10 @@ function(ddstage_require_spdlog)
   endif()
   find_package(fmt QUIET)
   if(NOT fmt_FOUND)
-    _ddstage_fetch(fmt libfmt-dev)  # fmt::fmt
+    _ddstage_fetch(fmt libfmt-dev SHARED)  # fmt::fmt
   endif()
   set(SPDLOG_FMT_EXTERNAL ON)
-  _ddstage_fetch(spdlog libspdlog-dev)  # spdlog::spdlog
+  _ddstage_fetch(spdlog libspdlog-dev SHARED)  # spdlog::spdlog
 endfunction()
 
 # The build links libxxhash as PkgConfig::XXHASH (pkg-config's target, as it ships no CMake
@@ -112,30 +130,3 @@ function(ddstage_require_catch2)
   endif()
   set(CMAKE_MODULE_PATH ${CMAKE_MODULE_PATH} PARENT_SCOPE)
 endfunction()
-
-# A static libcore carries its private dependencies into the installed package, and fetched
-# ones are built for this tree only: say so here rather than with install(EXPORT)'s
-# "requires target ... that is not in any export set" at generate time. Every library libcore
-# finds on the system is an imported target; one that is not was fetched.
-function(_ddstage_check_fetched_export)
-  get_target_property(type ddstage_core TYPE)
-  if(NOT type STREQUAL "STATIC_LIBRARY")
-    return()
-  endif()
-  get_target_property(links ddstage_core LINK_LIBRARIES)
-  set(fetched)
-  foreach(lib IN LISTS links)
-    if(TARGET ${lib})
-      get_target_property(imported ${lib} IMPORTED)
-      if(NOT imported)
-        list(APPEND fetched ${lib})
-      endif()
-    endif()
-  endforeach()
-  if(fetched)
-    list(JOIN fetched ", " fetched)
-    message(FATAL_ERROR "A static libcore cannot be installed with the fetched ${fetched}: build it shared "
-                        "(-DDDSTAGE_SHARED=ON) or install their Debian packages")
-  endif()
-endfunction()
-cmake_language(DEFER CALL _ddstage_check_fetched_export)  # after libcore is defined

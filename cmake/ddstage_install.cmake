@@ -14,11 +14,36 @@ mark_as_advanced(DDSTAGE_INSTALL_CMAKEDIR)
 # ddstageConfig.cmake.in knows how to find the ones below; anything else is flagged here, at
 # configure time (and tests/install fails), rather than at some app's link. A shared libcore
 # exports none of them: its apps need only Threads, which its public headers use.
+# Libraries built from source (cmake/ddstage_fetch.cmake) belong to this build only. A static
+# libcore's package would have to export them: it is not installed then (pip's build, the one
+# that builds libcore static, never installs it). A shared libcore links them privately: their
+# .so files are installed beside it, and it finds them there through its own RUNPATH.
+get_property(_ddstage_fetched GLOBAL PROPERTY DDSTAGE_FETCHED)
+get_target_property(_ddstage_core_links ddstage_core LINK_LIBRARIES)
+set(_ddstage_core_fetched)
+foreach(_lib IN LISTS _ddstage_core_links)
+  if(TARGET ${_lib})
+    get_target_property(_imported ${_lib} IMPORTED)
+    if(NOT _imported)
+      list(APPEND _ddstage_core_fetched ${_lib})
+    endif()
+  endif()
+endforeach()
+set(_ddstage_package ON)
+if(_ddstage_core_fetched AND NOT DDSTAGE_SHARED)
+  set(_ddstage_package OFF)
+  list(JOIN _ddstage_core_fetched ", " _ddstage_core_fetched)
+  message(STATUS "ddstage: a static libcore is built with the fetched ${_ddstage_core_fetched}: its CMake "
+                 "and pkg-config packages are not installed (they would need those installed too)")
+elseif(_ddstage_fetched AND DDSTAGE_SHARED)
+  include(${CMAKE_CURRENT_LIST_DIR}/ddstage_rpath.cmake)
+  ddstage_install_rpath(ddstage_core ${CMAKE_INSTALL_LIBDIR})
+endif()
+
 set(DDSTAGE_CORE_NEEDS_MPI 0)
 set(DDSTAGE_CORE_NEEDS_CUDA 0)
 set(DDSTAGE_CORE_NEEDS_HIP 0)
-if(NOT DDSTAGE_SHARED)
-  get_target_property(_ddstage_core_links ddstage_core LINK_LIBRARIES)
+if(NOT DDSTAGE_SHARED AND _ddstage_package)
   # ${CMAKE_DL_LIBS} (dlopen of libfabric) is a plain system library name: nothing to find.
   set(_ddstage_known_links yaml-cpp PkgConfig::XXHASH spdlog::spdlog Threads::Threads
       MPI::MPI_CXX CUDA::cudart_static hip::host ${CMAKE_DL_LIBS})
@@ -45,7 +70,11 @@ if(DDSTAGE_SANITIZE)
   target_link_options(ddstage_core INTERFACE $<INSTALL_INTERFACE:-fsanitize=address,undefined>)
 endif()
 
-install(TARGETS ddstage_core EXPORT ddstageTargets
+set(_ddstage_export EXPORT ddstageTargets)
+if(NOT _ddstage_package)
+  set(_ddstage_export)
+endif()
+install(TARGETS ddstage_core ${_ddstage_export}
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
@@ -69,6 +98,9 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/libcore/include/ddstage
 install(FILES ${PROJECT_BINARY_DIR}/generated/ddstage/config.hpp
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/ddstage)
 
+if(NOT _ddstage_package)
+  return()
+endif()
 install(EXPORT ddstageTargets
   NAMESPACE ddstage::
   FILE ddstageTargets.cmake

@@ -19,7 +19,12 @@ function(ddstage_precompile_headers dir)
   endforeach()
   get_property(subdirs DIRECTORY ${dir} PROPERTY SUBDIRECTORIES)
   foreach(subdir IN LISTS subdirs)
-    ddstage_precompile_headers(${subdir})
+    # Not the libraries cmake/ddstage_fetch.cmake builds from elsewhere or into the build tree.
+    cmake_path(IS_PREFIX PROJECT_SOURCE_DIR ${subdir} ours)
+    cmake_path(IS_PREFIX PROJECT_BINARY_DIR ${subdir} fetched)
+    if(ours AND NOT fetched)
+      ddstage_precompile_headers(${subdir})
+    endif()
   endforeach()
 endfunction()
 
