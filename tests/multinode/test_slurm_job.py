@@ -209,9 +209,9 @@ def start_requeued(jobs, job_id, names):
 
     Ending a run makes each slurmd revoke the job's credential at the time of slurmctld's
     terminate request, in whole seconds, and slurmd refuses any credential created at or before
-    that second ("Job N already killed, do not launch batch job": the requeued run failed in
-    no time, exit 1, no output, about one CI run in ten). So the requeued run is released only
-    once the clock has left the second in which the previous run was seen to end."""
+    that second ("Job N already killed, do not launch batch job"; a requeued run failing in
+    no time, exit 1, with no output, was seen in CI). So the requeued run is released only once
+    the clock has left the second in which the previous run was seen to end."""
     if jobs.slurm.job(job_id)["JobState"] in ENDED:
         nodes = jobs.slurm.job(job_id)["NodeList"]
         deadline = time.monotonic() + JOB_TIMEOUT_S
