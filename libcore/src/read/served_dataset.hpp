@@ -13,19 +13,24 @@
 #include "ddstage/index.hpp"
 #include "ddstage/store_descriptor.hpp"
 #include "ddstage/tool/file_descriptor.hpp"
+#include "ddstage/tool/placement.hpp"
 #include "ddstage/tool/shard_layout.hpp"
-#include "ddstage/tool/shard_plan.hpp"
 #include "ddstage/tool/shm_segment.hpp"
 #include "read/route_table.hpp"
 
 namespace ddstage::detail {
 
-/// One server rank as this process knows it, beside its route.
+/// One server rank as this process knows it, beside its regions' routes.
 struct ServedRank {
   RankInfo info;
   bool on_this_host = false;
-  ShmSegment segment;      // mapped when read through shm, on this host, alive at open
   FileDescriptor process;  // pidfd of the rank's process (this host), when the kernel gives one
+};
+
+/// One region as this process reads it.
+struct ServedRegion {
+  StoreRegion info;
+  ShmSegment segment;  // mapped when read through shm, on this host, alive at open
 
   bool mapped() const noexcept { return segment.bytes().data() != nullptr; }
 };
@@ -33,7 +38,8 @@ struct ServedRank {
 /// Built by Client::open, read-only afterwards, so readers on many threads share it without a
 /// lock.
 struct ServedDataset final : RouteSource {
-  ServedDataset(std::string name_, std::filesystem::path store_, Index index_, ShardPlan plan_);
+  ServedDataset(std::string name_, std::filesystem::path store_, Index index_,
+                const StoreDataset& info);
   ServedDataset(const ServedDataset&) = delete;  // the table points into it
   ServedDataset& operator=(const ServedDataset&) = delete;
 
@@ -44,16 +50,16 @@ struct ServedDataset final : RouteSource {
   std::string name;
   std::filesystem::path store;  // the store directory, for error messages
   Index index;
-  ShardPlan plan;
-  std::vector<ShardLayout> layouts;  // by rank, from the index
-  std::vector<ServedRank> ranks;     // by rank
-  // Per rank, as store.yaml named them at open: a replace publishes new names.
-  std::vector<std::string> segments;
+  std::vector<ServedRegion> regions;              // as store.yaml listed them at open
+  Placement placement;                            // over regions
+  std::vector<ShardLayout> layouts;               // by region, from the index
+  std::vector<ServedRank> ranks;                  // by rank
+  std::vector<std::vector<uint32_t>> regions_of;  // by rank
   RouteTable table;
 };
 
 /// Why `data` is no longer served as it was, from a fresh look at store.yaml; empty when the
-/// store still lists the segments the reader mapped.
+/// store still lists every region the reader opened (a repair only adds some).
 std::string why_withdrawn(const ServedDataset& data);
 
 }  // namespace ddstage::detail

@@ -39,8 +39,8 @@ class ServedWatch final : public RouteWatch {
   /// `deadline` (at least once); throw_gone as soon as `rank`, if given, has exited.
   std::string wait_verdict(std::optional<int> rank,
                            std::chrono::steady_clock::time_point deadline) const;
-  /// Rank r's segment was unlinked: says whether the dataset was replaced, unloaded or stopped.
-  [[noreturn]] void throw_withdrawn(int rank);
+  /// A region's segment was unlinked: says whether the dataset was replaced, unloaded or stopped.
+  [[noreturn]] void throw_withdrawn(uint32_t region);
   /// Remembers why the dataset is gone for good (every later batch says the same at once).
   [[noreturn]] void throw_withdrawn(std::string why);
 
@@ -71,8 +71,10 @@ void ServedWatch::check(std::span<const int> owners) {
   // mapping outlives its name, so without this a reader would go on returning a replaced
   // dataset's old rows.
   for (int r : owners) {
-    const ServedRank& rank = m_data.ranks[r];
-    if (rank.mapped() && rank.segment.unlinked()) throw_withdrawn(r);
+    for (uint32_t g : m_data.regions_of[static_cast<std::size_t>(r)]) {
+      const ServedRegion& region = m_data.regions[g];
+      if (region.mapped() && region.segment.unlinked()) throw_withdrawn(g);
+    }
   }
 }
 
@@ -99,6 +101,7 @@ void ServedWatch::throw_gone(int r) const {
 
 bool ServedWatch::exited(int r) const {
   const ServedRank& rank = m_data.ranks[r];
+  if (rank.info.lost) return true;
   if (!rank.process) return rank.on_this_host && !process_alive(rank.info.pid);
   pollfd process{.fd = rank.process.get(), .events = POLLIN, .revents = 0};
   return ::poll(&process, 1, 0) > 0;
@@ -131,7 +134,7 @@ void ServedWatch::explain(const Error& error, std::chrono::steady_clock::time_po
     throw_withdrawn(std::move(why));
 }
 
-void ServedWatch::throw_withdrawn(int r) {
+void ServedWatch::throw_withdrawn(uint32_t g) {
   const auto wait = std::min<std::chrono::steady_clock::duration>(
       withdrawn_wait, m_data.table.settings.get_duration("read_timeout"));
   auto why = wait_verdict(std::nullopt, std::chrono::steady_clock::now() + wait);
@@ -139,7 +142,8 @@ void ServedWatch::throw_withdrawn(int r) {
     why = fmt::format(
         "dataset '{}' is no longer served: rank {}'s shared memory {} was removed (is the store at "
         "{} stopping?)",
-        m_data.name, r, m_data.ranks[r].segment.name(), m_data.store.string());
+        m_data.name, m_data.regions[g].info.rank, m_data.regions[g].info.segment,
+        m_data.store.string());
   }
   throw_withdrawn(std::move(why));
 }
@@ -151,14 +155,33 @@ void ServedWatch::throw_withdrawn(std::string why) {
 
 }  // namespace
 
+namespace {
+
+std::vector<ServedRegion> served_regions(const StoreDataset& info) {
+  std::vector<ServedRegion> out;
+  out.reserve(info.regions.size());
+  for (const auto& g : info.regions) out.push_back({g, {}});
+  return out;
+}
+
+std::vector<PlacedRange> ranges_of(const StoreDataset& info) {
+  std::vector<PlacedRange> out;
+  out.reserve(info.regions.size());
+  for (const auto& g : info.regions) out.push_back({g.rank, g.first, g.last});
+  return out;
+}
+
+}  // namespace
+
 ServedDataset::ServedDataset(std::string name_, std::filesystem::path store_, Index index_,
-                             ShardPlan plan_)
+                             const StoreDataset& info)
     : name(std::move(name_)),
       store(std::move(store_)),
       index(std::move(index_)),
-      plan(std::move(plan_)) {
+      regions(served_regions(info)),
+      placement(ranges_of(info), index.samples()) {
   table.index = &index;
-  table.plan = &plan;
+  table.placement = &placement;
 }
 
 std::unique_ptr<RouteWatch> ServedDataset::watch() const {
@@ -175,7 +198,11 @@ std::string why_withdrawn(const ServedDataset& data) {
   }
   for (const auto& d : now.datasets) {
     if (d.name != data.name) continue;
-    if (d.segments == data.segments) return {};
+    const auto listed = [&](const ServedRegion& mine) {
+      return std::any_of(d.regions.begin(), d.regions.end(),
+                         [&](const StoreRegion& g) { return g.segment == mine.info.segment; });
+    };
+    if (std::all_of(data.regions.begin(), data.regions.end(), listed)) return {};
     return fmt::format(
         "dataset '{}' was replaced in the store at {} (`ddstage load --replace`) after this reader "
         "opened it; "
