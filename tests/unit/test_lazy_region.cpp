@@ -10,8 +10,11 @@
 #include <thread>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "control/control_server.hpp"
 #include "control/stage_messages.hpp"
+#include "control/stage_workers.hpp"
 #include "ddstage/error.hpp"
 #include "ddstage/tool/index_writer.hpp"
 #include "ddstage/tool/origin_reader.hpp"
@@ -117,6 +120,38 @@ void require_origin_rows(const Index& index, const std::vector<std::byte>& regio
 void touch(const fs::path& path, std::chrono::seconds by = 1s) {
   fs::last_write_time(path, fs::last_write_time(path) + by);
 }
+
+/// A rank's control socket as the owner of region 1 of dataset "d" runs it: every request goes
+/// to its stage workers.
+class OwnerDesk {
+ public:
+  OwnerDesk(LazyRegion& region, detail::StageWorkersOptions options)
+      : m_workers(
+            [&region](const std::string& dataset, uint64_t r) -> LazyRegion& {
+              if (dataset != "d" || r != 1)
+                throw UsageError(fmt::format("no lazy region {} of '{}' on this rank", r, dataset));
+              return region;
+            },
+            options),
+        m_desk([this](const std::stop_token& stop) {
+          while (!stop.stop_requested()) {
+            if (auto request = m_server.next(50ms)) {
+              m_workers.submit(std::move(*request));
+              m_server.done();
+            }
+          }
+        }) {}
+
+  detail::StageReply stage(uint64_t region, std::span<const uint64_t> ids) {
+    return detail::request_stage(m_server.address(), token, "d", region, ids, 10s);
+  }
+
+ private:
+  static constexpr const char* token = "0123456789abcdef0123456789abcdef";
+  detail::ControlServer m_server{"127.0.0.1:0", token, nullptr};
+  detail::StageWorkers m_workers;
+  std::jthread m_desk;  // last: stops first
+};
 
 }  // namespace
 
@@ -225,42 +260,44 @@ TEST_CASE("a lazy region that verifies stages no block whose checksum fails", "[
   CHECK(region.staged() == 15);
 }
 
-TEST_CASE("a reader stages through the owner's control socket", "[lazy][control]") {
+TEST_CASE("readers stage through the owner's control socket", "[lazy][control]") {
   test::TempDir dir;
   const auto index = write_dataset(dir);
   Lazy lazy(index);
-  const std::string token = "0123456789abcdef0123456789abcdef";
-  detail::ControlServer owner(
-      "127.0.0.1:0", token,
-      [&](const detail::Message& request, bool) -> std::optional<detail::Message> {
-        return detail::answer_stage(request,
-                                    [&](const std::string& dataset, uint64_t r) -> LazyRegion& {
-                                      if (dataset != "d" || r != 1)
-                                        throw UsageError("no lazy region " + std::to_string(r) +
-                                                         " of '" + dataset + "' on this rank");
-                                      return lazy.region;
-                                    });
-      });
-
+  const std::size_t max_queued = GENERATE(0, 64);
+  OwnerDesk owner(lazy.region, {.threads = 2, .max_queued = max_queued});
   const std::vector<uint64_t> ids{110, 300, 301};
-  auto reply = detail::request_stage(owner.address(), token, "d", 1, ids, 5s);
+  if (max_queued == 0) {
+    CHECK_THROWS_WITH(owner.stage(1, ids), Contains("0 stage requests waiting"));
+    CHECK(lazy.region.staged() == 0);
+    return;
+  }
+
+  auto reply = owner.stage(1, ids);
   CHECK(reply.staged == 30);
   CHECK(reply.origin_reads == 30);
   CHECK_FALSE(reply.complete);
   require_origin_rows(index, lazy.bytes, ids);
 
-  CHECK_THROWS_WITH(detail::request_stage(owner.address(), token, "d", 2, ids, 5s),
-                    Contains("no lazy region 2"));
-  CHECK_THROWS_AS(
-      detail::request_stage(owner.address(), token, "d", 1, std::vector<uint64_t>{457}, 5s),
-      UsageError);
+  CHECK_THROWS_WITH(owner.stage(2, ids), Contains("no lazy region 2"));
+  CHECK_THROWS_AS(owner.stage(1, std::vector<uint64_t>{457}), UsageError);
   touch(dir / "src/g.bin");
-  CHECK_THROWS_AS(
-      detail::request_stage(owner.address(), token, "d", 1, std::vector<uint64_t>{200}, 5s),
-      StaleError);
+  CHECK_THROWS_WITH(owner.stage(1, std::vector<uint64_t>{200}), Contains("g.bin"));
+  CHECK_THROWS_AS(owner.stage(1, std::vector<uint64_t>{200}), StaleError);
   touch(dir / "src/g.bin", -1s);
 
-  reply = detail::request_stage(owner.address(), token, "d", 1, all_ids(), 5s);
+  std::vector<std::jthread> readers;
+  for (int t = 0; t < 3; ++t) {
+    readers.emplace_back([&owner, t] {
+      auto all = all_ids();
+      std::shuffle(all.begin(), all.end(), std::mt19937_64(t));
+      for (std::size_t i = 0; i < all.size(); i += 100)
+        owner.stage(1, std::span(all).subspan(i, std::min<std::size_t>(100, all.size() - i)));
+    });
+  }
+  readers.clear();
+  reply = owner.stage(1, {});
   CHECK(reply.complete);
   CHECK(reply.origin_reads == range.count());
+  require_loaded_once(index, lazy);
 }
