@@ -6,11 +6,10 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <thread>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "control/control_server.hpp"
 #include "control/stage_messages.hpp"
@@ -127,10 +126,9 @@ class OwnerDesk {
  public:
   OwnerDesk(LazyRegion& region, detail::StageWorkersOptions options)
       : m_workers(
-            [&region](const std::string& dataset, uint64_t r) -> LazyRegion& {
-              if (dataset != "d" || r != 1)
-                throw UsageError(fmt::format("no lazy region {} of '{}' on this rank", r, dataset));
-              return region;
+            [&region](const std::string& dataset, uint64_t r) -> std::shared_ptr<LazyRegion> {
+              if (dataset != "d" || r != 1) return nullptr;
+              return {std::shared_ptr<LazyRegion>(), &region};  // the test owns it
             },
             options),
         m_desk([this](const std::stop_token& stop) {
@@ -279,7 +277,7 @@ TEST_CASE("readers stage through the owner's control socket", "[lazy][control]")
   CHECK_FALSE(reply.complete);
   require_origin_rows(index, lazy.bytes, ids);
 
-  CHECK_THROWS_WITH(owner.stage(2, ids), Contains("no lazy region 2"));
+  CHECK_THROWS_WITH(owner.stage(2, ids), Contains("no region 2 of dataset 'd'"));
   CHECK_THROWS_AS(owner.stage(1, std::vector<uint64_t>{457}), UsageError);
   touch(dir / "src/g.bin");
   CHECK_THROWS_WITH(owner.stage(1, std::vector<uint64_t>{200}), Contains("g.bin"));

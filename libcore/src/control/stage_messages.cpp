@@ -116,14 +116,16 @@ StageReply stage_reply_of(const Message& reply) {
   return {*complete, *staged, *origin_reads};
 }
 
-Message answer_stage(
-    const Message& request,
-    const std::function<LazyRegion&(const std::string& dataset, uint64_t region)>& find) {
+Message answer_stage(const Message& request, const FindLazyRegion& find) {
   try {
     const StageCommand command = stage_command_of(request);
-    LazyRegion& region = find(command.dataset, command.region);
-    region.stage(command.ids);
-    return stage_reply({region.complete(), region.staged(), region.origin_reads()});
+    const auto region = find(command.dataset, command.region);
+    if (!region) {
+      throw UsageError(fmt::format("this rank stages no region {} of dataset '{}'", command.region,
+                                   command.dataset));
+    }
+    region->stage(command.ids);
+    return stage_reply({region->complete(), region->staged(), region->origin_reads()});
   } catch (...) {
     return error_reply(ErrorRecord::of(std::current_exception()));
   }

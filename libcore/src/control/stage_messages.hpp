@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -49,14 +50,17 @@ Message stage_reply(const StageReply& reply);
 /// Error when the reply lacks a field.
 StageReply stage_reply_of(const Message& reply);
 
-/// The owner's whole answer to a stage request (op "stage"): parses it, finds its region
-/// through `find` (which throws, e.g. a UsageError for a dataset or region this rank does not
-/// stage lazily), stages the ids and replies; any failure becomes an error reply carrying its
-/// class (a StaleError reaches the reader as one). Blocks while origin is read: run it off any
-/// thread that must stay responsive.
-Message answer_stage(
-    const Message& request,
-    const std::function<LazyRegion&(const std::string& dataset, uint64_t region)>& find);
+/// The lazily staged region `region` of dataset on this rank, or null when it has none: shared,
+/// so that an unload while a stage request runs frees the region (and the memory under it)
+/// only once that request is done with it.
+using FindLazyRegion =
+    std::function<std::shared_ptr<LazyRegion>(const std::string& dataset, uint64_t region)>;
+
+/// The owner's whole answer to a stage request (op "stage"): parses it, finds its region, stages
+/// the ids and replies; any failure becomes an error reply carrying its class (a StaleError
+/// reaches the reader as one; a region find does not know, a UsageError). Blocks while origin
+/// is read: run it where nothing else waits on the thread (StageWorkers).
+Message answer_stage(const Message& request, const FindLazyRegion& find);
 
 /// Asks the owner at `control` to stage ids of the dataset's region and returns its reply once
 /// they are in (in several requests when there are more than max_stage_ids), each request

@@ -9,11 +9,10 @@
 #include "control_messages.hpp"
 #include "ddstage/error.hpp"
 #include "error_record.hpp"
-#include "stage_messages.hpp"
 
 namespace ddstage::detail {
 
-StageWorkers::StageWorkers(Find find, StageWorkersOptions options)
+StageWorkers::StageWorkers(FindLazyRegion find, StageWorkersOptions options)
     : m_find(std::move(find)), m_options(options) {
   for (unsigned i = 0; i < std::max(options.threads, 1u); ++i)
     m_threads.emplace_back([this](const std::stop_token& stop) { run(stop); });

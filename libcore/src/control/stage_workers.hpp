@@ -6,7 +6,6 @@
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
-#include <functional>
 #include <mutex>
 #include <stop_token>
 #include <string>
@@ -14,10 +13,7 @@
 #include <vector>
 
 #include "control_server.hpp"
-
-namespace ddstage {
-class LazyRegion;
-}
+#include "stage_messages.hpp"
 
 namespace ddstage::detail {
 
@@ -36,11 +32,8 @@ struct StageWorkersOptions {
 /// they came on.
 class StageWorkers {
  public:
-  /// The region a request names; throws (a UsageError) for one this rank does not stage.
-  /// Called on the workers' threads, several at once.
-  using Find = std::function<LazyRegion&(const std::string& dataset, uint64_t region)>;
-
-  explicit StageWorkers(Find find, StageWorkersOptions options = {});
+  /// find is called on the workers' threads, several at once.
+  explicit StageWorkers(FindLazyRegion find, StageWorkersOptions options = {});
   /// Finishes the requests being answered; queued ones are dropped unanswered (their readers
   /// see the connection close, as they would see this rank go).
   ~StageWorkers();
@@ -54,7 +47,7 @@ class StageWorkers {
  private:
   void run(const std::stop_token& stop);
 
-  Find m_find;
+  FindLazyRegion m_find;
   StageWorkersOptions m_options;
   std::mutex m_mutex;
   std::condition_variable_any m_ready;
