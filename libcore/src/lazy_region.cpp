@@ -192,7 +192,9 @@ void LazyRegion::prefetch(const std::stop_token& stop) {
       mine.clear();
       {
         std::lock_guard lock(m_mutex);
-        for (uint64_t bytes = 0; next < range.last && bytes < m_options.prefetch_chunk_bytes;) {
+        // At least one unit a chunk, whatever the chunk's size.
+        for (uint64_t bytes = 0;
+             next < range.last && (mine.empty() || bytes < m_options.prefetch_chunk_bytes);) {
           if (m_staged[slot(next)] || m_claimed[slot(next)]) {
             ++next;
             continue;

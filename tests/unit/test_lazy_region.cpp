@@ -185,7 +185,7 @@ TEST_CASE("a lazy region stages whole checksum blocks with origin's bytes", "[la
 TEST_CASE("concurrent stages and a prefetch read each sample from origin once", "[lazy]") {
   test::TempDir dir;
   const auto index = write_dataset(dir);
-  Lazy lazy(index, {.prefetch_chunk_bytes = 2000});
+  Lazy lazy(index, {.prefetch_chunk_bytes = 0});  // a unit a chunk: the finest interleaving
   auto& region = lazy.region;
   region.start_prefetch();
   std::vector<std::jthread> readers;
