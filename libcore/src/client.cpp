@@ -125,7 +125,10 @@ bool attach_region(ServedDataset& data, uint32_t g, std::optional<TransportId> t
   const ServedRank& served = data.ranks[static_cast<std::size_t>(info.rank)];
   const RankInfo& rank = served.info;
   Route& route = data.table.routes[g];
-  route = {.range = {info.first, info.last}, .rank = info.rank, .layout = &data.layouts[g]};
+  route = {.range = {info.first, info.last},
+           .rank = info.rank,
+           .layout = &data.layouts[g],
+           .lazy = info.lazy};
   if (rank.lost) {
     route.unreachable = {
         ErrorKind::runtime,
@@ -239,6 +242,7 @@ Dataset Client::open(const std::string& name) const {
     auto index = Index::open(info.index);
     detail::check_dataset(store, info, index);
     auto state = std::make_shared<detail::ServedDataset>(name, m_dir, std::move(index), info);
+    state->token = store.token;
     const auto missing = detail::attach_regions(*state, store, m_settings);
     if (!missing) return Dataset(std::move(state));
     if (std::chrono::steady_clock::now() >= deadline) {

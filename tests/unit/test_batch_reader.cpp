@@ -67,9 +67,15 @@ class TestWatch final : public RouteWatch {
     explained = error.what();
   }
   bool alive(int r) const override { return r != refuse; }
+  void stage(uint32_t region, std::span<const uint64_t> ids) override {
+    staged.emplace_back(region, std::vector<uint64_t>(ids.begin(), ids.end()));
+    if (refuse_stage) throw Error(ErrorKind::runtime, "no answer", {.rank = 1});
+  }
 
   int refuse = -1;
+  bool refuse_stage = false;
   std::string explained;
+  std::vector<std::pair<uint32_t, std::vector<uint64_t>>> staged;
 };
 
 /// Two ranks' shards filled from a real flattened dataset: rank 0 read through shm (memcpy
@@ -280,4 +286,23 @@ TEST_CASE("batch reader: without another live copy the failure stands", "[batch_
   f.ranks->last_watch->refuse = 2;  // the copy's rank is gone too
   g_remote->fail_wait = true;
   CHECK_THROWS_AS(f.read({a}), TransportError);
+}
+
+TEST_CASE("batch reader: a lazy region's ids are staged by its owner before they are read",
+          "[batch_reader]") {
+  Fixture f;
+  f.ranks->table.routes[1].lazy = true;
+  f.reader.emplace(f.ranks, open_for_test);  // routes are read when a reader is made
+  const uint64_t a = f.ranks->plan.range(1).first;
+  TestWatch& watch = *f.ranks->last_watch;
+  CHECK(f.read({a + 2, 0, a, a + 2}) == expected({a + 2, 0, a, a + 2}));
+  REQUIRE(watch.staged.size() == 1);
+  CHECK(watch.staged[0].first == 1);
+  CHECK(watch.staged[0].second == std::vector<uint64_t>{a, a + 2});  // sorted, once each
+  // An owner that does not stage them: nothing is posted for the batch.
+  g_remote->posted.clear();
+  watch.refuse_stage = true;
+  CHECK_THROWS_WITH(f.read({a}), Contains("no answer"));
+  CHECK(g_remote->posted.empty());
+  CHECK(g_remote->pending.empty());
 }

@@ -27,6 +27,8 @@ BatchReader::BatchReader(std::shared_ptr<const RouteSource> source, OpenTranspor
                static_cast<std::size_t>(::getpid()) * 0x9e3779b97f4a7c15ull) {
   for (std::size_t s = 0; s < m_table.placement->stretches(); ++s)
     m_replicated = m_replicated || m_table.placement->holders(s).size() > 1;
+  for (const Route& route : m_table.routes) m_lazy = m_lazy || route.lazy;
+  if (m_lazy) m_stage_slot.assign(m_table.routes.size(), 0);
   open_lanes(open);
 }
 
@@ -99,6 +101,7 @@ void BatchReader::check_owners() {
   for (uint32_t g : m_batch_regions) {
     if (m_lane_of[g] == no_lane) throw_unreachable(g);
   }
+  stage_lazy();
 }
 
 void BatchReader::throw_unreachable(uint32_t region) const {
@@ -113,6 +116,7 @@ void BatchReader::plan_reads(uint32_t field, std::span<const uint64_t> ids, std:
   m_batch_regions.clear();
   m_owners.clear();
   m_stretches.clear();
+  m_staging_used = 0;
   const Index& index = *m_table.index;
   const Placement& placement = *m_table.placement;
   const FieldInfo& info = index.fields()[field];
@@ -139,6 +143,16 @@ void BatchReader::plan_reads(uint32_t field, std::span<const uint64_t> ids, std:
         m_owners.push_back(route->rank);
       }
     }
+    if (m_lazy && route->lazy) {
+      uint32_t& slot = m_stage_slot[region];
+      if (slot == 0) {
+        if (m_staging_used == m_staging.size()) m_staging.emplace_back();
+        m_staging[m_staging_used].first = region;
+        m_staging[m_staging_used].second.clear();
+        slot = static_cast<uint32_t>(++m_staging_used);
+      }
+      m_staging[slot - 1].second.push_back(id);
+    }
     const uint64_t bytes = info.variable ? index.entry(id, field).length : info.row_bytes;
     if (bytes == 0) continue;
     if (reads)
@@ -148,6 +162,16 @@ void BatchReader::plan_reads(uint32_t field, std::span<const uint64_t> ids, std:
   }
   for (uint32_t g : m_batch_regions) m_touched[g] = 0;
   for (int r : m_owners) m_rank_touched[static_cast<std::size_t>(r)] = 0;
+  for (std::size_t i = 0; i < m_staging_used; ++i) m_stage_slot[m_staging[i].first] = 0;
+}
+
+void BatchReader::stage_lazy() {
+  for (std::size_t i = 0; i < m_staging_used; ++i) {
+    auto& [region, ids] = m_staging[i];
+    std::sort(ids.begin(), ids.end());
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
+    if (m_watch) m_watch->stage(region, ids);
+  }
 }
 
 bool BatchReader::give_up_on(const Error& error) {

@@ -77,6 +77,8 @@ class BatchReader {
   /// rank whose every touched stretch has another live copy, gives that rank up and tries
   /// again, until read_timeout since the first attempt. Rethrows anything else.
   void with_failover(const std::function<void()>& attempt);
+  /// Has the owners of the batch's lazy regions stage what it reads there (m_staging).
+  void stage_lazy();
   /// Whether `error` names a rank this reader can do without: then that rank is given up.
   bool give_up_on(const Error& error);
   /// Moves and verifies a planned batch in host memory.
@@ -110,6 +112,11 @@ class BatchReader {
   std::vector<uint8_t> m_given_up;        // per rank: failed this reader, and had other copies
   std::size_t m_spread;                   // this reader's pick among equally near copies
   bool m_replicated = false;              // some stretch has several regions
+  bool m_lazy = false;                    // some region is filled on first touch
+  /// Per lazy region the batch touches: the ids it reads there (m_stage_slot: its entry + 1).
+  std::vector<std::pair<uint32_t, std::vector<uint64_t>>> m_staging;
+  std::size_t m_staging_used = 0;
+  std::vector<uint32_t> m_stage_slot;  // per region
   std::optional<GpuDestination> m_gpu;
   std::vector<std::span<const std::byte>> m_regions;  // per rank, for direct device copies
   std::vector<std::byte> m_block;                     // a block verify reads

@@ -44,6 +44,9 @@ struct Route {
   std::span<const std::byte> mapped;
   /// Why rows of this rank cannot go straight to device memory (empty when mapped).
   std::string why_not_direct;
+  /// Filled on first touch (load --lazy): samples are read only once its rank says they are in
+  /// (RouteWatch::stage).
+  bool lazy = false;
 };
 
 /// What every reader of a dataset shares, read-only once built: readers on many threads use it
@@ -76,6 +79,9 @@ class RouteWatch {
   /// store marked it lost). Throws nothing, so a reader can take a dead rank's rows from another
   /// copy, and verify a block's from origin.
   virtual bool alive(int r) const = 0;
+  /// Before a batch reads ids (ascending) of a lazy region: returns once its rank has staged
+  /// them. An owner that cannot be reached is an Error naming its rank (another copy may do).
+  virtual void stage(uint32_t /*region*/, std::span<const uint64_t> /*ids*/) {}
 };
 
 /// Where a reader's routes come from: keeps the table alive for as long as a reader reads.

@@ -3,6 +3,7 @@
 // store needs and an embedded one does not.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <memory>
@@ -27,10 +28,37 @@ struct ServedRank {
   FileDescriptor process;  // pidfd of the rank's process (this host), when the kernel gives one
 };
 
+/// What this process knows its readers may read of a lazy region without asking its rank:
+/// shared by the dataset's readers (threads), so a sample is asked for once per process.
+class StagedSamples {
+ public:
+  explicit StagedSamples(ShardRange range)
+      : m_range(range),
+        m_bits(std::make_unique<std::atomic<uint64_t>[]>((range.count() + 63) / 64)) {}
+  bool complete() const noexcept { return m_complete.load(std::memory_order_acquire); }
+  bool has(uint64_t id) const noexcept {
+    const uint64_t i = id - m_range.first;
+    return (m_bits[i / 64].load(std::memory_order_acquire) >> (i % 64)) & 1;
+  }
+  void add(std::span<const uint64_t> ids) noexcept {
+    for (uint64_t id : ids) {
+      const uint64_t i = id - m_range.first;
+      m_bits[i / 64].fetch_or(uint64_t{1} << (i % 64), std::memory_order_release);
+    }
+  }
+  void set_complete() noexcept { m_complete.store(true, std::memory_order_release); }
+
+ private:
+  ShardRange m_range;
+  std::unique_ptr<std::atomic<uint64_t>[]> m_bits;
+  std::atomic<bool> m_complete{false};
+};
+
 /// One region as this process reads it.
 struct ServedRegion {
   StoreRegion info;
   ShmSegment segment;  // mapped when read through shm, on this host, alive at open
+  std::unique_ptr<StagedSamples> staged;  // lazy regions only
 
   bool mapped() const noexcept { return segment.bytes().data() != nullptr; }
 };
@@ -49,6 +77,7 @@ struct ServedDataset final : RouteSource {
 
   std::string name;
   std::filesystem::path store;  // the store directory, for error messages
+  std::string token;            // for stage requests to the ranks of lazy regions
   Index index;
   std::vector<ServedRegion> regions;              // as store.yaml listed them at open
   Placement placement;                            // over regions

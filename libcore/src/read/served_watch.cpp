@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "control/stage_messages.hpp"
 #include "process.hpp"
 #include "read/served_dataset.hpp"
 
@@ -28,6 +29,7 @@ class ServedWatch final : public RouteWatch {
   void check(std::span<const int> owners) override;
   void explain(const Error& error, std::chrono::steady_clock::time_point started) override;
   bool alive(int r) const override { return !exited(r); }
+  void stage(uint32_t region, std::span<const uint64_t> ids) override;
 
  private:
   /// One poll() on the watched pidfds: throw_gone for the first rank whose process has exited.
@@ -45,7 +47,8 @@ class ServedWatch final : public RouteWatch {
   [[noreturn]] void throw_withdrawn(std::string why);
 
   const ServedDataset& m_data;
-  std::vector<pollfd> m_watched;  // pidfds of the batch's ranks
+  std::vector<uint64_t> m_unstaged;  // a stage call's ids this process has not seen staged
+  std::vector<pollfd> m_watched;     // pidfds of the batch's ranks
   std::vector<int> m_watched_ranks;
   std::string m_withdrawn;
 };
@@ -76,6 +79,38 @@ void ServedWatch::check(std::span<const int> owners) {
       if (region.mapped() && region.segment.unlinked()) throw_withdrawn(g);
     }
   }
+}
+
+void ServedWatch::stage(uint32_t g, std::span<const uint64_t> ids) {
+  const ServedRegion& region = m_data.regions[g];
+  StagedSamples& staged = *region.staged;
+  if (staged.complete()) return;
+  m_unstaged.clear();
+  for (uint64_t id : ids)
+    if (!staged.has(id)) m_unstaged.push_back(id);
+  if (m_unstaged.empty()) return;
+  const RankInfo& rank = m_data.ranks[static_cast<std::size_t>(region.info.rank)].info;
+  StageReply reply;
+  try {
+    // A first touch reads origin: bounded like a control request, not like a read.
+    reply = request_stage(rank.control, m_data.token, m_data.name, g, m_unstaged,
+                          m_data.table.settings.get_duration("control_timeout"));
+  } catch (const Error& e) {
+    // What the owner refused (a changed source, a bad checksum) stands; an owner that does not
+    // answer is a rank to do without, when another copy can stage the samples instead.
+    if (!e.context().rank && e.kind() == ErrorKind::runtime &&
+        dynamic_cast<const StaleError*>(&e) == nullptr &&
+        dynamic_cast<const ChecksumError*>(&e) == nullptr && !exited(region.info.rank)) {
+      throw Error(ErrorKind::runtime,
+                  fmt::format("rank {} on {} did not stage samples of '{}': {}", rank.rank,
+                              rank.host, m_data.name, e.what()),
+                  {.rank = rank.rank});
+    }
+    if (exited(region.info.rank)) throw_gone(region.info.rank);
+    throw;
+  }
+  staged.add(m_unstaged);
+  if (reply.complete) staged.set_complete();
 }
 
 void ServedWatch::poll_processes() {
@@ -160,7 +195,10 @@ namespace {
 std::vector<ServedRegion> served_regions(const StoreDataset& info) {
   std::vector<ServedRegion> out;
   out.reserve(info.regions.size());
-  for (const auto& g : info.regions) out.push_back({g, {}});
+  for (const auto& g : info.regions) {
+    out.push_back({g, {}, nullptr});
+    if (g.lazy) out.back().staged = std::make_unique<StagedSamples>(ShardRange{g.first, g.last});
+  }
   return out;
 }
 
