@@ -80,7 +80,10 @@ std::vector<TierSpec> parse_tier_spec(std::string_view text) {
   std::size_t at = 0;
   for (;;) {
     const auto comma = text.find(',', at);
-    const auto part = text.substr(at, comma == std::string_view::npos ? comma : comma - at);
+    auto part = text.substr(at, comma == std::string_view::npos ? comma : comma - at);
+    // "memory, nvme:/x" as typed in a config file.
+    while (part.starts_with(' ')) part.remove_prefix(1);
+    while (part.ends_with(' ')) part.remove_suffix(1);
     if (part == "memory") {
       if (!tiers.empty()) {
         throw bad_spec(text, part,

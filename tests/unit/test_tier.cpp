@@ -44,6 +44,7 @@ TEST_CASE("a --tier spec lists tiers in order, and a bad one names its part", "[
   CHECK(tiers[2].dir == "/local/b");
   CHECK(tiers[2].limit == 500ull << 30);
   CHECK(parse_tier_spec("nvme:/x").front().kind == TierSpec::Kind::nvme);
+  CHECK(parse_tier_spec(" memory , nvme:/x ").size() == 2);
 
   for (const auto& [spec, part, why] :
        std::vector<std::array<std::string, 3>>{{"", "''", "empty"},
