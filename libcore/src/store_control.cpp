@@ -38,12 +38,15 @@ Message send(const StoreDescriptor& d, const Message& request, std::chrono::mill
   return reply;
 }
 
-DatasetStatus dataset_status(const StoreDataset& d) {
+DatasetStatus dataset_status(const StoreDataset& d, std::size_t ranks) {
   DatasetStatus s{d.name, d.index};
-  auto plan = ShardPlan::from_boundaries(d.boundaries);
-  s.samples = plan.samples();
-  for (int r = 0; r < plan.ranks(); ++r) s.samples_per_rank.push_back(plan.range(r).count());
-  s.bytes_per_rank = d.region_bytes;
+  s.samples_per_rank.assign(ranks, 0);
+  s.bytes_per_rank.assign(ranks, 0);
+  for (const auto& g : d.regions) {
+    s.samples = std::max(s.samples, g.last);
+    s.samples_per_rank[static_cast<std::size_t>(g.rank)] += g.last - g.first;
+    s.bytes_per_rank[static_cast<std::size_t>(g.rank)] += g.bytes;
+  }
   return s;
 }
 
@@ -206,7 +209,8 @@ StoreStatus StoreControl::status() {
     }
     status.ranks.push_back(rs);
   }
-  for (const auto& d : m_descriptor.datasets) status.datasets.push_back(dataset_status(d));
+  for (const auto& d : m_descriptor.datasets)
+    status.datasets.push_back(dataset_status(d, m_descriptor.ranks.size()));
   if (lost.empty()) status.busy = reply.busy;
   if (!lost.empty()) status.error = lost;
   status.answered = lost.empty();

@@ -32,15 +32,21 @@ void ServerRank::publish_dataset(const LoadPlan& plan, const std::filesystem::pa
                                  const std::vector<PublishedShard>& shards) {
   StoreDataset ds{.name = plan.name,
                   .index = std::filesystem::absolute(index),
-                  .boundaries = ShardPlan::balance(plan.index, m_mpi.size()).boundaries(),
                   .index_fingerprint = plan.index.fingerprint()};
-  for (const auto& shard : shards) {
-    ds.segments.push_back(shard.segment);
-    ds.region_bytes.push_back(shard.region_bytes);
-    // Every rank registers, or none does: the ranks serve over libfabric alike.
-    if (!shard.fabric) continue;
-    ds.fabric_keys.push_back(shard.fabric->key);
-    ds.fabric_bases.push_back(shard.fabric->base);
+  const auto boundaries = ShardPlan::balance(plan.index, m_mpi.size()).boundaries();
+  for (std::size_t r = 0; r < shards.size(); ++r) {
+    const auto& shard = shards[r];
+    StoreRegion region{.rank = static_cast<int>(r),
+                       .first = boundaries[r],
+                       .last = boundaries[r + 1],
+                       .segment = shard.segment,
+                       .bytes = shard.region_bytes};
+    if (shard.fabric) {
+      region.fabric = true;
+      region.fabric_key = shard.fabric->key;
+      region.fabric_base = shard.fabric->base;
+    }
+    ds.regions.push_back(std::move(region));
   }
   std::erase_if(m_descriptor.datasets, [&](const auto& d) { return d.name == plan.name; });
   m_descriptor.datasets.push_back(ds);
