@@ -16,7 +16,7 @@ extern char** environ;
 namespace ddstage {
 namespace {
 
-constexpr std::array<SettingDef, 20> table{{
+constexpr std::array<SettingDef, 21> table{{
     {"log.level", SettingType::string, "info", "log level: trace, debug, info, warn, error, off",
      "trace|debug|info|warn|error|off"},
     {"progress", SettingType::string, "auto",
