@@ -29,6 +29,11 @@ std::byte* map(int fd, std::size_t bytes, int prot, const std::string& name) {
   if (bytes == 0) return nullptr;
   void* p = ::mmap(nullptr, bytes, prot, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) throw IoError("mmap " + describe(name), errno);
+  // Rows are read at random, by readers mapping it and by libfabric from the rank's own
+  // mapping: a fault on a tier file's page not in memory would otherwise read a whole readahead
+  // window around it (read_ahead_kb: 8 MiB on this VM, 15 ms for a 3 KB row; 0.2 ms with this
+  // hint, `ddstage bench tier`). A hint: its failure changes no byte.
+  if (ShmSegment::is_file(name)) ::madvise(p, bytes, MADV_RANDOM);
   return static_cast<std::byte*>(p);
 }
 
@@ -139,10 +144,6 @@ std::optional<ShmSegment> ShmSegment::try_open_read_only(const std::string& name
   }
   seg.m_size = static_cast<std::size_t>(st.st_size);
   seg.m_data = map(seg.m_fd.get(), seg.m_size, PROT_READ, name);
-  // Readers take rows at random: a fault on a tier file's page not in memory would otherwise
-  // read a whole readahead window around it (read_ahead_kb: 8 MiB on this VM, 15 ms for a 3 KB
-  // row; 0.2 ms with this hint, `ddstage bench tier`). A hint: its failure changes no byte.
-  if (seg.m_data && is_file(name)) ::madvise(seg.m_data, seg.m_size, MADV_RANDOM);
   return seg;
 }
 
