@@ -148,10 +148,10 @@ TierSet::TierSet(std::vector<TierSpec> tiers, uint64_t mem_limit)
   }
 }
 
-uint64_t TierSet::free_on(std::size_t i, uint64_t ignored) const {
+uint64_t TierSet::free_on(std::size_t i, uint64_t ignored, uint64_t mem_limit) const {
   const auto& t = m_tiers[i];
   const uint64_t used = m_used[i] - std::min(m_used[i], ignored);
-  if (t.kind == TierSpec::Kind::memory) return m_mem_limit - std::min(m_mem_limit, used);
+  if (t.kind == TierSpec::Kind::memory) return mem_limit - std::min(mem_limit, used);
   uint64_t room = std::numeric_limits<uint64_t>::max();
   if (t.limit) room = t.limit - std::min(t.limit, used);
   // What the disk has free already excludes files created so far (their blocks are reserved),
@@ -159,14 +159,16 @@ uint64_t TierSet::free_on(std::size_t i, uint64_t ignored) const {
   return std::min(room, disk_free(t.dir));
 }
 
-TierSet::Reservation TierSet::allocate(std::string_view base, uint64_t bytes, std::string_view what,
-                                       const Reservation* replacing) {
+TierSet::Reservation TierSet::allocate(std::string_view base, uint64_t bytes,
+                                       const Request& request) {
   if (base.starts_with('/')) base.remove_prefix(1);
+  const auto* replacing = request.replacing;
+  const uint64_t mem_limit = request.mem_limit ? request.mem_limit : m_mem_limit;
   std::lock_guard lock(m_mutex);
   std::string free;
   for (std::size_t i = 0; i < m_tiers.size(); ++i) {
     const bool replaces_here = replacing && replacing->m_set == this && replacing->m_tier == i;
-    const uint64_t room = free_on(i, replaces_here ? replacing->m_bytes : 0);
+    const uint64_t room = free_on(i, replaces_here ? replacing->m_bytes : 0, mem_limit);
     if (bytes <= room) {
       m_used[i] += bytes;
       Reservation r;
@@ -179,13 +181,13 @@ TierSet::Reservation TierSet::allocate(std::string_view base, uint64_t bytes, st
       return r;
     }
     const auto& t = m_tiers[i];
-    const uint64_t limit = t.kind == TierSpec::Kind::memory ? m_mem_limit : t.limit;
+    const uint64_t limit = t.kind == TierSpec::Kind::memory ? mem_limit : t.limit;
     free += fmt::format("{}{} {} free", free.empty() ? "" : ", ", t.name(),
                         human_bytes(static_cast<double>(room)));
     if (limit) free += " of " + human_bytes(static_cast<double>(limit));
   }
   throw UsageError(fmt::format("{} does not fit: it needs {} ({} bytes); {} (--mem-limit, --tier)",
-                               what, human_bytes(static_cast<double>(bytes)), bytes, free));
+                               request.what, human_bytes(static_cast<double>(bytes)), bytes, free));
 }
 
 void TierSet::release(std::size_t tier, uint64_t bytes) noexcept {

@@ -85,13 +85,13 @@ TEST_CASE("regions go to memory while they fit, then to the first tier with room
   CHECK(usage[1].limit == 100 << 10);
 
   // Neither has 70 KiB left: the error says what each has.
-  CHECK_THROWS_AS(tiers.allocate("c", 70 << 10, "dataset 'c' on rank 0"), UsageError);
-  CHECK_THROWS_WITH(tiers.allocate("c", 70 << 10, "dataset 'c' on rank 0"),
+  CHECK_THROWS_AS(tiers.allocate("c", 70 << 10, {.what = "dataset 'c' on rank 0"}), UsageError);
+  CHECK_THROWS_WITH(tiers.allocate("c", 70 << 10, {.what = "dataset 'c' on rank 0"}),
                     Contains("dataset 'c' on rank 0 does not fit: it needs 70.0 KiB") &&
                         Contains("memory 24.0 KiB free of 64.0 KiB") &&
                         Contains("nvme:" + nvme.string() + " 60.0 KiB free of 100.0 KiB"));
   // A region being replaced counts as free where it is.
-  auto a2 = tiers.allocate("a2", 60 << 10, "a", &a);
+  auto a2 = tiers.allocate("a2", 60 << 10, {.replacing = &a});
   CHECK(a2.label() == "memory");
   a = std::move(a2);  // the old one goes: its bytes come back
   CHECK(tiers.bytes_by_tier()[0].used == 60 << 10);
@@ -101,6 +101,9 @@ TEST_CASE("regions go to memory while they fit, then to the first tier with room
   }
   CHECK(tiers.bytes_by_tier()[1].used == 0);
   CHECK(tiers.allocate("d", 100 << 10).label() == "nvme");
+  // A load's own memory bound (load --mem-limit) replaces the set's for that allocation.
+  CHECK(tiers.allocate("f", 1 << 10, {.mem_limit = 60 << 10}).label() == "nvme");
+  CHECK(tiers.allocate("g", 1 << 10, {.mem_limit = 61 << 10}).label() == "memory");
 
   // Without a limit, an nvme tier holds what its file system has free.
   TierSet unbounded({{.kind = TierSpec::Kind::nvme, .dir = nvme}}, 0);

@@ -77,14 +77,24 @@ class TierSet {
   TierSet(const TierSet&) = delete;
   TierSet& operator=(const TierSet&) = delete;
 
+  /// What an allocation is for, beyond its size.
+  struct Request {
+    std::string_view what = "a region";  ///< how errors name it ("dataset 'x' on rank 2")
+    /// A reservation of this set about to be dropped (a dataset being replaced): its bytes
+    /// count as free.
+    const Reservation* replacing = nullptr;
+    uint64_t mem_limit = 0;  ///< memory's bound for this one (load --mem-limit); 0: the set's
+  };
+
   /// Places `bytes` on the first tier, in spec order, with room: memory while its reservations
   /// plus bytes stay within mem_limit, an nvme tier while they stay within its limit and its
   /// file system has them free. `base` names the file ("ddstage-ID-NAME-gN-rR"; a leading '/'
-  /// is ignored). `replacing`, a reservation of this set about to be dropped (a dataset being
-  /// replaced), counts as free. UsageError beginning with `what` (e.g. "dataset 'x' on rank 2")
-  /// and naming each tier's free bytes when none has room.
-  Reservation allocate(std::string_view base, uint64_t bytes, std::string_view what = "a region",
-                       const Reservation* replacing = nullptr);
+  /// is ignored). UsageError beginning with request.what and naming each tier's free bytes
+  /// when none has room.
+  Reservation allocate(std::string_view base, uint64_t bytes, const Request& request);
+  Reservation allocate(std::string_view base, uint64_t bytes) {
+    return allocate(base, bytes, Request{});
+  }
 
   std::vector<Usage> bytes_by_tier() const;
   /// Every tier's name() in spec order: what store.yaml records for the rank.
@@ -95,8 +105,8 @@ class TierSet {
 
  private:
   /// Bytes free for one more reservation on tier i, given `ignored` bytes about to be freed
-  /// there. Caller holds m_mutex.
-  uint64_t free_on(std::size_t i, uint64_t ignored) const;
+  /// there and memory's bound. Caller holds m_mutex.
+  uint64_t free_on(std::size_t i, uint64_t ignored, uint64_t mem_limit) const;
   void release(std::size_t tier, uint64_t bytes) noexcept;
 
   std::vector<TierSpec> m_tiers;
