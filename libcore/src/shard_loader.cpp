@@ -1,9 +1,5 @@
 #include "ddstage/tool/shard_loader.hpp"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -93,35 +89,25 @@ class StreamQueue {
 };
 
 /// Once a chunk of a tier file is loaded (or verified), its pages leave this process's mapping
-/// and their writeback starts. Rows that reach the file through the mapping (short runs, rows
-/// gathered from the scratch buffer, the verify pass reading them back) would otherwise stay
-/// mapped: a rank filling a file three times the node's memory grew to the whole file's size
-/// (RssFile). MADV_DONTNEED on a shared file mapping only unmaps (dirty pages stay in the page
-/// cache and reach the file); SYNC_FILE_RANGE_WRITE starts writing them without waiting, so
-/// dirty pages do not pile up to the kernel's dirty limit before the disk sees any. A plain
-/// pwrite of each chunk would do the same without the faults, but would give up the splice
-/// from origin (one copy, not two) for runs that need no gathering.
-void release_chunk(const Index& index, const ShardLayout& layout, std::span<std::byte> region,
-                   const FileDescriptor& file, const Chunk& c) {
-  static const auto page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+/// and their writeback starts (ShmSegment::release_pages). Rows that reach the file through the
+/// mapping (short runs, rows gathered from the scratch buffer, the verify pass reading them
+/// back) would otherwise stay mapped: a rank filling a file three times the node's memory grew
+/// to the whole file's size (RssFile). A plain pwrite of each chunk would do the same without
+/// the faults, but would give up the splice from origin (one copy, not two) for runs that need
+/// no gathering.
+void release_chunk(const Index& index, const ShardLayout& layout, const ShmSegment& tier_file,
+                   const Chunk& c) {
   for (uint32_t f = 0; f < index.fields().size(); ++f) {
-    const uint64_t begin = layout.row_offset(c.first, f) / page * page;
-    const uint64_t end = std::min<uint64_t>(
-        (layout.row_offset(c.last - 1, f) + index.entry(c.last - 1, f).length + page - 1) / page *
-            page,
-        region.size());
-    if (end <= begin) continue;
-    // Both are hints: a failure leaves the pages where they are, never the bytes wrong.
-    ::madvise(region.data() + begin, end - begin, MADV_DONTNEED);
-    ::sync_file_range(file.get(), static_cast<off_t>(begin), static_cast<off_t>(end - begin),
-                      SYNC_FILE_RANGE_WRITE);
+    const uint64_t begin = layout.row_offset(c.first, f);
+    const uint64_t end = layout.row_offset(c.last - 1, f) + index.entry(c.last - 1, f).length;
+    if (end > begin) tier_file.release_pages(begin, end - begin);
   }
 }
 
 /// One stream: its own OriginReader (open files, scratch buffer), so streams share no lock
 /// while reading. Loads its chunks, or (verify pass) checks them.
 void run_stream(const Index& index, const ShardLayout& layout, DestinationFile destination,
-                std::span<std::byte> region, const FileDescriptor* tier_file,
+                std::span<std::byte> region, const ShmSegment* tier_file,
                 const ShardLoadOptions& options, StreamQueue& queue, bool verify_pass) noexcept {
   try {
     // Streams share the process's open-file limit: each caches its share of a single reader's.
@@ -146,7 +132,7 @@ void run_stream(const Index& index, const ShardLayout& layout, DestinationFile d
         reader.read_entries(reads);
         queue.done(*c);
       }
-      if (tier_file) release_chunk(index, layout, region, *tier_file, *c);
+      if (tier_file) release_chunk(index, layout, *tier_file, *c);
     }
   } catch (...) {
     queue.fail(std::current_exception());
@@ -155,7 +141,7 @@ void run_stream(const Index& index, const ShardLayout& layout, DestinationFile d
 
 /// Runs the streams over queue's chunks: the caller's thread is one of them.
 void run_streams(const Index& index, const ShardLayout& layout, std::span<std::byte> region,
-                 DestinationFile destination, const FileDescriptor* tier_file,
+                 DestinationFile destination, const ShmSegment* tier_file,
                  const ShardLoadOptions& options, StreamQueue& queue, bool verify_pass) {
   const auto streams = std::min<std::size_t>(options.streams, queue.chunks());
   {
@@ -176,7 +162,7 @@ void run_streams(const Index& index, const ShardLayout& layout, std::span<std::b
 /// fill_shard, where region may be a mapping of destination.file (its rows are then written
 /// through the file), and tier_file that file when it is on a tier (see release_chunk).
 void fill_region(const Index& index, const ShardLayout& layout, std::span<std::byte> region,
-                 DestinationFile destination, const FileDescriptor* tier_file,
+                 DestinationFile destination, const ShmSegment* tier_file,
                  const ShardLoadOptions& options) {
   check_load_streams(options.streams);
   layout.write_tables(region);
@@ -252,7 +238,7 @@ ShmSegment load_shard(const Index& index, ShardRange range, const std::string& s
   // Through the segment's file, not its mapping: a copy into the mapping would fault in, and
   // zero-fill, every 4 KiB page first, which costs more than the copy itself.
   fill_region(index, layout, shm.writable(), {&shm.file(), shm.bytes().data()},
-              ShmSegment::is_file(segment) ? &shm.file() : nullptr, options);
+              ShmSegment::is_file(segment) ? &shm : nullptr, options);
   return shm;
 }
 

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
 #include <utility>
@@ -145,6 +146,19 @@ std::optional<ShmSegment> ShmSegment::try_open_read_only(const std::string& name
   seg.m_size = static_cast<std::size_t>(st.st_size);
   seg.m_data = map(seg.m_fd.get(), seg.m_size, PROT_READ, name);
   return seg;
+}
+
+void ShmSegment::release_pages(uint64_t offset, uint64_t bytes) const noexcept {
+  static const auto page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  if (!is_file(m_name) || bytes == 0 || offset >= m_size) return;
+  const uint64_t begin = offset / page * page;
+  const uint64_t end = std::min<uint64_t>((offset + bytes + page - 1) / page * page, m_size);
+  // MADV_DONTNEED on a shared file mapping only unmaps: dirty pages stay in the page cache and
+  // reach the file. SYNC_FILE_RANGE_WRITE starts writing them without waiting, so dirty pages
+  // do not pile up to the kernel's dirty limit before the disk sees any.
+  ::madvise(m_data + begin, end - begin, MADV_DONTNEED);
+  ::sync_file_range(m_fd.get(), static_cast<off_t>(begin), static_cast<off_t>(end - begin),
+                    SYNC_FILE_RANGE_WRITE);
 }
 
 bool ShmSegment::unlinked() const {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <span>
 #include <string>
@@ -54,6 +55,11 @@ class ShmSegment {
   /// The segment's file (opened read-write by create, read-only by the openers): writing
   /// through it fills pages without faulting them into the mapping.
   const FileDescriptor& file() const noexcept { return m_fd; }
+  /// For a tier file written through its mapping: bytes [offset, offset + bytes) (whole pages
+  /// around them) leave this process's mapping and their writeback starts, so that filling a
+  /// file larger than memory keeps only what is being written mapped. Nothing for shared
+  /// memory. Hints only: the bytes stay as written.
+  void release_pages(uint64_t offset, uint64_t bytes) const noexcept;
   /// Removes the name now (readers that mapped it keep their mapping).
   void unlink() noexcept;
   /// For a segment opened read-only: true once its name has been unlinked (the mapping stays
