@@ -45,6 +45,7 @@ needs_lifecycle = pytest.mark.skipif(not LIFECYCLE, reason=LIFECYCLE_MISSING)
 # Reads rank 2's shard in a loop through one client until a batch fails; says "reading" once a
 # batch came back, and the failure's message last.
 READ_LOOP = """
+import sys
 import ddstage
 store, first, last = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 rows = ddstage.Client(store).open("rows")
@@ -142,6 +143,7 @@ def test_node_lost_during_reads(cluster, store, datasets, how):
 # message (one line), then whether rank 0's shard, read again through the endpoint opened after
 # the failure, is the same.
 GO_ON_LOOP = """
+import sys
 import numpy as np
 import ddstage
 store, lost_first, lost_last, alive_first, alive_last = sys.argv[1], *map(int, sys.argv[2:])
