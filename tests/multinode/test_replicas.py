@@ -120,7 +120,7 @@ def run_case(cluster, store, datasets, origin_rows, how, lost, lost_rank):
         lost_at = time.monotonic()
         code, report = wait_marked_lost(reader_node, store, lost_rank)
         noticed = time.monotonic() - lost_at
-        reader.stdin.close()
+        # communicate() closes the reader's stdin: its last pass starts.
         out, err = reader.communicate(timeout=READ_TIMEOUT_S + SLACK_S + 60)  # a whole pass, on 2 loaded cores
     finally:
         reader.kill()
