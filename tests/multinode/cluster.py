@@ -264,6 +264,7 @@ class Cluster:
                     "DDSTAGE_MULTINODE_RSH": str(self.work_dir / f".{name_prefix}-rsh.sock")}
         self._lock = None
         self._listener = None
+        self._accept_thread = None
         self._closed = True
 
     # ---- set-up and tear-down -----------------------------------------------------------------
@@ -370,6 +371,12 @@ class Cluster:
             except Exception as e:  # keep tearing down the rest
                 print(f"cluster: crash of {node.name} at teardown: {e}")
         if self._listener is not None:
+            # The accept thread is woken and gone before the descriptor is freed: one still in
+            # accept() when the next cluster's listener gets the same number takes that
+            # cluster's requests and runs them on this cluster's dead nodes.
+            if self._accept_thread is not None:
+                self._listener.shutdown(socket.SHUT_RDWR)
+                self._accept_thread.join(timeout=30)
             self._listener.close()
             Path(self.env["DDSTAGE_MULTINODE_RSH"]).unlink(missing_ok=True)
         self._remove_leftovers()
@@ -436,14 +443,15 @@ class Cluster:
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._listener.bind(str(path))
         self._listener.listen(16)
-        threading.Thread(target=self._accept_rsh, name="rsh-server", daemon=True).start()
+        self._accept_thread = threading.Thread(target=self._accept_rsh, name="rsh-server", daemon=True)
+        self._accept_thread.start()
 
     def _accept_rsh(self):
         while True:
             try:
                 conn, _ = self._listener.accept()
             except OSError:
-                return  # closed at teardown
+                return  # shut down at teardown
             threading.Thread(target=self._rsh_session, args=(conn,), daemon=True).start()
 
     def _rsh_session(self, conn):
