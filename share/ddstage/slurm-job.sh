@@ -30,11 +30,6 @@
 # srun: the store's ranks form an MPI job. Debian's OpenMPI (4.1) only starts under srun with
 # `--mpi=pmix`, which this script passes unless SLURM_MPI_TYPE (srun's own variable) says
 # otherwise, e.g. cray_shasta for Cray MPICH. Steps share the nodes with `--overlap`.
-# A node's loss: the store's step runs with `--no-kill --kill-on-bad-exit=0`, so that its ranks
-# on the other nodes go on serving (their copies, with `ddstage load --replicas 2`). Slurm still
-# ends the whole job when it marks a node down (and requeues it where the site allows) unless
-# the job was submitted with `sbatch --no-kill`; then give the training step `--no-kill` too if
-# it should survive the node.
 #SBATCH --time=01:00:00
 # ---- Multi-node on HPE Slingshot (cxi) --------------------------------------------------
 # Every job step gets its own VNI, and endpoints on different VNIs cannot talk: the store
@@ -124,7 +119,6 @@ if ((nodes > 1)); then
 fi
 # The store: its own step, one rank per node, MPI through PMIx.
 srun --overlap -N "$nodes" --ntasks="$nodes" --ntasks-per-node=1 --mpi="${SLURM_MPI_TYPE:-pmix}" \
-  --no-kill --kill-on-bad-exit=0 \
   bash -c "$on_job_vni" job-vni ddstage serve --store "$store" --transport "$transport" &
 serve_pid=$!
 ddstage wait --store "$store" --timeout 120s --pid "$serve_pid"
