@@ -28,6 +28,10 @@ CONTROL_TIMEOUT_S = 3
 SETTINGS_ENV = {"DDSTAGE_PEER_TIMEOUT": f"{PEER_TIMEOUT_S}s", "DDSTAGE_CONTROL_TIMEOUT": f"{CONTROL_TIMEOUT_S}s",
                 "DDSTAGE_READ_TIMEOUT": "3s"}
 START_TIMEOUT_S = 120  # a hang bound: the tier may share 2 cores with other jobs
+# How long an mpiexec under --enable-recovery may take to end by itself once its ranks have
+# (it does within a second when no node was lost) before it gets a SIGTERM: a bound on waiting
+# for what after a crash never comes, not a check.
+RECOVERY_GRACE_S = 2
 
 
 # ---- exit code 77 when nothing ran ----------------------------------------------------------
@@ -182,10 +186,10 @@ class ServedStore:
 
     def reap(self, timeout):
         """Whether mpiexec ended within timeout once its ranks have. Under recovery it waits
-        for ever on a lost node's daemon (Cluster.mpiexec): then it gets the SIGTERM a job's end
-        would send, and must end within timeout of it."""
+        for ever on a crashed node's daemon (Cluster.mpiexec): after RECOVERY_GRACE_S it gets the
+        SIGTERM a job's end would send, and must end within timeout of that."""
         try:
-            self.proc.wait(timeout=timeout)
+            self.proc.wait(timeout=RECOVERY_GRACE_S if self.recovery else timeout)
             return True
         except subprocess.TimeoutExpired:
             if not self.recovery or not self.cluster.nodes[0].up:
