@@ -28,10 +28,11 @@ SLACK_S = 12
 
 # ---- the control protocol, spoken directly ---------------------------------------------------
 
-def control(store, request, timeout=30):
-    """One control request (protocol v2: magic, version, token, length, YAML body); the reply."""
+def control(store, request, timeout=30, rank=0):
+    """One control request (protocol v2: magic, version, token, length, YAML body) to a rank's
+    control socket (rank 0's is the store's); the reply."""
     d = yaml.safe_load((store.dir / "store.yaml").read_text())
-    host, port = d["control"].rsplit(":", 1)
+    host, port = (d["ranks"][rank]["control"] if rank else d["control"]).rsplit(":", 1)
     body = yaml.safe_dump(request).encode()
     with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as s:
         s.sendall(b"DDSC" + struct.pack("<I", 2) + d["token"].encode() + struct.pack("<I", len(body)) + body)

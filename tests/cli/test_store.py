@@ -25,12 +25,12 @@ START_TIMEOUT_S = 60
 class Store:
     """One `ddstage serve` job. The process group is ours: kill() ends every rank."""
 
-    def __init__(self, ddstage, directory, ranks, args=(), env=None):
+    def __init__(self, ddstage, directory, ranks, args=(), env=None, mpiexec_args=()):
         self.ddstage = ddstage
         self.dir = Path(directory)
         cmd = [ddstage.path, "serve", "--store", str(self.dir), "--listen", "127.0.0.1:0", *args]
         if ranks:
-            cmd = ["mpiexec", "-n", str(ranks)] + cmd
+            cmd = ["mpiexec", *mpiexec_args, "-n", str(ranks)] + cmd
         self.log = open(self.dir.parent / f"{self.dir.name}.log", "w+")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
                                      env={**os.environ, **MPI_ENV, **(env or {})}, start_new_session=True)
@@ -90,8 +90,9 @@ def serve(ddstage, tmp_path):
     and segments must be gone."""
     started = []
 
-    def start(ranks=4, name="store", args=(), env=None):
-        store = Store(ddstage, tmp_path / name, ranks, args, env)
+    def start(ranks=4, name="store", args=(), env=None, mpiexec_args=()):
+        """mpiexec_args: e.g. ["--enable-recovery"], so that a rank's end is not the job's."""
+        store = Store(ddstage, tmp_path / name, ranks, args, env, mpiexec_args)
         started.append(store)
         return store
 

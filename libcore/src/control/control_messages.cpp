@@ -6,6 +6,7 @@
 
 #include "ddstage/error.hpp"
 #include "ddstage/tool/shard_loader.hpp"
+#include "mpi/wire_bytes.hpp"
 
 namespace ddstage::detail {
 namespace {
@@ -37,6 +38,10 @@ constexpr const char* key_last_heard = "last_heard";
 constexpr const char* key_busy = "busy";
 constexpr const char* key_stopped = "stopped";
 constexpr const char* key_unreachable = "unreachable";
+constexpr const char* key_replicas = "replicas";
+constexpr const char* key_warning = "warning";
+constexpr const char* key_repaired = "repaired";
+constexpr const char* key_part = "part";
 
 Message request(const char* op) {
   Message m;
@@ -107,9 +112,48 @@ LoadCommand load_command_of(const Message& request) {
                    .allow_stale = optional_field(request, key_allow_stale, false),
                    .mem_limit = optional_field<uint64_t>(request, key_mem_limit, 0),
                    .streams = optional_field(request, key_streams, ShardLoadOptions{}.streams),
-                   .progress = optional_field(request, key_progress, false)};
+                   .progress = optional_field(request, key_progress, false),
+                   .replicas = optional_field(request, key_replicas, 1)};
   check_load_streams(load.streams);
+  if (load.replicas < 0)
+    throw UsageError(fmt::format("load request with {} replicas", load.replicas));
   return load;
+}
+
+/// Bytes as lower-case hex: a wire struct inside a YAML scalar.
+std::string hex_of(std::string_view bytes) {
+  static constexpr char digits[] = "0123456789abcdef";
+  std::string out;
+  out.reserve(2 * bytes.size());
+  for (unsigned char c : bytes) {
+    out += digits[c >> 4];
+    out += digits[c & 15];
+  }
+  return out;
+}
+
+std::string bytes_of_hex(std::string_view hex) {
+  auto nibble = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    return -1;
+  };
+  if (hex.size() % 2) throw Error(ErrorKind::runtime, "odd-length hex in a part message");
+  std::string out(hex.size() / 2, '\0');
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    const int hi = nibble(hex[2 * i]), lo = nibble(hex[2 * i + 1]);
+    if (hi < 0 || lo < 0) throw Error(ErrorKind::runtime, "bad hex in a part message");
+    out[i] = static_cast<char>(hi << 4 | lo);
+  }
+  return out;
+}
+
+/// The wire struct a part message carries under key_part.
+template <class T>
+T part_of(const Message& message) {
+  const auto text = converted<std::string>(message, key_part);
+  if (!text) throw Error(ErrorKind::runtime, "a part message without a valid 'part'");
+  return from_wire<T>(bytes_of_hex(*text));
 }
 
 }  // namespace
@@ -124,7 +168,40 @@ Message load_request(const LoadCommand& load) {
   m[key_mem_limit] = load.mem_limit;
   if (load.streams) m[key_streams] = load.streams;
   m[key_progress] = load.progress;
+  m[key_replicas] = load.replicas;
   return m;
+}
+
+Message repair_request(const LoadCommand& options, const std::string& dataset) {
+  Message m = load_request(options);
+  m[key_op] = "repair";
+  m[key_name] = dataset;
+  return m;
+}
+
+Message part_request(const PartCommand& part) {
+  Message m = request("part");
+  m[key_part] = hex_of(to_wire(part));
+  return m;
+}
+
+PartCommand part_command_of(const Message& request) {
+  if (op_of(request) != "part") throw UsageError("a rank's own socket takes only rank 0's parts");
+  try {
+    return part_of<PartCommand>(request);
+  } catch (const Error& e) {
+    throw UsageError(e.message());
+  }
+}
+
+Message part_reply(const PartReply& reply) {
+  Message m = ok_reply();
+  m[key_part] = hex_of(to_wire(reply));
+  return m;
+}
+
+PartReply part_reply_of(const Message& reply) {
+  return part_of<PartReply>(reply);
 }
 
 Message unload_request(const std::string& dataset) {
@@ -152,6 +229,11 @@ ControlCommand command_of(const Message& request) {
   ControlCommand command{.op = request_field<std::string>(request, key_op, "control request")};
   if (command.op == "load") {
     command.load = load_command_of(request);
+  } else if (command.op == "repair") {
+    Message options = YAML::Clone(request);
+    options[key_index] = "";  // a repair loads from the indexes the store loaded
+    command.load = load_command_of(options);
+    command.dataset = optional_field<std::string>(request, key_name, "");
   } else if (command.op == "unload") {
     if (!request[key_name]) throw UsageError("unload request without a name");
     command.dataset = request_field<std::string>(request, key_name, "unload request");
@@ -213,13 +295,33 @@ Message load_reply(const LoadResult& result) {
   reply[key_bytes] = result.bytes;
   reply[key_seconds] = result.seconds;
   reply[key_verified] = result.verified;
+  if (!result.warning.empty()) reply[key_warning] = result.warning;
   return reply;
 }
 
 LoadResult load_result_of(const Message& reply) {
-  return {reply_field<std::string>(reply, key_name), reply_field<uint64_t>(reply, key_samples),
-          reply_field<uint64_t>(reply, key_bytes), reply_field<double>(reply, key_seconds),
-          reply_field<bool>(reply, key_verified)};
+  LoadResult result{
+      reply_field<std::string>(reply, key_name), reply_field<uint64_t>(reply, key_samples),
+      reply_field<uint64_t>(reply, key_bytes), reply_field<double>(reply, key_seconds),
+      reply_field<bool>(reply, key_verified)};
+  scalar(reply, key_warning, result.warning);
+  return result;
+}
+
+Message repair_reply(const std::vector<LoadResult>& repaired) {
+  Message reply = ok_reply();
+  reply[key_repaired] = YAML::Node(YAML::NodeType::Sequence);
+  for (const auto& r : repaired) reply[key_repaired].push_back(load_reply(r));
+  return reply;
+}
+
+std::vector<LoadResult> repair_results_of(const Message& reply) {
+  std::vector<LoadResult> out;
+  const auto list = reply[key_repaired];
+  if (!list || !list.IsSequence())
+    throw Error(ErrorKind::runtime, "the store's reply has no valid 'repaired'");
+  for (const auto& item : list) out.push_back(load_result_of(item));
+  return out;
 }
 
 Message progress_message(const LoadProgress& progress) {

@@ -1,11 +1,14 @@
-// Rank 0's store.yaml: what the ranks told it at start-up and after each load, written for
-// clients to attach by.
+// Rank 0's store.yaml: what the ranks told it at start-up and after each load, and which ranks
+// are lost, written for clients to attach by.
+#include <spdlog/spdlog.h>
+
 #include "process.hpp"
 #include "server/server_rank.hpp"
 
 namespace ddstage::detail {
 
 void ServerRank::describe(const std::vector<RankStartup>& ranks) {
+  m_descriptor.token = m_token;
   m_descriptor.id = m_store_id;
   m_descriptor.control = m_control->address();
   m_descriptor.started = utc_now();
@@ -14,7 +17,8 @@ void ServerRank::describe(const std::vector<RankStartup>& ranks) {
                   .host = ranks[r].host,
                   .pid = ranks[r].pid,
                   .transports = {"local", "shm"},
-                  .memory_limit = ranks[r].memory_limit};
+                  .memory_limit = ranks[r].memory_limit,
+                  .control = ranks[r].control};
     if (const auto& fabric = ranks[r].fabric) {
       info.fabric_provider = fabric->provider;
       info.fabric_address = fabric->address_hex;
@@ -22,29 +26,75 @@ void ServerRank::describe(const std::vector<RankStartup>& ranks) {
     }
     m_descriptor.ranks.push_back(info);
   }
+  m_memory_used.assign(ranks.size(), 0);
 }
 
-void ServerRank::publish() {
+void ServerRank::publish_locked() {
   m_exit.unless_leaving([this] { m_descriptor.write(m_options.dir); });
 }
 
-void ServerRank::publish_dataset(const LoadPlan& plan, const std::filesystem::path& index,
-                                 const std::vector<PublishedShard>& shards) {
-  StoreDataset ds{.name = plan.name,
-                  .index = std::filesystem::absolute(index),
-                  .boundaries = ShardPlan::balance(plan.index, m_mpi.size()).boundaries(),
-                  .index_fingerprint = plan.index.fingerprint()};
-  for (const auto& shard : shards) {
-    ds.segments.push_back(shard.segment);
-    ds.region_bytes.push_back(shard.region_bytes);
-    // Every rank registers, or none does: the ranks serve over libfabric alike.
-    if (!shard.fabric) continue;
-    ds.fabric_keys.push_back(shard.fabric->key);
-    ds.fabric_bases.push_back(shard.fabric->base);
+namespace {
+
+/// BRIDGE (server17 only, dropped when main's read engine lands): the v1 per-rank lists when one
+/// copy lies one region per rank in rank order, for readers that do not read regions yet.
+void fill_v1_lists(StoreDataset& d, std::size_t ranks) {
+  if (d.regions.size() != ranks) return;
+  d.boundaries.push_back(0);
+  for (std::size_t r = 0; r < ranks; ++r) {
+    const auto& g = d.regions[r];
+    if (g.rank != static_cast<int>(r) || g.first != d.boundaries.back()) {
+      d.boundaries.clear();
+      d.segments.clear();
+      d.region_bytes.clear();
+      d.fabric_keys.clear();
+      d.fabric_bases.clear();
+      return;
+    }
+    d.boundaries.push_back(g.last);
+    d.segments.push_back(g.segment);
+    d.region_bytes.push_back(g.bytes);
+    if (g.fabric) {
+      d.fabric_keys.push_back(g.fabric_key);
+      d.fabric_bases.push_back(g.fabric_base);
+    }
   }
-  std::erase_if(m_descriptor.datasets, [&](const auto& d) { return d.name == plan.name; });
-  m_descriptor.datasets.push_back(ds);
-  publish();
+}
+
+}  // namespace
+
+void ServerRank::publish_dataset(StoreDataset dataset) {
+  fill_v1_lists(dataset, static_cast<std::size_t>(m_mpi.size()));
+  std::lock_guard lock(m_descriptor_mutex);
+  std::erase_if(m_descriptor.datasets, [&](const auto& d) { return d.name == dataset.name; });
+  m_descriptor.datasets.push_back(std::move(dataset));
+  publish_locked();
+}
+
+void ServerRank::mark_lost(int rank, const std::string& why) {
+  if (m_peers) m_peers->forget(rank);
+  std::lock_guard lock(m_descriptor_mutex);
+  auto& info = m_descriptor.ranks.at(static_cast<std::size_t>(rank));
+  if (info.lost) return;
+  info.lost = true;
+  spdlog::warn(
+      "lost {} ({}): the store goes on without it; `ddstage load --repair` restores "
+      "the copies it held",
+      rank_label(rank), why);
+  try {
+    publish_locked();
+  } catch (const std::exception& e) {
+    // The watch thread's caller has nowhere to go: the next publish writes the mark.
+    spdlog::error("could not publish that rank {} is lost: {}", rank, e.what());
+  }
+  // Its memory, when it died on this node: readers skip it now.
+  sweep_dead_ranks(m_store_id);
+}
+
+std::vector<std::string> ServerRank::live_hosts() const {
+  std::lock_guard lock(m_descriptor_mutex);
+  std::vector<std::string> hosts;
+  for (const auto& r : m_descriptor.ranks) hosts.push_back(r.lost ? std::string() : r.host);
+  return hosts;
 }
 
 }  // namespace ddstage::detail
