@@ -197,18 +197,20 @@ std::optional<StoreDataset> ServerRank::dataset_named(const std::string& name) c
 
 Message ServerRank::load(const LoadCommand& args) {
   // Started before the index is opened: checking a large tree can outlast control_timeout.
-  LoadReporter reporter(args.progress ? m_client : nullptr, std::chrono::seconds(5), true);
+  std::optional<LoadReporter> reporter;
+  reporter.emplace(args.progress ? m_client : nullptr, std::chrono::seconds(5), true);
   const auto t0 = std::chrono::steady_clock::now();
   const auto index = Index::open(args.index);
   const auto& manifest = index.manifest();
   const std::string name = args.name.empty() ? manifest.name : args.name;
-  reporter.describe(name, manifest.total_bytes, index.samples());
+  reporter->describe(name, manifest.total_bytes, index.samples());
   if (dataset_named(name) && !args.replace)
     throw UsageError("dataset '" + name + "' is already loaded; pass --replace to replace it");
   std::string warning;
   const auto placed = plan_copies(index, live_hosts(), args.replicas, &warning);
   if (!warning.empty()) spdlog::warn("'{}': {}", name, warning);
-  auto regions = stage(name, args, index.fingerprint(), placed, false, reporter);
+  auto regions = stage(name, args, index.fingerprint(), placed, false, *reporter);
+  reporter.reset();  // its last word (100%) before the result's
   const double seconds = seconds_since(t0);
   publish_dataset({.name = name,
                    .index = std::filesystem::absolute(args.index),
@@ -232,9 +234,10 @@ Message ServerRank::repair(const ControlCommand& command) {
     std::erase_if(datasets, [&](const auto& d) { return d.name != command.dataset; });
     if (datasets.empty()) throw UsageError("no dataset '" + command.dataset + "' is loaded");
   }
-  LoadReporter reporter(command.load.progress ? m_client : nullptr, std::chrono::seconds(5), true);
   std::vector<LoadResult> repaired;
   for (auto& d : datasets) {
+    std::optional<LoadReporter> reporter;
+    reporter.emplace(command.load.progress ? m_client : nullptr, std::chrono::seconds(5), true);
     const auto t0 = std::chrono::steady_clock::now();
     const auto index = Index::open(d.index);
     if (index.fingerprint() != d.index_fingerprint) {
@@ -248,11 +251,12 @@ Message ServerRank::repair(const ControlCommand& command) {
     for (const auto& g : d.regions) held.push_back({g.rank, g.first, g.last});
     const auto added = plan_repair(index, held, hosts, d.replicas);
     if (added.empty()) continue;
-    reporter.describe(d.name, index.manifest().total_bytes, index.samples());
+    reporter->describe(d.name, index.manifest().total_bytes, index.samples());
     LoadCommand args = command.load;
     args.index = d.index.string();
     args.name = d.name;
-    auto regions = stage(d.name, args, d.index_fingerprint, added, true, reporter);
+    auto regions = stage(d.name, args, d.index_fingerprint, added, true, *reporter);
+    reporter.reset();
     LoadResult result{.name = d.name, .seconds = seconds_since(t0), .verified = args.verify};
     for (const auto& g : regions) {
       result.samples += g.last - g.first;

@@ -111,11 +111,17 @@ void ServerRank::start_watching(const Startup& startup) {
     m_peers->watch();
     return;
   }
-  m_heartbeat.emplace(startup.control, startup.token, m_mpi.rank(), m_peer_timeout,
-                      [this, control = startup.control](std::chrono::milliseconds silence) {
-                        lost(fmt::format("lost {} (control {}: no answer for {:.0f} s)",
-                                         rank_label(0), control, silence.count() / 1000.0));
-                      });
+  m_heartbeat.emplace(
+      startup.control, startup.token, m_mpi.rank(), m_peer_timeout,
+      [this, control = startup.control](std::chrono::milliseconds silence,
+                                        const std::optional<std::string>& refusal) {
+        if (refusal) {
+          lost(fmt::format("{} (control {}) no longer counts this rank in the store ({})",
+                           rank_label(0), control, *refusal));
+        }
+        lost(fmt::format("lost {} (control {}: no answer for {:.0f} s)", rank_label(0), control,
+                         static_cast<double>(silence.count()) / 1000.0));
+      });
 }
 
 void ServerRank::open_rank_sockets(const Startup& startup) {
