@@ -54,10 +54,7 @@ def store_files(store_id):
 
 def kill_job(store):
     """SIGKILL mpiexec and every rank at once: what a node's OOM killer or a scancel -9 does."""
-    pids = store.pids()
-    os.killpg(store.proc.pid, signal.SIGKILL)
-    store.proc.wait(timeout=30)
-    assert wait_dead(pids)
+    store.kill()
 
 
 def rewrite(path, **changes):

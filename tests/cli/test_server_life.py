@@ -484,3 +484,16 @@ def test_a_rank_lost_during_start_up_ends_the_store(ddstage, tmp_path):
     assert "lost rank 1" in out and "no heartbeat" in out, out
     assert proc.returncode != 0, out
     assert not (store_dir / "store.yaml").exists()
+
+
+def test_ranks_end_and_free_everything_when_mpiexec_is_killed(ddstage, serve, small):
+    """MPI is finalised once the store serves, so nothing of MPI ends a rank whose launcher is
+    SIGKILLed (the ranks sit in process groups of their own): each sees its parent gone and
+    ends, freeing what it holds."""
+    store = serve(2)
+    ddstage.ok("load", "--store", store.dir, small, "--name", "s")
+    pids = store.pids()
+    os.killpg(store.proc.pid, signal.SIGKILL)
+    store.proc.wait(timeout=30)
+    assert wait_dead(pids, timeout=5 + SLACK_S), store.output()
+    assert_nothing_left(store, pids)

@@ -68,12 +68,17 @@ class Store:
         assert not (self.dir / "store.yaml").exists()
 
     def kill(self):
-        """SIGKILL the whole job and wait (bounded) until every rank is dead."""
+        """SIGKILL the whole job and wait (bounded) until every rank is dead. The ranks too: mpiexec
+        puts them in process groups of their own, and once serving they outlive it by a moment
+        (they end when they see it gone), freeing what a SIGKILL would leave."""
         pids = self.pids() if (self.dir / "store.yaml").exists() else []
+        for pid in pids:
+            if pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=30)
-        wait_dead(pids)
+        assert wait_dead(pids)
 
 
 def wait_dead(pids, timeout=15):

@@ -33,6 +33,13 @@ void ServerRank::run() {
   // the launcher lets the others run too).
   m_mpi.finalize();
   m_serving = true;
+  if (m_mpi.size() > 1) {
+    m_launcher.emplace([this](pid_t launcher) {
+      spdlog::info("the process that launched this rank (pid {}) is gone: the job is over",
+                   launcher);
+      m_exit.leave(0);
+    });
+  }
   // From here on an error has no caller to go to: the rank frees what it holds and ends.
   try {
     if (is_root()) {

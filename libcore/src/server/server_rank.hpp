@@ -32,6 +32,7 @@
 #include "mpi/mpi_session.hpp"
 #include "peer_watch.hpp"
 #include "rank_exit.hpp"
+#include "server/launcher_watch.hpp"
 #include "server/load_reporter.hpp"
 #include "transport/transport_registry.hpp"
 #if DDSTAGE_HAVE_FABRIC
@@ -239,6 +240,9 @@ class ServerRank {
   bool m_stopped_alone = false;           ///< rank 0 stopped without ranks it could not reach
   // Other ranks only.
   std::optional<Heartbeat> m_heartbeat;
+  /// Set once MPI is finalised, in a job of several ranks (a store of one is often started
+  /// without a launcher, by a shell that may end before it).
+  std::optional<LauncherWatch> m_launcher;
   // Every rank: rank 0's takes clients and heartbeats, the others' take rank 0's parts.
   std::optional<ControlServer> m_control;  // after what its thread reads: stops first
 };
