@@ -75,7 +75,7 @@ PartsOutcome ServerRank::on_ranks(const std::map<int, PartCommand>& parts,
       if (rank == 0) continue;
       senders.emplace_back([&, rank = rank, &part = part, &answer = answers[rank]] {
         try {
-          answer.reply = control_request(addresses[rank], m_token, part_request(part), timeout,
+          answer.reply = control_request(addresses.at(rank), m_token, part_request(part), timeout,
                                          [&](const Message& interim) {
                                            if (progress) progress(rank, fraction_of(interim));
                                          });
