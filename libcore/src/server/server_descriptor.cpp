@@ -33,37 +33,7 @@ void ServerRank::publish_locked() {
   m_exit.unless_leaving([this] { m_descriptor.write(m_options.dir); });
 }
 
-namespace {
-
-/// BRIDGE (server17 only, dropped when main's read engine lands): the v1 per-rank lists when one
-/// copy lies one region per rank in rank order, for readers that do not read regions yet.
-void fill_v1_lists(StoreDataset& d, std::size_t ranks) {
-  if (d.regions.size() != ranks) return;
-  d.boundaries.push_back(0);
-  for (std::size_t r = 0; r < ranks; ++r) {
-    const auto& g = d.regions[r];
-    if (g.rank != static_cast<int>(r) || g.first != d.boundaries.back()) {
-      d.boundaries.clear();
-      d.segments.clear();
-      d.region_bytes.clear();
-      d.fabric_keys.clear();
-      d.fabric_bases.clear();
-      return;
-    }
-    d.boundaries.push_back(g.last);
-    d.segments.push_back(g.segment);
-    d.region_bytes.push_back(g.bytes);
-    if (g.fabric) {
-      d.fabric_keys.push_back(g.fabric_key);
-      d.fabric_bases.push_back(g.fabric_base);
-    }
-  }
-}
-
-}  // namespace
-
 void ServerRank::publish_dataset(StoreDataset dataset) {
-  fill_v1_lists(dataset, static_cast<std::size_t>(m_mpi.size()));
   std::lock_guard lock(m_descriptor_mutex);
   std::erase_if(m_descriptor.datasets, [&](const auto& d) { return d.name == dataset.name; });
   m_descriptor.datasets.push_back(std::move(dataset));
