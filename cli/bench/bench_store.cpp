@@ -146,20 +146,18 @@ void pair_with_served_floor(BenchReport& report, const BenchStoreOptions& opts,
                             const CliContext& ctx, const StoreWay& way, const FieldRows& rows) {
   const auto descriptor = StoreDescriptor::read(opts.store);
   const auto& d = descriptor.dataset(opts.dataset);
-  if (d.fabric_keys.size() != d.region_bytes.size() || d.region_bytes.empty()) return;
-  const auto peer = static_cast<std::size_t>(
-      std::max_element(d.region_bytes.begin(), d.region_bytes.end()) - d.region_bytes.begin());
-  if (d.region_bytes[peer] < rows.row_bytes || peer >= descriptor.ranks.size()) return;
-  const auto& rank = descriptor.ranks[peer];
-  const FloorPairing pairing{
-      fmt::format("rank {}", peer),
-      ids_in(ShardPlan::from_boundaries(d.boundaries).range(static_cast<int>(peer)),
-             rows.ids.size(), opts.seed)};
+  const auto largest = std::max_element(
+      d.regions.begin(), d.regions.end(),
+      [](const StoreRegion& a, const StoreRegion& b) { return a.bytes < b.bytes; });
+  if (largest == d.regions.end() || !largest->fabric || largest->bytes < rows.row_bytes) return;
+  const auto& rank = descriptor.ranks.at(static_cast<std::size_t>(largest->rank));
+  const FloorPairing pairing{fmt::format("rank {}", largest->rank),
+                             ids_in({largest->first, largest->last}, rows.ids.size(), opts.seed)};
   if (pairing.ids.empty()) return;
   FabricFloorReader reader(
       way_settings(ctx, way.transport, ""),
-      fabric_floor_address(rank.fabric_provider, rank.fabric_address, d.fabric_keys[peer],
-                           d.fabric_bases[peer], d.region_bytes[peer]));
+      fabric_floor_address(rank.fabric_provider, rank.fabric_address, largest->fabric_key,
+                           largest->fabric_base, largest->bytes));
   pair_with_floor(report, way, pairing, reader, rows.row_bytes, opts.batches, opts.seed);
 }
 

@@ -24,10 +24,9 @@ namespace ddstage {
 namespace detail {
 namespace {
 
-/// The store's plan must be the one the index describes, or rows would be looked for in the
-/// wrong region. (StoreDescriptor::read already checked one shard per rank in every list.)
-void check_plan(const StoreDescriptor& store, const StoreDataset& info, const Index& index,
-                const ShardPlan& plan) {
+/// The store's regions must be the ones the index describes, or rows would be looked for in
+/// the wrong place. (StoreDescriptor::read already checked every region's rank.)
+void check_dataset(const StoreDescriptor& store, const StoreDataset& info, const Index& index) {
   for (std::size_t r = 0; r < store.ranks.size(); ++r) {
     if (store.ranks[r].rank != static_cast<int>(r)) {
       throw IndexError(
@@ -40,125 +39,158 @@ void check_plan(const StoreDescriptor& store, const StoreDataset& info, const In
                     "reload it (`ddstage load --replace`)",
                     info.index.string(), info.name));
   }
-  if (plan.samples() != index.samples()) {
-    throw IndexError(
-        fmt::format("the store holds {} samples of dataset '{}', but its index {} has {}; "
-                    "reload the dataset",
-                    plan.samples(), info.name, info.index.string(), index.samples()));
+  for (const auto& g : info.regions) {
+    if (g.last > index.samples()) {
+      throw IndexError(
+          fmt::format("the store holds samples up to {} of dataset '{}' (rank {}), but its index "
+                      "{} has {}; reload the dataset",
+                      g.last, info.name, g.rank, info.index.string(), index.samples()));
+    }
   }
 }
 
-/// Whether rank is read over libfabric under the `transport` choice: fabric reads every rank
+/// Whether a rank is read over libfabric under the `transport` choice: fabric reads every rank
 /// that serves over it, auto (nullopt) those on other hosts, shm none.
-bool reads_via_fabric(const RankInfo& rank, const StoreDataset& info,
+bool reads_via_fabric(const RankInfo& rank, const StoreRegion& region,
                       std::optional<TransportId> transport, bool on_this_host) {
-  if (rank.fabric_address.empty() || info.fabric_keys.empty()) return false;
+  if (rank.fabric_address.empty() || !region.fabric) return false;
   return transport == TransportId::fabric || (!transport && !on_this_host);
 }
 
-/// Rank r's route over libfabric: its endpoint and registered region.
-void route_via_fabric(ServedDataset& data, const StoreDataset& info, const RankInfo& rank) {
-  const auto r = static_cast<std::size_t>(rank.rank);
-  Route& route = data.table.routes[r];
+/// Region g's route over libfabric: its rank's endpoint and the region's registration.
+void route_via_fabric(ServedDataset& data, uint32_t g, const RankInfo& rank) {
+  const StoreRegion& info = data.regions[g].info;
+  Route& route = data.table.routes[g];
   route.via = TransportId::fabric;
+  route.distance = 1;
   route.why_not_direct = fmt::format(
       "rank {} on {} is read over libfabric ({}), and ddstage does not yet register device memory "
       "with FI_HMEM",
       rank.rank, rank.host, rank.fabric_provider);
-  data.table.targets.remotes[r] = {
+  data.table.targets.remotes[g] = {
       {rank.fabric_provider, rank.fabric_address},
-      {info.fabric_keys[r], info.fabric_bases[r], data.layouts[r].total_bytes()},
-      rank.host};
+      {info.fabric_key, info.fabric_base, data.layouts[g].total_bytes()},
+      rank.host,
+      rank.rank};
 }
 
-/// Maps rank r's segment read-only and routes it through shm. false when the live rank's
-/// segment is gone or going: the dataset is being replaced (or unloaded).
-bool route_via_shm(ServedDataset& data, const StoreDataset& info, int r) {
-  const auto i = static_cast<std::size_t>(r);
-  ServedRank& rank = data.ranks[i];
-  auto segment = ShmSegment::try_open_read_only(info.segments[i]);
+/// Maps region g read-only and routes it through shm. false when its segment is gone or going:
+/// the dataset is being replaced (or unloaded).
+bool route_via_shm(ServedDataset& data, uint32_t g) {
+  ServedRegion& region = data.regions[g];
+  const StoreRegion& info = region.info;
+  auto segment = ShmSegment::try_open_read_only(info.segment);
   if (!segment || segment->unlinked()) return false;
-  rank.segment = std::move(*segment);
-  const auto region = rank.segment.bytes();
+  region.segment = std::move(*segment);
+  const auto bytes = region.segment.bytes();
   // Rows are found by the layout computed from the index; the region must hold all of it (and
   // be a shard of this range: ShardView checks the header), so no read leaves the mapping.
-  const uint64_t need = std::max(info.region_bytes[i], data.layouts[i].total_bytes());
-  if (region.size() < need) {
+  const uint64_t need = std::max(info.bytes, data.layouts[g].total_bytes());
+  if (bytes.size() < need) {
     throw IndexError(
         fmt::format("shared memory {} of dataset '{}' holds {} bytes; it should hold {}",
-                    info.segments[i], info.name, region.size(), need),
-        {.rank = r});
+                    info.segment, data.name, bytes.size(), need),
+        {.rank = info.rank});
   }
-  (void)ShardView(region, static_cast<uint32_t>(data.index.fields().size()),
-                  data.layouts[i].range());
-  Route& route = data.table.routes[i];
+  (void)ShardView(bytes, static_cast<uint32_t>(data.index.fields().size()),
+                  data.layouts[g].range());
+  Route& route = data.table.routes[g];
   route.via = TransportId::shm;
-  route.mapped = region;
-  data.table.targets.mapped[i] = region;
+  route.distance = 0;
+  route.mapped = bytes;
+  data.table.targets.mapped[g] = bytes;
   return true;
 }
 
-/// Rank's route, and its process handle when it runs on this host. A dead rank stays
-/// unreachable, so reads of its samples fail naming it while the other ranks' samples still
-/// read. false when its segment is gone or going.
-bool attach_rank(ServedDataset& data, const StoreDataset& info, const RankInfo& rank,
-                 const std::string& here, std::optional<TransportId> transport) {
-  const int r = rank.rank;
-  ServedRank& served =
-      data.ranks.emplace_back(ServedRank{.info = rank, .on_this_host = rank.host == here});
-  Route& route = data.table.routes[static_cast<std::size_t>(r)];
-  route = {.range = data.plan.range(r), .layout = &data.layouts[static_cast<std::size_t>(r)]};
+/// The rank's process handle when it runs on this host and is alive.
+ServedRank watch_rank(const RankInfo& rank, const std::string& here) {
+  ServedRank served{.info = rank, .on_this_host = rank.host == here};
+  if (!served.on_this_host || rank.lost || !process_alive(rank.pid)) return served;
+  // A pidfd polls readable once the process exits (zombie or reaped) and never follows a
+  // reused pid: one poll() per batch checks every rank it touches. Without one (old kernel,
+  // seccomp) reads fall back to process_alive.
+  // (The raw syscall: Debian 12's <sys/pidfd.h> lacks C linkage for C++.)
+  if (auto fd = ::syscall(SYS_pidfd_open, static_cast<pid_t>(rank.pid), 0u); fd >= 0) {
+    served.process =
+        FileDescriptor(static_cast<int>(fd), "pidfd of rank " + std::to_string(rank.rank));
+  }
+  return served;
+}
+
+/// Region g's route. A region of a dead or lost rank stays unreachable, so reads that need it
+/// (and no other copy) fail naming it while other samples still read. false when its segment
+/// is gone or going.
+bool attach_region(ServedDataset& data, uint32_t g, std::optional<TransportId> transport) {
+  const StoreRegion& info = data.regions[g].info;
+  const ServedRank& served = data.ranks[static_cast<std::size_t>(info.rank)];
+  const RankInfo& rank = served.info;
+  Route& route = data.table.routes[g];
+  route = {.range = {info.first, info.last},
+           .rank = info.rank,
+           .layout = &data.layouts[g],
+           .lazy = info.lazy};
+  if (rank.lost) {
+    route.unreachable = {
+        ErrorKind::runtime,
+        fmt::format("rank {} on {} was lost (the store at {} marked it so): its samples have no "
+                    "other live copy; `ddstage load --repair` restores them",
+                    rank.rank, rank.host, data.store.string())};
+    return true;
+  }
   const bool via_fabric = reads_via_fabric(rank, info, transport, served.on_this_host);
-  if (via_fabric) route_via_fabric(data, info, rank);
+  if (via_fabric) route_via_fabric(data, g, rank);
   if (!served.on_this_host) {
     route.unreachable = {
         ErrorKind::usage,
         fmt::format("rank {} on {} is on another node and this client reads only shared memory: "
                     "serve with --transport fabric (auto does on several hosts) and read with "
                     "transport auto or fabric",
-                    r, rank.host)};
+                    rank.rank, rank.host)};
     return true;
   }
   route.unreachable = {
       ErrorKind::runtime,
       fmt::format("rank {} (pid {} on {}) is gone: its process has exited; restart the store at {}",
-                  r, rank.pid, rank.host, data.store.string())};
-  if (!process_alive(rank.pid)) return true;
-  // A pidfd polls readable once the process exits (zombie or reaped) and never follows a
-  // reused pid: one poll() per batch checks every rank it touches. Without one (old kernel,
-  // seccomp) reads fall back to process_alive.
-  // (The raw syscall: Debian 12's <sys/pidfd.h> lacks C linkage for C++.)
-  if (auto fd = ::syscall(SYS_pidfd_open, static_cast<pid_t>(rank.pid), 0u); fd >= 0) {
-    served.process = FileDescriptor(static_cast<int>(fd), "pidfd of rank " + std::to_string(r));
-  }
-  return via_fabric || route_via_shm(data, info, r);
+                  rank.rank, rank.pid, rank.host, data.store.string())};
+  if (!served.process && !process_alive(rank.pid)) return true;
+  return via_fabric || route_via_shm(data, g);
 }
 
-/// Routes every rank of the dataset; the rank whose segment is gone or going, if any.
-std::optional<int> attach_ranks(ServedDataset& data, const StoreDescriptor& store,
-                                const StoreDataset& info, const Settings& settings) {
+/// Routes every region of the dataset; the region whose segment is gone or going, if any.
+std::optional<uint32_t> attach_regions(ServedDataset& data, const StoreDescriptor& store,
+                                       const Settings& settings) {
   static constexpr std::array allowed{TransportId::shm, TransportId::fabric};
   const auto transport =
       parse_transport(settings.get_string("transport"), allowed, true, "transport");
-  if (transport == TransportId::fabric && info.fabric_keys.empty()) {
+  const bool fabric = std::all_of(data.regions.begin(), data.regions.end(),
+                                  [](const ServedRegion& g) { return g.info.fabric; });
+  if (transport == TransportId::fabric && !fabric) {
     throw UsageError(
         fmt::format("transport fabric: the store at {} does not serve over libfabric "
                     "(start it with `ddstage serve --transport fabric`)",
                     data.store.string()));
   }
-  const std::size_t n = store.ranks.size();
+  const std::size_t n = data.regions.size();
   data.table.settings = settings;
   data.table.allow_stale = settings.get_bool("origin.allow_stale");
+  data.table.ranks = static_cast<int>(store.ranks.size());
   data.table.routes.resize(n);
   data.table.targets.mapped.resize(n);
   data.table.targets.remotes.resize(n);
+  if (std::any_of(data.regions.begin(), data.regions.end(), [&](const ServedRegion& g) {
+        return data.placement.holders(data.placement.stretch_of(g.info.first)).size() > 1;
+      }))
+    data.table.targets.progress_timeout = settings.get_duration("failover_timeout");
   data.layouts.reserve(n);
-  for (std::size_t r = 0; r < n; ++r)
-    data.layouts.emplace_back(data.index, data.plan.range(static_cast<int>(r)));
-  data.ranks.reserve(n);
+  for (const auto& g : data.regions)
+    data.layouts.emplace_back(data.index, ShardRange{g.info.first, g.info.last});
   const std::string here = host_name();
-  for (const RankInfo& rank : store.ranks) {
-    if (!attach_rank(data, info, rank, here, transport)) return rank.rank;
+  data.ranks.reserve(store.ranks.size());
+  data.regions_of.resize(store.ranks.size());
+  for (const RankInfo& rank : store.ranks) data.ranks.push_back(watch_rank(rank, here));
+  for (uint32_t g = 0; g < n; ++g) {
+    data.regions_of[static_cast<std::size_t>(data.regions[g].info.rank)].push_back(g);
+    if (!attach_region(data, g, transport)) return g;
   }
   return std::nullopt;
 }
@@ -208,12 +240,10 @@ Dataset Client::open(const std::string& name) const {
   for (;;) {
     const StoreDataset& info = store.dataset(name);
     auto index = Index::open(info.index);
-    auto plan = ShardPlan::from_boundaries(info.boundaries);
-    detail::check_plan(store, info, index, plan);
-    auto state =
-        std::make_shared<detail::ServedDataset>(name, m_dir, std::move(index), std::move(plan));
-    state->segments = info.segments;
-    const auto missing = detail::attach_ranks(*state, store, info, m_settings);
+    detail::check_dataset(store, info, index);
+    auto state = std::make_shared<detail::ServedDataset>(name, m_dir, std::move(index), info);
+    state->token = store.token;
+    const auto missing = detail::attach_regions(*state, store, m_settings);
     if (!missing) return Dataset(std::move(state));
     if (std::chrono::steady_clock::now() >= deadline) {
       throw Error(
@@ -222,7 +252,7 @@ Dataset Client::open(const std::string& name) const {
               "dataset '{}' is being replaced (or unloaded) in the store at {}: rank {}'s shared "
               "memory {} is gone and store.yaml named no new one within {} ms (read_timeout); "
               "open it again",
-              name, m_dir.string(), *missing, info.segments[*missing],
+              name, m_dir.string(), info.regions[*missing].rank, info.regions[*missing].segment,
               m_settings.get_duration("read_timeout").count()));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

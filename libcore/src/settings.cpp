@@ -16,7 +16,7 @@ extern char** environ;
 namespace ddstage {
 namespace {
 
-constexpr std::array<SettingDef, 19> table{{
+constexpr std::array<SettingDef, 20> table{{
     {"log.level", SettingType::string, "info", "log level: trace, debug, info, warn, error, off",
      "trace|debug|info|warn|error|off"},
     {"progress", SettingType::string, "auto",
@@ -48,6 +48,9 @@ constexpr std::array<SettingDef, 19> table{{
      "auto|shm|fabric"},
     {"read_timeout", SettingType::duration, "10s",
      "a read batch fails when its peers make no progress for this long (500ms, 10s, 2m)"},
+    {"failover_timeout", SettingType::duration, "2s",
+     "with replicas (load --replicas): a reader gives up a rank whose reads made no progress for "
+     "this long and reads its samples from another copy, within the batch's read_timeout"},
     {"store", SettingType::string, "",
      "the store directory (holds store.yaml) for commands that take --store; a job script exports "
      "DDSTAGE_STORE once"},

@@ -88,48 +88,6 @@ class StreamQueue {
   uint64_t m_total = 0;
 };
 
-/// Checks the blocks of field that start in chunk c (and, for the shard's first chunk, the
-/// block it starts inside of) against the index: rows inside the shard hashed from region,
-/// rows of a block straddling the shard's edge read from origin. Runs once every chunk is
-/// loaded, so a block spanning chunks is whole.
-void verify_chunk(const Index& index, const ShardLayout& layout, const std::byte* region,
-                  const Chunk& c, OriginReader& reader, std::vector<std::byte>& bytes) {
-  const ShardRange range = layout.range();
-  std::vector<uint64_t> outside;
-  for (uint32_t f = 0; f < index.fields().size(); ++f) {
-    for (uint64_t s = c.first; s < c.last;) {
-      const Block b = index.block(s, f);
-      s = b.first_sample + b.rows;
-      if (b.first_sample < c.first && c.first != range.first) continue;
-      const uint64_t length = index.entry(b.first_sample, f).length;  // one run: one length
-      bytes.resize(b.rows * length);
-      for (uint64_t row = b.first_sample; row < s;) {
-        if (row >= range.first && row < range.last) {
-          if (length)
-            std::memcpy(bytes.data() + (row - b.first_sample) * length,
-                        region + layout.row_offset(row, f), length);
-          ++row;
-          continue;
-        }
-        outside.clear();
-        for (; row < s && (row < range.first || row >= range.last); ++row) outside.push_back(row);
-        reader.read(f, outside,
-                    std::span(bytes).subspan((outside.front() - b.first_sample) * length,
-                                             outside.size() * length));
-      }
-      if (checksum(bytes) != b.checksum) {
-        const std::string rows = b.rows == 1
-                                     ? std::string()
-                                     : " (block of samples " + std::to_string(b.first_sample) +
-                                           ".." + std::to_string(s - 1) + ")";
-        throw ChecksumError("checksum mismatch loading " +
-                                index.resolve(index.entry(b.first_sample, f).file).string() + rows,
-                            {.sample = b.first_sample, .field = index.fields()[f].name});
-      }
-    }
-  }
-}
-
 /// One stream: its own OriginReader (open files, scratch buffer), so streams share no lock
 /// while reading. Loads its chunks, or (verify pass) checks them.
 void run_stream(const Index& index, const ShardLayout& layout, DestinationFile destination,
@@ -147,7 +105,7 @@ void run_stream(const Index& index, const ShardLayout& layout, DestinationFile d
     std::vector<std::byte> bytes;
     while (const Chunk* c = queue.take()) {
       if (verify_pass) {
-        verify_chunk(index, layout, region, *c, reader, bytes);
+        verify_shard_rows(index, layout, region, {c->first, c->last}, reader, bytes);
         continue;
       }
       reads.clear();
@@ -204,6 +162,44 @@ void fill_region(const Index& index, const ShardLayout& layout, std::span<std::b
 }
 
 }  // namespace
+
+void verify_shard_rows(const Index& index, const ShardLayout& layout, const std::byte* region,
+                       ShardRange rows, OriginReader& reader, std::vector<std::byte>& bytes) {
+  const ShardRange range = layout.range();
+  std::vector<uint64_t> outside;
+  for (uint32_t f = 0; f < index.fields().size(); ++f) {
+    for (uint64_t s = rows.first; s < rows.last;) {
+      const Block b = index.block(s, f);
+      s = b.first_sample + b.rows;
+      if (b.first_sample < rows.first && rows.first != range.first) continue;
+      const uint64_t length = index.entry(b.first_sample, f).length;  // one run: one length
+      bytes.resize(b.rows * length);
+      for (uint64_t row = b.first_sample; row < s;) {
+        if (row >= range.first && row < range.last) {
+          if (length)
+            std::memcpy(bytes.data() + (row - b.first_sample) * length,
+                        region + layout.row_offset(row, f), length);
+          ++row;
+          continue;
+        }
+        outside.clear();
+        for (; row < s && (row < range.first || row >= range.last); ++row) outside.push_back(row);
+        reader.read(f, outside,
+                    std::span(bytes).subspan((outside.front() - b.first_sample) * length,
+                                             outside.size() * length));
+      }
+      if (checksum(bytes) != b.checksum) {
+        const std::string rows = b.rows == 1
+                                     ? std::string()
+                                     : " (block of samples " + std::to_string(b.first_sample) +
+                                           ".." + std::to_string(s - 1) + ")";
+        throw ChecksumError("checksum mismatch loading " +
+                                index.resolve(index.entry(b.first_sample, f).file).string() + rows,
+                            {.sample = b.first_sample, .field = index.fields()[f].name});
+      }
+    }
+  }
+}
 
 void check_load_streams(unsigned streams) {
   if (streams < 1 || streams > max_load_streams) {

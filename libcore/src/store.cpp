@@ -36,11 +36,15 @@ namespace detail {
 /// finds any remote row by arithmetic, with no metadata round trip.
 struct EmbeddedDataset final : RouteSource {
   EmbeddedDataset(std::string name_, Index index_, int ranks)
-      : name(std::move(name_)), index(std::move(index_)), plan(ShardPlan::balance(index, ranks)) {
+      : name(std::move(name_)),
+        index(std::move(index_)),
+        plan(ShardPlan::balance(index, ranks)),
+        placement(ranges_of(plan), index.samples()) {
     layouts.reserve(static_cast<std::size_t>(ranks));
     for (int r = 0; r < ranks; ++r) layouts.emplace_back(index, plan.range(r));
     table.index = &index;
-    table.plan = &plan;
+    table.placement = &placement;
+    table.ranks = ranks;
   }
   EmbeddedDataset(const EmbeddedDataset&) = delete;  // the table points into it
   EmbeddedDataset& operator=(const EmbeddedDataset&) = delete;
@@ -52,6 +56,7 @@ struct EmbeddedDataset final : RouteSource {
   std::string name;
   Index index;
   ShardPlan plan;
+  Placement placement;               // region r: rank r's shard
   std::vector<ShardLayout> layouts;  // by rank
   // This rank's shard: for transport mpi in a window with every rank's, for fabric in plain
   // memory registered with libfabric alone; region is it, in whichever holds it.
@@ -76,6 +81,7 @@ void EmbeddedDataset::build_routes(const Settings& settings) {
   for (std::size_t r = 0; r < n; ++r) {
     Route& route = table.routes[r];
     route.range = plan.range(static_cast<int>(r));
+    route.rank = static_cast<int>(r);
     route.layout = &layouts[r];
     if (direct[r]) {
       route.via = TransportId::shm;
@@ -83,6 +89,7 @@ void EmbeddedDataset::build_routes(const Settings& settings) {
       table.targets.mapped[r] = route.mapped;
       continue;
     }
+    route.distance = 1;
     route.via =
         table.targets.remotes[r].peer.address_hex.empty() ? TransportId::mpi : TransportId::fabric;
     route.why_not_direct = fmt::format(

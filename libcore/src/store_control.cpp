@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <memory>
 #include <optional>
 #include <span>
 #include <thread>
@@ -41,7 +40,7 @@ Message send(const StoreDescriptor& d, const Message& request, std::chrono::mill
 }
 
 /// A dataset's regions and health; `live` and `hosts` by rank.
-DatasetStatus dataset_status(const StoreDataset& d, std::span<const bool> live,
+DatasetStatus dataset_status(const StoreDataset& d, const std::vector<bool>& live,
                              std::span<const std::string> hosts) {
   DatasetStatus s{.name = d.name, .index = d.index, .replicas = d.replicas};
   s.samples_per_rank.assign(hosts.size(), 0);
@@ -211,8 +210,7 @@ StoreStatus StoreControl::status() {
   if (lost.empty()) m_descriptor = StoreDescriptor::read(m_dir);
   const auto here = detail::host_name();
   const double peer_timeout = std::chrono::duration<double>(m_peer_timeout).count();
-  // vector<bool> has no span: the ranks' liveness as plain bools.
-  const auto live = std::make_unique<bool[]>(m_descriptor.ranks.size());
+  std::vector<bool> live;
   std::vector<std::string> hosts;
   for (std::size_t r = 0; r < m_descriptor.ranks.size(); ++r) {
     RankStatus rs{m_descriptor.ranks[r]};
@@ -241,13 +239,12 @@ StoreStatus StoreControl::status() {
       rs.state =
           rank_live(m_descriptor, static_cast<int>(r)) ? RankState::not_answering : RankState::lost;
     }
-    live[r] = rs.state != RankState::lost;
+    live.push_back(rs.state != RankState::lost);
     hosts.push_back(rs.info.host);
     status.ranks.push_back(rs);
   }
-  const std::span<const bool> live_span(live.get(), m_descriptor.ranks.size());
   for (const auto& d : m_descriptor.datasets) {
-    status.datasets.push_back(dataset_status(d, live_span, hosts));
+    status.datasets.push_back(dataset_status(d, live, hosts));
     const auto& ds = status.datasets.back();
     if (status.error.empty() && ds.state != "healthy") {
       status.error = fmt::format("dataset '{}' is {}: {} sample(s) short of copies, {} without any",

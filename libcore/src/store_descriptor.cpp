@@ -55,6 +55,25 @@ void emit_rank(YAML::Emitter& out, const RankInfo& r) {
     out << YAML::Key << "fabric_provider" << YAML::Value << r.fabric_provider;
     out << YAML::Key << "fabric_address" << YAML::Value << r.fabric_address;
   }
+  if (!r.control.empty()) out << YAML::Key << "control" << YAML::Value << r.control;
+  if (!r.tiers.empty()) out << YAML::Key << "tiers" << YAML::Value << YAML::Flow << r.tiers;
+  if (r.lost) out << YAML::Key << "lost" << YAML::Value << true;
+  out << YAML::EndMap;
+}
+
+void emit_region(YAML::Emitter& out, const StoreRegion& g) {
+  out << YAML::Flow << YAML::BeginMap;
+  out << YAML::Key << "rank" << YAML::Value << g.rank;
+  out << YAML::Key << "first" << YAML::Value << g.first;
+  out << YAML::Key << "last" << YAML::Value << g.last;
+  out << YAML::Key << "segment" << YAML::Value << g.segment;
+  out << YAML::Key << "bytes" << YAML::Value << g.bytes;
+  out << YAML::Key << "tier" << YAML::Value << g.tier;
+  if (g.lazy) out << YAML::Key << "lazy" << YAML::Value << true;
+  if (g.fabric) {
+    out << YAML::Key << "fabric_key" << YAML::Value << g.fabric_key;
+    out << YAML::Key << "fabric_base" << YAML::Value << g.fabric_base;
+  }
   out << YAML::EndMap;
 }
 
@@ -62,14 +81,11 @@ void emit_dataset(YAML::Emitter& out, const StoreDataset& d) {
   out << YAML::BeginMap;
   out << YAML::Key << "name" << YAML::Value << d.name;
   out << YAML::Key << "index" << YAML::Value << d.index.string();
-  out << YAML::Key << "boundaries" << YAML::Value << YAML::Flow << d.boundaries;
-  out << YAML::Key << "segments" << YAML::Value << YAML::Flow << d.segments;
-  out << YAML::Key << "region_bytes" << YAML::Value << YAML::Flow << d.region_bytes;
   out << YAML::Key << "index_fingerprint" << YAML::Value << d.index_fingerprint;
-  if (!d.fabric_keys.empty()) {
-    out << YAML::Key << "fabric_keys" << YAML::Value << YAML::Flow << d.fabric_keys;
-    out << YAML::Key << "fabric_bases" << YAML::Value << YAML::Flow << d.fabric_bases;
-  }
+  out << YAML::Key << "replicas" << YAML::Value << d.replicas;
+  out << YAML::Key << "regions" << YAML::Value << YAML::BeginSeq;
+  for (const auto& g : d.regions) emit_region(out, g);
+  out << YAML::EndSeq;
   out << YAML::EndMap;
 }
 
@@ -105,11 +121,33 @@ RankInfo parse_rank(const YAML::Node& node, std::size_t i, const fs::path& file)
   r.memory_limit = require<uint64_t>(node, "memory_limit", file, where);
   r.fabric_provider = optional_key<std::string>(node, "fabric_provider", file, where, "");
   r.fabric_address = optional_key<std::string>(node, "fabric_address", file, where, "");
+  r.control = optional_key<std::string>(node, "control", file, where, "");
+  r.tiers = optional_key<std::vector<std::string>>(node, "tiers", file, where, {});
+  r.lost = optional_key<bool>(node, "lost", file, where, false);
   return r;
 }
 
-/// Parses one dataset and checks its per-rank lists against the rank count, so readers can
-/// index them by rank without checking again.
+StoreRegion parse_region(const YAML::Node& node, const std::string& where, const fs::path& file) {
+  require_map(node, file, where);
+  StoreRegion g;
+  g.rank = require<int>(node, "rank", file, where);
+  g.first = require<uint64_t>(node, "first", file, where);
+  g.last = require<uint64_t>(node, "last", file, where);
+  g.segment = require<std::string>(node, "segment", file, where);
+  g.bytes = require<uint64_t>(node, "bytes", file, where);
+  g.tier = require<std::string>(node, "tier", file, where);
+  g.lazy = optional_key<bool>(node, "lazy", file, where, false);
+  g.fabric = static_cast<bool>(node["fabric_key"]);
+  if (g.fabric) {
+    g.fabric_key = require<uint64_t>(node, "fabric_key", file, where);
+    g.fabric_base = require<uint64_t>(node, "fabric_base", file, where);
+  }
+  return g;
+}
+
+/// Parses one dataset and checks its regions against the rank count, so readers can index
+/// ranks by a region's rank without checking again. Whether the regions cover the index's
+/// samples is checked by who opens the index (Placement).
 StoreDataset parse_dataset(const YAML::Node& node, std::size_t i, std::size_t ranks,
                            const fs::path& file) {
   const std::string where = "datasets[" + std::to_string(i) + "].";
@@ -117,18 +155,23 @@ StoreDataset parse_dataset(const YAML::Node& node, std::size_t i, std::size_t ra
   StoreDataset d;
   d.name = require<std::string>(node, "name", file, where);
   d.index = require<std::string>(node, "index", file, where);
-  d.boundaries = require<std::vector<uint64_t>>(node, "boundaries", file, where);
-  d.segments = require<std::vector<std::string>>(node, "segments", file, where);
-  d.region_bytes = require<std::vector<uint64_t>>(node, "region_bytes", file, where);
   d.index_fingerprint = require<uint64_t>(node, "index_fingerprint", file, where);
-  d.fabric_keys = optional_key<std::vector<uint64_t>>(node, "fabric_keys", file, where, {});
-  d.fabric_bases = optional_key<std::vector<uint64_t>>(node, "fabric_bases", file, where, {});
-  const bool fabric_ok = (d.fabric_keys.empty() && d.fabric_bases.empty()) ||
-                         (d.fabric_keys.size() == ranks && d.fabric_bases.size() == ranks);
-  if (d.boundaries.size() != ranks + 1 || d.segments.size() != ranks ||
-      d.region_bytes.size() != ranks || !fabric_ok) {
+  d.replicas = require<int>(node, "replicas", file, where);
+  const auto regions = require_list(node, "regions", file);
+  for (std::size_t g = 0; g < regions.size(); ++g) {
+    const std::string at = where + "regions[" + std::to_string(g) + "].";
+    StoreRegion region = parse_region(regions[g], at, file);
+    if (region.rank < 0 || static_cast<std::size_t>(region.rank) >= ranks ||
+        region.first > region.last) {
+      throw IndexError(fmt::format("{}: {} names rank {} with samples {}..{} ({} ranks)",
+                                   file.string(), at.substr(0, at.size() - 1), region.rank,
+                                   region.first, region.last, ranks));
+    }
+    d.regions.push_back(std::move(region));
+  }
+  if (d.replicas < 0 || d.regions.empty()) {
     throw IndexError(file.string() + ": dataset '" + d.name +
-                     "' does not have one shard per rank (" + std::to_string(ranks) + " ranks)");
+                     "' has no regions or a negative replica count");
   }
   return d;
 }
@@ -152,6 +195,11 @@ StoreDescriptor parse(const YAML::Node& root, const fs::path& file) {
   for (std::size_t i = 0; i < ranks.size(); ++i) d.ranks.push_back(parse_rank(ranks[i], i, file));
   if (d.ranks.empty()) throw IndexError(file.string() + ": no ranks");
   const auto datasets = require_list(root, "datasets", file);
+  if (d.format_version < 2 && datasets.size() != 0) {
+    throw IndexError(file.string() +
+                     " lists datasets in store format 1 (an older ddstage, one region per rank): "
+                     "restart the store with this ddstage");
+  }
   for (std::size_t i = 0; i < datasets.size(); ++i) {
     d.datasets.push_back(parse_dataset(datasets[i], i, d.ranks.size(), file));
   }

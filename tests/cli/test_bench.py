@@ -404,7 +404,7 @@ def test_bench_store_served_fabric_pairs_with_the_stores_region(ddstage, serve, 
     ddstage.ok("bench", "store", "--store", store.dir, "--dataset", "rows", "--field", "x", "--transport",
                "shm,fabric:tcp", "--batch", "1,8,64", "--samples", 44, "--json", out, env=FABRIC_LO)
     loaded = yaml.safe_load((store.dir / "store.yaml").read_text())["datasets"][0]
-    largest = max(range(len(loaded["region_bytes"])), key=lambda r: (loaded["region_bytes"][r], -r))
+    largest = max(loaded["regions"], key=lambda g: (g["bytes"], -g["rank"]))["rank"]
     check_store_cells(json.loads(out.read_text()), ["shm", "fabric:tcp"], [256], [1, 8, 64], [1], ["own"], 44,
                       peer=f"rank {largest}")
     store.stop()

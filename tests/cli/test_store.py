@@ -470,7 +470,8 @@ def test_fabric_store_reads_equal_origin(ddstage, serve, datasets, progress):
     ddstage.ok("load", "--store", store.dir, datasets["files"], "--name", "f")
     d = yaml.safe_load((store.dir / "store.yaml").read_text())
     assert all(r["fabric_provider"] == "tcp;ofi_rxm" and r["fabric_address"] for r in d["ranks"])
-    assert all(len(ds["fabric_keys"]) == 3 == len(ds["fabric_bases"]) for ds in d["datasets"])
+    assert all(len(ds["regions"]) == 3 and all("fabric_key" in g and "fabric_base" in g for g in ds["regions"])
+               for ds in d["datasets"])
     assert all("fabric" in r["transports"] for r in status(ddstage, store.dir)["ranks"])
     for seed in range(3):
         spec, _ = random_spec(500, seed, count=60)

@@ -66,16 +66,17 @@ class TestStore {
  public:
   TestStore() : m_index(Index::open(write_index(m_dir))), m_plan(ShardPlan::balance(m_index, 3)) {
     static int counter = 0;
-    StoreDataset d{.name = "d",
-                   .index = m_dir / "d.ddx",
-                   .boundaries = m_plan.boundaries(),
-                   .index_fingerprint = m_index.fingerprint()};
+    StoreDataset d{
+        .name = "d", .index = m_dir / "d.ddx", .index_fingerprint = m_index.fingerprint()};
     for (int r = 0; r < m_plan.ranks(); ++r) {
       const auto name =
           "/ddstage-test-" + std::to_string(::getpid()) + "-client" + std::to_string(counter++);
       m_segments.push_back(load_shard(m_index, m_plan.range(r), name));
-      d.segments.push_back(name);
-      d.region_bytes.push_back(m_segments.back().bytes().size());
+      d.regions.push_back({.rank = r,
+                           .first = m_plan.range(r).first,
+                           .last = m_plan.range(r).last,
+                           .segment = name,
+                           .bytes = m_segments.back().bytes().size()});
       m_descriptor.ranks.push_back(
           {.rank = r, .host = this_host(), .pid = ::getpid(), .transports = {"local", "shm"}});
     }

@@ -67,18 +67,29 @@ class TestWatch final : public RouteWatch {
     explained = error.what();
   }
   bool alive(int r) const override { return r != refuse; }
+  void stage(uint32_t region, std::span<const uint64_t> ids) override {
+    staged.emplace_back(region, std::vector<uint64_t>(ids.begin(), ids.end()));
+    if (refuse_stage) throw Error(ErrorKind::runtime, "no answer", {.rank = 1});
+  }
 
   int refuse = -1;
+  bool refuse_stage = false;
   std::string explained;
+  std::vector<std::pair<uint32_t, std::vector<uint64_t>>> staged;
 };
 
 /// Two ranks' shards filled from a real flattened dataset: rank 0 read through shm (memcpy
-/// from its mapped region), rank 1 through TestTransport, or unreachable.
+/// from its mapped region), rank 1 through TestTransport, or unreachable. With `replica`, a
+/// rank 2 holds a second copy of rank 1's shard, mapped but farther than rank 1 (distance 2),
+/// so that a reader takes it only once it gives rank 1 up.
 struct TwoRanks final : RouteSource {
-  explicit TwoRanks(const test::TempDir& dir, bool rank1_reachable = true)
-      : index(make_index(dir)), plan(ShardPlan::balance(index, 2)) {
+  explicit TwoRanks(const test::TempDir& dir, bool rank1_reachable = true, bool replica = false)
+      : index(make_index(dir)),
+        plan(ShardPlan::balance(index, 2)),
+        placement(ranges(replica), index.samples()) {
     table.index = &index;
-    table.plan = &plan;
+    table.placement = &placement;
+    table.ranks = replica ? 3 : 2;
     table.settings = Settings::resolve({}, {}, std::nullopt, false);
     for (int r = 0; r < 2; ++r) {
       layouts.emplace_back(index, plan.range(r));
@@ -87,11 +98,27 @@ struct TwoRanks final : RouteSource {
     }
     table.targets.mapped = {regions[0], {}};
     table.routes.resize(2);
-    for (int r = 0; r < 2; ++r) table.routes[r] = {.range = plan.range(r), .layout = &layouts[r]};
+    for (int r = 0; r < 2; ++r)
+      table.routes[r] = {.range = plan.range(r), .rank = r, .distance = r, .layout = &layouts[r]};
     table.routes[0].via = TransportId::shm;
     table.routes[0].mapped = regions[0];
     if (rank1_reachable) table.routes[1].via = TransportId::fabric;
     table.routes[1].unreachable = {ErrorKind::usage, "rank 1 is on the far side"};
+    if (replica) {
+      table.routes.push_back({.range = plan.range(1),
+                              .rank = 2,
+                              .distance = 2,
+                              .via = TransportId::shm,
+                              .layout = &layouts[1],
+                              .mapped = regions[1]});
+      table.targets.mapped.push_back(regions[1]);
+    }
+  }
+
+  std::vector<PlacedRange> ranges(bool replica) const {
+    auto out = ranges_of(plan);
+    if (replica) out.push_back({2, plan.range(1).first, plan.range(1).last});
+    return out;
   }
 
   static Index make_index(const test::TempDir& dir) {
@@ -111,6 +138,7 @@ struct TwoRanks final : RouteSource {
 
   Index index;
   ShardPlan plan;
+  Placement placement;
   std::vector<ShardLayout> layouts;
   std::vector<std::vector<std::byte>> regions;
   RouteTable table;
@@ -139,8 +167,8 @@ std::vector<std::byte> expected(std::initializer_list<uint64_t> ids) {
 }
 
 struct Fixture {
-  explicit Fixture(bool rank1_reachable = true)
-      : ranks(std::make_shared<TwoRanks>(dir, rank1_reachable)) {
+  explicit Fixture(bool rank1_reachable = true, bool replica = false)
+      : ranks(std::make_shared<TwoRanks>(dir, rank1_reachable, replica)) {
     g_ranks = ranks.get();
     g_remote = nullptr;
     reader.emplace(ranks, open_for_test);
@@ -168,7 +196,7 @@ TEST_CASE("batch reader: rows of both routes land in the caller's order, runs co
   // One remote read for the run a..a+2: consecutive samples of one rank, back to back in dest.
   REQUIRE(g_remote->posted.size() == 1);
   CHECK(g_remote->posted[0].bytes == size_of(a) + size_of(a + 1) + size_of(a + 2));
-  CHECK(g_remote->posted[0].rank == 1);
+  CHECK(g_remote->posted[0].target == 1);
   g_remote->posted.clear();
   // Repeats and reversed runs are separate reads: the region or dest does not continue.
   CHECK(f.read({a, a + 1, a, a + 1, a + 2, a + 1}) == expected({a, a + 1, a, a + 1, a + 2, a + 1}));
@@ -233,4 +261,48 @@ TEST_CASE("batch reader: the route watch refuses a batch before anything is read
   CHECK_THROWS_WITH(f.read({0, a}), Contains("rank 1 is gone"));
   CHECK(g_remote->pending.empty());
   CHECK(g_remote->posted.empty());
+}
+
+TEST_CASE("batch reader: a rank failing mid-batch is given up for another copy in the same call",
+          "[batch_reader]") {
+  Fixture f(/*rank1_reachable=*/true, /*replica=*/true);
+  const uint64_t a = f.ranks->plan.range(1).first;
+  // The nearest copy first: rank 1's reads go over the test transport.
+  CHECK(f.read({a, 0}) == expected({a, 0}));
+  REQUIRE(g_remote->posted.size() == 1);
+  g_remote->fail_wait = true;
+  CHECK(f.read({0, a, a + 1}, true) == expected({0, a, a + 1}));
+  CHECK(g_remote->quiesced == 1);
+  // Given up for good: later batches go to rank 2's copy without trying rank 1.
+  g_remote->posted.clear();
+  CHECK(f.read({a + 2}) == expected({a + 2}));
+  CHECK(g_remote->posted.empty());
+  CHECK(g_remote->quiesced == 1);
+}
+
+TEST_CASE("batch reader: without another live copy the failure stands", "[batch_reader]") {
+  Fixture f(/*rank1_reachable=*/true, /*replica=*/true);
+  const uint64_t a = f.ranks->plan.range(1).first;
+  f.ranks->last_watch->refuse = 2;  // the copy's rank is gone too
+  g_remote->fail_wait = true;
+  CHECK_THROWS_AS(f.read({a}), TransportError);
+}
+
+TEST_CASE("batch reader: a lazy region's ids are staged by its owner before they are read",
+          "[batch_reader]") {
+  Fixture f;
+  f.ranks->table.routes[1].lazy = true;
+  f.reader.emplace(f.ranks, open_for_test);  // routes are read when a reader is made
+  const uint64_t a = f.ranks->plan.range(1).first;
+  TestWatch& watch = *f.ranks->last_watch;
+  CHECK(f.read({a + 2, 0, a, a + 2}) == expected({a + 2, 0, a, a + 2}));
+  REQUIRE(watch.staged.size() == 1);
+  CHECK(watch.staged[0].first == 1);
+  CHECK(watch.staged[0].second == std::vector<uint64_t>{a, a + 2});  // sorted, once each
+  // An owner that does not stage them: nothing is posted for the batch.
+  g_remote->posted.clear();
+  watch.refuse_stage = true;
+  CHECK_THROWS_WITH(f.read({a}), Contains("no answer"));
+  CHECK(g_remote->posted.empty());
+  CHECK(g_remote->pending.empty());
 }

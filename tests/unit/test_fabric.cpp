@@ -116,7 +116,7 @@ void read_and_compare(FabricTransport& t, const std::vector<std::vector<std::byt
   }
   t.wait();
   for (const ReadOp& op : ops) {
-    const std::byte* want = regions[op.rank]->data() + op.offset;
+    const std::byte* want = regions[op.target]->data() + op.offset;
     REQUIRE(std::memcmp(op.dest, want, op.bytes) == 0);
   }
 }
@@ -606,7 +606,7 @@ TEST_CASE("fabric: a batch that fails mid-way leaves nothing in flight into the 
       FabricTransport t(o, targets.remotes("latenode"));
       std::vector<std::byte> dest(1 << 20);
       auto ops = reads_into(dest, 32, 0);
-      for (std::size_t i = 1; i < ops.size(); i += 2) ops[i].rank = 1;
+      for (std::size_t i = 1; i < ops.size(); i += 2) ops[i].target = 1;
       CHECK_THROWS_WITH(post_and_wait(t, ops),
                         Catch::Contains("rank 1 on latenode") && Catch::Contains("read_timeout"));
       t.quiesce();
@@ -637,7 +637,7 @@ TEST_CASE("fabric: a failed read fails its batch only once the others are reaped
   FabricTransport t(o, {remote(good, good.add_region(a)), wrong});
   std::vector<std::byte> dest(2 << 20);
   auto ops = reads_into(dest, 64, 0);
-  ops[40].rank = 1;
+  ops[40].target = 1;
   CHECK_THROWS_WITH(post_and_wait(t, ops), Catch::Contains("rank 1"));
   t.quiesce();
   std::vector<std::byte> scratch(64 << 10);

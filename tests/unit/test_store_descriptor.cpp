@@ -35,20 +35,40 @@ StoreDescriptor sample_descriptor() {
     d.ranks[r].fabric_provider = "tcp;ofi_rxm";
     d.ranks[r].fabric_address = "0200adb77f00000" + std::to_string(r);
   }
+  d.ranks[1].control = "node0:40124";
+  d.ranks[1].tiers = {"memory", "nvme:/local/scratch/ddstage"};
+  d.ranks[2].lost = true;
+  // Two copies of "train": one region per rank each, the second shifted by a rank; one region
+  // on a tier, lazily filled.
+  StoreDataset train{.name = "train",
+                     .index = "/scratch/data sets/train.ddx",
+                     .index_fingerprint = 0xfedcba9876543210ull,
+                     .replicas = 2};
+  const uint64_t cuts[] = {0, 333, 667, 1000};
+  for (int c = 0; c < 2; ++c) {
+    for (int r = 0; r < 3; ++r) {
+      StoreRegion g{.rank = (r + c) % 3,
+                    .first = cuts[r],
+                    .last = cuts[r + 1],
+                    .segment = "/ddstage-a-train-g1-r" + std::to_string((r + c) % 3) + "-i" +
+                               std::to_string(c),
+                    .bytes = r == 0 ? uint64_t{5} << 32 : 12};
+      if ((r + c) % 3 < 2) {
+        g.fabric = true;
+        g.fabric_key = r == 0 ? ~uint64_t{0} : 7;
+        g.fabric_base = r == 0 ? 0x7f0000001000ull : 0;
+      }
+      train.regions.push_back(g);
+    }
+  }
+  train.regions.back().tier = "nvme";
+  train.regions.back().segment = "/local/scratch/ddstage/ddstage-a-train-g1-r0-i1";
+  train.regions.back().lazy = true;
+  d.datasets.push_back(train);
   d.datasets.push_back(
-      {.name = "train",
-       .index = "/scratch/data sets/train.ddx",
-       .boundaries = {0, 333, 667, 1000},
-       .segments = {"/ddstage-a-train-0", "/ddstage-a-train-1", "/ddstage-a-train-2"},
-       .region_bytes = {uint64_t{5} << 32, 12, 0},
-       .index_fingerprint = 0xfedcba9876543210ull,
-       .fabric_keys = {~uint64_t{0}, 7, 0},
-       .fabric_bases = {0x7f0000001000ull, 0, 0}});
-  d.datasets.push_back({.name = "val: \"quoted\"",
-                        .index = "/scratch/val.ddx",
-                        .boundaries = {0, 0, 0, 7},
-                        .segments = {"/s0", "/s1", "/s2"},
-                        .region_bytes = {0, 0, 4096}});
+      {.name = "val: \"quoted\"",
+       .index = "/scratch/val.ddx",
+       .regions = {{.rank = 2, .first = 0, .last = 7, .segment = "/s2", .bytes = 4096}}});
   return d;
 }
 
@@ -66,17 +86,32 @@ void require_same(const StoreDescriptor& a, const StoreDescriptor& b) {
     REQUIRE(a.ranks[i].memory_limit == b.ranks[i].memory_limit);
     REQUIRE(a.ranks[i].fabric_provider == b.ranks[i].fabric_provider);
     REQUIRE(a.ranks[i].fabric_address == b.ranks[i].fabric_address);
+    REQUIRE(a.ranks[i].control == b.ranks[i].control);
+    REQUIRE(a.ranks[i].tiers == b.ranks[i].tiers);
+    REQUIRE(a.ranks[i].lost == b.ranks[i].lost);
   }
   REQUIRE(a.datasets.size() == b.datasets.size());
   for (std::size_t i = 0; i < a.datasets.size(); ++i) {
     REQUIRE(a.datasets[i].name == b.datasets[i].name);
     REQUIRE(a.datasets[i].index == b.datasets[i].index);
-    REQUIRE(a.datasets[i].boundaries == b.datasets[i].boundaries);
-    REQUIRE(a.datasets[i].segments == b.datasets[i].segments);
-    REQUIRE(a.datasets[i].region_bytes == b.datasets[i].region_bytes);
     REQUIRE(a.datasets[i].index_fingerprint == b.datasets[i].index_fingerprint);
-    REQUIRE(a.datasets[i].fabric_keys == b.datasets[i].fabric_keys);
-    REQUIRE(a.datasets[i].fabric_bases == b.datasets[i].fabric_bases);
+    REQUIRE(a.datasets[i].replicas == b.datasets[i].replicas);
+    const auto& ga = a.datasets[i].regions;
+    const auto& gb = b.datasets[i].regions;
+    REQUIRE(ga.size() == gb.size());
+    for (std::size_t g = 0; g < ga.size(); ++g) {
+      INFO("region " << g);
+      REQUIRE(ga[g].rank == gb[g].rank);
+      REQUIRE(ga[g].first == gb[g].first);
+      REQUIRE(ga[g].last == gb[g].last);
+      REQUIRE(ga[g].segment == gb[g].segment);
+      REQUIRE(ga[g].bytes == gb[g].bytes);
+      REQUIRE(ga[g].tier == gb[g].tier);
+      REQUIRE(ga[g].lazy == gb[g].lazy);
+      REQUIRE(ga[g].fabric == gb[g].fabric);
+      REQUIRE(ga[g].fabric_key == gb[g].fabric_key);
+      REQUIRE(ga[g].fabric_base == gb[g].fabric_base);
+    }
   }
 }
 
@@ -152,12 +187,12 @@ TEST_CASE("no descriptor is a usage error naming the directory", "[descriptor]")
 TEST_CASE("a descriptor from a newer ddstage is refused", "[descriptor]") {
   test::TempDir dir;
   // A newer version may also change keys: the version is what the error must be about.
-  write_edited(dir.path(), "format_version: 1\ntoken:", "format_version: 99\nnew_token:");
+  write_edited(dir.path(), "format_version: 2\ntoken:", "format_version: 99\nnew_token:");
   REQUIRE_THROWS_MATCHES(
       StoreDescriptor::read(dir.path()), IndexError,
       Catch::Message(
           StoreDescriptor::path_in(dir.path()).string() +
-          " was written by a newer ddstage (store format 99; this build reads up to 1)"));
+          " was written by a newer ddstage (store format 99; this build reads up to 2)"));
 }
 
 TEST_CASE("a damaged descriptor is an index error naming the file and key", "[descriptor]") {
@@ -177,19 +212,20 @@ TEST_CASE("a damaged descriptor is an index error naming the file and key", "[de
   expect("control:", "kontrol:", "missing key 'control'");
   expect("host: node1", "hostname: node1", "missing key 'ranks[2].host'");
   expect("pid: 4000002", "pid: many", "key 'ranks[2].pid' has a bad value");
-  expect("boundaries: [0, 333, 667, 1000]", "boundaries: [0, 1000]",
-         "does not have one shard per rank");
+  expect("{rank: 1, first: 333", "{rank: 3, first: 333", "names rank 3 with samples 333..667");
+  expect("{rank: 1, first: 333, last: 667", "{rank: 1, first: 700, last: 667",
+         "names rank 1 with samples 700..667");
   expect("ranks:\n", "ranks: 3\nold_ranks:\n", "key 'ranks' is not a list");
-  expect("fabric_keys: [18446744073709551615, 7, 0]", "fabric_keys: [7, 0]",
-         "does not have one shard per rank");
-  expect("fabric_bases: [", "fabric_bases: [x, ", "key 'datasets[0].fabric_bases' has a bad value");
-  expect("format_version: 1", "format_version: [1", "is not valid YAML");
+  expect("fabric_base: 139637976731648", "fabric_base: x",
+         "key 'datasets[0].regions[0].fabric_base' has a bad value");
+  expect("replicas: 2", "copies: 2", "missing key 'datasets[0].replicas'");
+  expect("format_version: 2", "format_version: [2", "is not valid YAML");
   expect("token: ", "token: abc\nold_token: ", "key 'token' is not 32 hex digits");
 }
 
 TEST_CASE("dataset lookup names what is loaded", "[descriptor]") {
   auto d = sample_descriptor();
-  REQUIRE(d.dataset("train").boundaries.back() == 1000);
+  REQUIRE(d.dataset("train").regions.size() == 6);
   REQUIRE_THROWS_MATCHES(
       d.dataset("test"), UsageError,
       Catch::Message(

@@ -9,7 +9,9 @@
 namespace ddstage {
 
 /// Version of store.yaml this build writes and reads.
-inline constexpr uint32_t store_format_version = 1;
+/// Version 2: a dataset is a list of regions (several copies, several regions per rank), ranks
+/// have their own control address and may be marked lost.
+inline constexpr uint32_t store_format_version = 2;
 
 /// One server rank as clients see it.
 struct RankInfo {
@@ -20,21 +22,40 @@ struct RankInfo {
   uint64_t memory_limit = 0;            ///< bytes this rank may hold
   std::string fabric_provider;  ///< libfabric provider of its endpoint ("tcp;ofi_rxm"); empty: none
   std::string fabric_address;   ///< its endpoint's fi_getname bytes, lower-case hex
+  std::string control;          ///< "HOST:PORT" of the rank's own control socket; empty: none
+  /// Where it may keep regions: "memory", "nvme:DIR" (serve --tier).
+  std::vector<std::string> tiers;
+  /// Rank 0 found it gone (silent past peer_timeout, or refusing a command): readers skip it.
+  bool lost = false;
 };
 
-/// One loaded dataset: where its index is, how it is sharded, and each rank's region.
+/// One region of a dataset: samples [first, last) held by one rank, in a shared-memory segment
+/// or a file on a tier, laid out by ShardLayout.
+struct StoreRegion {
+  int rank = 0;
+  uint64_t first = 0;
+  uint64_t last = 0;
+  /// Shared-memory name ("/ddstage-..."), or the absolute path of its file on a tier.
+  std::string segment;
+  uint64_t bytes = 0;           ///< of the region
+  std::string tier = "memory";  ///< "memory" or the tier's kind ("nvme")
+  /// Filled on first touch: a reader asks the rank to stage samples before reading them.
+  bool lazy = false;
+  /// Its libfabric registration when the ranks serve over libfabric: the key, and its address
+  /// as readers name it (its virtual address, or 0 for offsets: FI_MR_VIRT_ADDR).
+  bool fabric = false;
+  uint64_t fabric_key = 0;
+  uint64_t fabric_base = 0;
+};
+
+/// One loaded dataset: where its index is, how many copies were asked, and its regions.
 struct StoreDataset {
   std::string name;
-  std::filesystem::path index;         ///< the DATASET.ddx it was loaded from (absolute)
-  std::vector<uint64_t> boundaries;    ///< ShardPlan boundaries, ranks + 1 values
-  std::vector<std::string> segments;   ///< per rank: shared-memory segment name
-  std::vector<uint64_t> region_bytes;  ///< per rank: bytes of its shard region
-  uint64_t index_fingerprint = 0;      ///< Index::fingerprint() of what was loaded
-  /// Per rank, when the ranks serve over libfabric: the region's registration key, and its
-  /// address as readers name it (its virtual address, or 0 for offsets: the provider's
-  /// FI_MR_VIRT_ADDR mode). Empty otherwise.
-  std::vector<uint64_t> fabric_keys;
-  std::vector<uint64_t> fabric_bases;
+  std::filesystem::path index;     ///< the DATASET.ddx it was loaded from (absolute)
+  uint64_t index_fingerprint = 0;  ///< Index::fingerprint() of what was loaded
+  int replicas = 1;                ///< copies asked for; 0: one per node (load --replicas node)
+  /// Every copy's regions; together they hold every sample at least once (checked on read).
+  std::vector<StoreRegion> regions;
 };
 
 /// Everything in store.yaml. The token authorises control requests; the file is mode 0600.

@@ -6,6 +6,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -51,6 +52,15 @@ void check_length(uint32_t length, const std::string& peer);
 
 /// The body's message: Error naming peer when it is not YAML or not a map.
 Message decode_body(const std::string& text, const std::string& peer);
+
+/// map[key] as T; nullopt when it is absent or not a T (a peer's bytes: never YAML's exception).
+template <class T>
+std::optional<T> converted(const Message& map, const char* key) {
+  const auto node = map[key];
+  T v{};
+  if (!node || !node.IsScalar() || !YAML::convert<T>::decode(node, v)) return std::nullopt;
+  return v;
+}
 
 /// Whether a token a peer sent is the store's, in time that does not depend on where they
 /// differ (a byte-by-byte early exit would let a peer find the token a byte at a time).

@@ -74,15 +74,6 @@ std::vector<T> list_of(const Message& node, std::optional<T> placeholder = std::
   return out;
 }
 
-/// map[key] as T; nullopt when it is absent or not a T (a peer's bytes: never YAML's exception).
-template <class T>
-std::optional<T> converted(const Message& map, const char* key) {
-  const auto node = map[key];
-  T v{};
-  if (!node || !node.IsScalar() || !YAML::convert<T>::decode(node, v)) return std::nullopt;
-  return v;
-}
-
 /// A request's field: a UsageError for the client when it is missing or not a T.
 template <class T>
 T request_field(const Message& request, const char* key, const char* what) {

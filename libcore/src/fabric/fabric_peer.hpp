@@ -34,11 +34,14 @@ struct FabricRegionInfo {
   }
 };
 
-/// Everything a FabricTransport needs about one rank it reads from.
+/// Everything a FabricTransport needs about one region it reads from.
 struct FabricRemote {
   FabricPeer peer;
   FabricRegionInfo region;
   std::string host;  ///< for error messages only
+  /// The rank holding the region, for messages and error context; -1: the region's position
+  /// (an embedded store's regions are its ranks).
+  int rank = -1;
 };
 
 /// Bytes as lower-case hex, and back; from_hex throws UsageError on odd length or a non-hex digit.

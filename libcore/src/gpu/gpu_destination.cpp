@@ -132,8 +132,8 @@ void GpuDestination::copy_direct(std::span<const ReadOp> reads,
   drained_on_failure(dest, [&] {
     for (const ReadOp& op : reads) {
       m_runtime->copy_async(dest.device, op.dest,
-                            regions[static_cast<std::size_t>(op.rank)].data() + op.offset, op.bytes,
-                            dest.stream);
+                            regions[static_cast<std::size_t>(op.target)].data() + op.offset,
+                            op.bytes, dest.stream);
     }
     profile_mark(ProfileStage::copy);
     sync(dest);

@@ -5,6 +5,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -58,25 +59,40 @@ class BatchReader {
   };
   static constexpr std::size_t max_lanes = 3;  // one per TransportId
   static constexpr uint8_t no_lane = 0xff;
+  static constexpr uint32_t no_choice = 0xffffffff;
 
   void open_lanes(OpenTransport open);
-  /// Every touched rank reachable and (served store) still serving, before anything is read.
+  /// The region to read stretch s from: the nearest live, reachable copy, readers spread over
+  /// equally near ones (m_spread); a copy this reader gave up on only when no other is left.
+  uint32_t choose(std::size_t s);
+  /// Every touched region reachable and (served store) its rank still serving, before anything
+  /// is read.
   void check_owners();
-  [[noreturn]] void throw_unreachable(int rank) const;
-  /// Turns ids (checked) into reads at the caller's positions, noting the ranks the batch
-  /// touches; a run of consecutive samples of one rank is one read (append_read). Reads
+  [[noreturn]] void throw_unreachable(uint32_t region) const;
+  /// Turns ids (checked) into reads at the caller's positions, noting the regions and ranks the
+  /// batch touches; a run of consecutive samples of one region is one read (append_read). Reads
   /// nothing: check_owners comes next.
   void plan_reads(uint32_t field, std::span<const uint64_t> ids, std::byte* dest);
+  /// Runs one attempt at a batch (plan, check, move) until it succeeds; when it fails naming a
+  /// rank whose every touched stretch has another live copy, gives that rank up and tries
+  /// again, until read_timeout since the first attempt. Rethrows anything else.
+  void with_failover(const std::function<void()>& attempt);
+  /// Has the owners of the batch's lazy regions stage what it reads there (m_staging).
+  void stage_lazy();
+  /// Whether `error` names a rank this reader can do without: then that rank is given up.
+  bool give_up_on(const Error& error);
   /// Moves and verifies a planned batch in host memory.
   void transfer(uint32_t field, std::span<const uint64_t> ids, std::span<std::byte> dest,
                 bool verify, BatchTimer& timer);
   /// Posts every lane (network reads first, so copies run while they are in flight), then
   /// completes them; every way out passes through the lanes' InFlight guards.
   void move_rows(BatchTimer& timer);
-  /// Verify's reads of a block's rows, one rank's at a time: through the lanes into m_block
+  /// Verify's reads of a block's rows, one stretch at a time: through the lanes into m_block
   /// (kept between batches, so a transport's registration of it stays valid), or from origin
-  /// (m_origin) for a rank without a route or whose process has exited.
+  /// (m_origin) when no copy can be read (no route, every holder's process exited).
   FetchRows fetch_rows(BatchTimer& timer);
+  /// The rank the current batch reads id from.
+  int owner_of(uint64_t id);
   std::string why_not_direct() const;
   GpuDestination& gpu();
 
@@ -85,10 +101,22 @@ class BatchReader {
   std::unique_ptr<RouteWatch> m_watch;
   std::array<Lane, max_lanes> m_lanes;
   std::size_t m_lane_count = 0;
-  std::size_t m_copy_lane = max_lanes;  // the lane of mapped regions (shm), if any
-  std::vector<uint8_t> m_lane_of;       // per rank
-  std::vector<uint8_t> m_touched;       // per rank; all zero between batches
-  std::vector<int> m_owners;            // ranks the current batch touches
+  std::size_t m_copy_lane = max_lanes;    // the lane of mapped regions (shm), if any
+  std::vector<uint8_t> m_lane_of;         // per region
+  std::vector<uint8_t> m_touched;         // per region; all zero between batches
+  std::vector<uint32_t> m_batch_regions;  // regions the current batch touches
+  std::vector<uint8_t> m_rank_touched;    // per rank; all zero between batches
+  std::vector<int> m_owners;              // ranks the current batch touches
+  std::vector<std::size_t> m_stretches;   // stretches the current batch touches, in order met
+  std::vector<uint32_t> m_choice;         // per stretch: the chosen region, or no_choice
+  std::vector<uint8_t> m_given_up;        // per rank: failed this reader, and had other copies
+  std::size_t m_spread;                   // this reader's pick among equally near copies
+  bool m_replicated = false;              // some stretch has several regions
+  bool m_lazy = false;                    // some region is filled on first touch
+  /// Per lazy region the batch touches: the ids it reads there (m_stage_slot: its entry + 1).
+  std::vector<std::pair<uint32_t, std::vector<uint64_t>>> m_staging;
+  std::size_t m_staging_used = 0;
+  std::vector<uint32_t> m_stage_slot;  // per region
   std::optional<GpuDestination> m_gpu;
   std::vector<std::span<const std::byte>> m_regions;  // per rank, for direct device copies
   std::vector<std::byte> m_block;                     // a block verify reads

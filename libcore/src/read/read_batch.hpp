@@ -17,7 +17,7 @@
 #include "ddstage/error.hpp"
 #include "ddstage/index.hpp"
 #include "ddstage/tool/checksum.hpp"
-#include "ddstage/tool/shard_plan.hpp"
+#include "ddstage/tool/placement.hpp"
 #include "transport/transport.hpp"
 
 namespace ddstage::detail {
@@ -89,7 +89,7 @@ inline void row_sizes_of(const Index& index, const std::string& field,
 inline void append_read(std::vector<ReadOp>& reads, const ReadOp& row) {
   if (!reads.empty()) {
     ReadOp& last = reads.back();
-    if (last.rank == row.rank && last.offset + last.bytes == row.offset &&
+    if (last.target == row.target && last.offset + last.bytes == row.offset &&
         last.dest + last.bytes == row.dest) {
       last.bytes += row.bytes;
       return;
@@ -101,11 +101,14 @@ inline void append_read(std::vector<ReadOp>& reads, const ReadOp& row) {
 /// Where verify read rows from when not from a rank of the store.
 inline constexpr int origin_source = -1;
 
-/// Reads rows of a field (ids, checked, all in one rank's range) into dest, unverified: how
-/// verify_rows gets a multi-row block. Returns where they came from: the rank, through the
+/// Reads rows of a field (ids, checked, all in one stretch of the placement) into dest, unverified:
+/// how verify_rows gets a multi-row block. Returns where they came from: the rank, through the
 /// store, or origin_source when that rank cannot be read (its process gone, no route to it).
 using FetchRows =
     std::function<int(uint32_t field, std::span<const uint64_t> ids, std::span<std::byte> dest)>;
+
+/// The rank a batch read sample id from: what a mismatch names.
+using OwnerOf = std::function<int(uint64_t id)>;
 
 /// Checks each row of dest (ids' rows back to back, read from their owners) against the index:
 /// a row checksummed on its own directly; a row of a multi-row block by reading the whole block
@@ -113,8 +116,8 @@ using FetchRows =
 /// it and comparing the row with the verified bytes. A ChecksumError names the sample asked, the
 /// field, the block's samples and where its bytes came from: the rank when one rank gave them
 /// all, else every rank (and origin) in the message.
-inline void verify_rows(const Index& index, const ShardPlan& plan, uint32_t field,
-                        std::span<const uint64_t> ids, const std::byte* dest,
+inline void verify_rows(const Index& index, const Placement& placement, const OwnerOf& owner_of,
+                        uint32_t field, std::span<const uint64_t> ids, const std::byte* dest,
                         const FetchRows& fetch) {
   const auto mismatch = [&](uint64_t id, const Block& b, std::span<const int> sources) {
     std::string rows;
@@ -149,7 +152,7 @@ inline void verify_rows(const Index& index, const ShardPlan& plan, uint32_t fiel
     if (b.rows > 1) {
       pending.push_back({b.first_sample, id, dest});
     } else if (checksum({dest, e.length}) != b.checksum) {
-      const int owner = plan.owner(id);
+      const int owner = owner_of(id);
       throw mismatch(id, b, {&owner, 1});
     }
     dest += e.length;
@@ -166,13 +169,13 @@ inline void verify_rows(const Index& index, const ShardPlan& plan, uint32_t fiel
     const uint64_t length = index.entry(block.first_sample, field).length;  // one run
     for (end = begin; end < pending.size() && pending[end].block_first == block.first_sample;)
       ++end;
-    // Each rank the block spans gives its rows through the store (fetch's choice): origin may
+    // Each stretch the block spans gives its rows through the store (fetch's choice): origin may
     // have changed or gone since the load, so only a rank that cannot be read sends there.
     bytes.resize(block.rows * length);
     sources.clear();
     const uint64_t last = block.first_sample + block.rows;
     for (uint64_t s = block.first_sample; s < last;) {
-      const uint64_t stop = std::min(last, plan.range(plan.owner(s)).last);
+      const uint64_t stop = std::min(last, placement.stretch(placement.stretch_of(s)).last);
       block_ids.resize(stop - s);
       std::iota(block_ids.begin(), block_ids.end(), s);
       const int source = fetch(
@@ -187,7 +190,7 @@ inline void verify_rows(const Index& index, const ShardPlan& plan, uint32_t fiel
       const uint64_t at = (pending[i].id - block.first_sample) * length;
       if (length && std::memcmp(pending[i].row, bytes.data() + at, length) != 0) {
         // The block checked out: the row the batch read from its owner is the one that differs.
-        const int owner = plan.owner(pending[i].id);
+        const int owner = owner_of(pending[i].id);
         throw mismatch(pending[i].id, block, {&owner, 1});
       }
     }

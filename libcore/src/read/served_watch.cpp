@@ -9,6 +9,7 @@
 
 #include <fmt/format.h>
 
+#include "control/stage_messages.hpp"
 #include "process.hpp"
 #include "read/served_dataset.hpp"
 
@@ -28,6 +29,7 @@ class ServedWatch final : public RouteWatch {
   void check(std::span<const int> owners) override;
   void explain(const Error& error, std::chrono::steady_clock::time_point started) override;
   bool alive(int r) const override { return !exited(r); }
+  void stage(uint32_t region, std::span<const uint64_t> ids) override;
 
  private:
   /// One poll() on the watched pidfds: throw_gone for the first rank whose process has exited.
@@ -39,13 +41,14 @@ class ServedWatch final : public RouteWatch {
   /// `deadline` (at least once); throw_gone as soon as `rank`, if given, has exited.
   std::string wait_verdict(std::optional<int> rank,
                            std::chrono::steady_clock::time_point deadline) const;
-  /// Rank r's segment was unlinked: says whether the dataset was replaced, unloaded or stopped.
-  [[noreturn]] void throw_withdrawn(int rank);
+  /// A region's segment was unlinked: says whether the dataset was replaced, unloaded or stopped.
+  [[noreturn]] void throw_withdrawn(uint32_t region);
   /// Remembers why the dataset is gone for good (every later batch says the same at once).
   [[noreturn]] void throw_withdrawn(std::string why);
 
   const ServedDataset& m_data;
-  std::vector<pollfd> m_watched;  // pidfds of the batch's ranks
+  std::vector<uint64_t> m_unstaged;  // a stage call's ids this process has not seen staged
+  std::vector<pollfd> m_watched;     // pidfds of the batch's ranks
   std::vector<int> m_watched_ranks;
   std::string m_withdrawn;
 };
@@ -71,9 +74,43 @@ void ServedWatch::check(std::span<const int> owners) {
   // mapping outlives its name, so without this a reader would go on returning a replaced
   // dataset's old rows.
   for (int r : owners) {
-    const ServedRank& rank = m_data.ranks[r];
-    if (rank.mapped() && rank.segment.unlinked()) throw_withdrawn(r);
+    for (uint32_t g : m_data.regions_of[static_cast<std::size_t>(r)]) {
+      const ServedRegion& region = m_data.regions[g];
+      if (region.mapped() && region.segment.unlinked()) throw_withdrawn(g);
+    }
   }
+}
+
+void ServedWatch::stage(uint32_t g, std::span<const uint64_t> ids) {
+  const ServedRegion& region = m_data.regions[g];
+  StagedSamples& staged = *region.staged;
+  if (staged.complete()) return;
+  m_unstaged.clear();
+  for (uint64_t id : ids)
+    if (!staged.has(id)) m_unstaged.push_back(id);
+  if (m_unstaged.empty()) return;
+  const RankInfo& rank = m_data.ranks[static_cast<std::size_t>(region.info.rank)].info;
+  StageReply reply;
+  try {
+    // A first touch reads origin: bounded like a control request, not like a read.
+    reply = request_stage(rank.control, m_data.token, m_data.name, g, m_unstaged,
+                          m_data.table.settings.get_duration("control_timeout"));
+  } catch (const Error& e) {
+    // What the owner refused (a changed source, a bad checksum) stands; an owner that does not
+    // answer is a rank to do without, when another copy can stage the samples instead.
+    if (!e.context().rank && e.kind() == ErrorKind::runtime &&
+        dynamic_cast<const StaleError*>(&e) == nullptr &&
+        dynamic_cast<const ChecksumError*>(&e) == nullptr && !exited(region.info.rank)) {
+      throw Error(ErrorKind::runtime,
+                  fmt::format("rank {} on {} did not stage samples of '{}': {}", rank.rank,
+                              rank.host, m_data.name, e.what()),
+                  {.rank = rank.rank});
+    }
+    if (exited(region.info.rank)) throw_gone(region.info.rank);
+    throw;
+  }
+  staged.add(m_unstaged);
+  if (reply.complete) staged.set_complete();
 }
 
 void ServedWatch::poll_processes() {
@@ -99,6 +136,7 @@ void ServedWatch::throw_gone(int r) const {
 
 bool ServedWatch::exited(int r) const {
   const ServedRank& rank = m_data.ranks[r];
+  if (rank.info.lost) return true;
   if (!rank.process) return rank.on_this_host && !process_alive(rank.info.pid);
   pollfd process{.fd = rank.process.get(), .events = POLLIN, .revents = 0};
   return ::poll(&process, 1, 0) > 0;
@@ -131,7 +169,7 @@ void ServedWatch::explain(const Error& error, std::chrono::steady_clock::time_po
     throw_withdrawn(std::move(why));
 }
 
-void ServedWatch::throw_withdrawn(int r) {
+void ServedWatch::throw_withdrawn(uint32_t g) {
   const auto wait = std::min<std::chrono::steady_clock::duration>(
       withdrawn_wait, m_data.table.settings.get_duration("read_timeout"));
   auto why = wait_verdict(std::nullopt, std::chrono::steady_clock::now() + wait);
@@ -139,7 +177,8 @@ void ServedWatch::throw_withdrawn(int r) {
     why = fmt::format(
         "dataset '{}' is no longer served: rank {}'s shared memory {} was removed (is the store at "
         "{} stopping?)",
-        m_data.name, r, m_data.ranks[r].segment.name(), m_data.store.string());
+        m_data.name, m_data.regions[g].info.rank, m_data.regions[g].info.segment,
+        m_data.store.string());
   }
   throw_withdrawn(std::move(why));
 }
@@ -151,14 +190,36 @@ void ServedWatch::throw_withdrawn(std::string why) {
 
 }  // namespace
 
+namespace {
+
+std::vector<ServedRegion> served_regions(const StoreDataset& info) {
+  std::vector<ServedRegion> out;
+  out.reserve(info.regions.size());
+  for (const auto& g : info.regions) {
+    out.push_back({g, {}, nullptr});
+    if (g.lazy) out.back().staged = std::make_unique<StagedSamples>(ShardRange{g.first, g.last});
+  }
+  return out;
+}
+
+std::vector<PlacedRange> ranges_of(const StoreDataset& info) {
+  std::vector<PlacedRange> out;
+  out.reserve(info.regions.size());
+  for (const auto& g : info.regions) out.push_back({g.rank, g.first, g.last});
+  return out;
+}
+
+}  // namespace
+
 ServedDataset::ServedDataset(std::string name_, std::filesystem::path store_, Index index_,
-                             ShardPlan plan_)
+                             const StoreDataset& info)
     : name(std::move(name_)),
       store(std::move(store_)),
       index(std::move(index_)),
-      plan(std::move(plan_)) {
+      regions(served_regions(info)),
+      placement(ranges_of(info), index.samples()) {
   table.index = &index;
-  table.plan = &plan;
+  table.placement = &placement;
 }
 
 std::unique_ptr<RouteWatch> ServedDataset::watch() const {
@@ -175,7 +236,11 @@ std::string why_withdrawn(const ServedDataset& data) {
   }
   for (const auto& d : now.datasets) {
     if (d.name != data.name) continue;
-    if (d.segments == data.segments) return {};
+    const auto listed = [&](const ServedRegion& mine) {
+      return std::any_of(d.regions.begin(), d.regions.end(),
+                         [&](const StoreRegion& g) { return g.segment == mine.info.segment; });
+    };
+    if (std::all_of(data.regions.begin(), data.regions.end(), listed)) return {};
     return fmt::format(
         "dataset '{}' was replaced in the store at {} (`ddstage load --replace`) after this reader "
         "opened it; "

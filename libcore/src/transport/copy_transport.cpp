@@ -13,7 +13,7 @@ CopyTransport::CopyTransport(std::string name,
 
 void CopyTransport::post(std::span<const ReadOp> reads) {
   // The Reader already coalesced adjacent rows, so each op is one run of a region.
-  for (const ReadOp& op : reads) std::memcpy(op.dest, m_bases[op.rank] + op.offset, op.bytes);
+  for (const ReadOp& op : reads) std::memcpy(op.dest, m_bases[op.target] + op.offset, op.bytes);
 }
 
 }  // namespace ddstage::detail

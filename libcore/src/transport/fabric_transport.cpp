@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <set>
 #include <string_view>
@@ -50,8 +51,13 @@ void FabricTransport::open_endpoint() {
   m_endpoint.emplace(*m_info);
   if (m_endpoint->mr_mode(FI_MR_LOCAL) && !m_local) m_local.emplace();
   m_peers.assign(m_addresses.size(), FI_ADDR_NOTAVAIL);
-  for (std::size_t rank = 0; rank < m_addresses.size(); ++rank) {
-    if (!m_addresses[rank].empty()) m_peers[rank] = m_endpoint->insert_peer(m_addresses[rank]);
+  // One address vector entry per endpoint, however many of its regions are targets.
+  std::map<std::string, fi_addr_t> inserted;
+  for (std::size_t t = 0; t < m_addresses.size(); ++t) {
+    if (m_addresses[t].empty()) continue;
+    auto [it, added] = inserted.try_emplace(m_addresses[t], FI_ADDR_NOTAVAIL);
+    if (added) it->second = m_endpoint->insert_peer(m_addresses[t]);
+    m_peers[t] = it->second;
   }
 }
 
@@ -124,9 +130,14 @@ void FabricTransport::close_endpoint() noexcept {
   m_deferred = false;
 }
 
-std::string FabricTransport::where(int rank) const {
-  const std::string& host = m_remotes[static_cast<std::size_t>(rank)].host;
-  return "rank " + std::to_string(rank) + (host.empty() ? "" : " on " + host);
+int FabricTransport::rank_of(int target) const {
+  const int rank = m_remotes[static_cast<std::size_t>(target)].rank;
+  return rank < 0 ? target : rank;
+}
+
+std::string FabricTransport::where(int target) const {
+  const std::string& host = m_remotes[static_cast<std::size_t>(target)].host;
+  return "rank " + std::to_string(rank_of(target)) + (host.empty() ? "" : " on " + host);
 }
 
 void FabricTransport::post(std::span<const ReadOp> reads) {
@@ -147,15 +158,15 @@ void FabricTransport::post_all(std::span<const ReadOp> reads) {
   // whether the next can follow without waiting for completions.
   std::optional<Chunk> pending;
   for (const ReadOp& op : reads) {
-    if (op.rank < 0 || static_cast<std::size_t>(op.rank) >= m_peers.size() ||
-        m_peers[op.rank] == FI_ADDR_NOTAVAIL) {
-      throw std::logic_error("fabric read aimed at rank " + std::to_string(op.rank) +
+    if (op.target < 0 || static_cast<std::size_t>(op.target) >= m_peers.size() ||
+        m_peers[op.target] == FI_ADDR_NOTAVAIL) {
+      throw std::logic_error("fabric read aimed at rank " + std::to_string(op.target) +
                              ", which this reader does not reach");
     }
     if (op.bytes == 0) continue;
     void* desc = local_desc(reads, op);
     for (uint64_t done = 0; done < op.bytes;) {
-      const Chunk chunk{op.rank, op.offset + done, std::min(op.bytes - done, m_max_read),
+      const Chunk chunk{op.target, op.offset + done, std::min(op.bytes - done, m_max_read),
                         op.dest + done, desc};
       if (pending) post_one(*pending, &chunk);
       pending = chunk;
@@ -221,7 +232,7 @@ void FabricTransport::post_one(const Chunk& chunk, const Chunk* next) {
       // post() abandons the reads already posted (some may be held back by FI_MORE, so
       // waiting for them could end in a time-out that hides this error).
       throw FabricError("fi_readmsg to " + where(rank), m_provider, static_cast<int>(rc),
-                        {.rank = rank});
+                        {.rank = rank_of(rank)});
     }
     // Reads we deferred with FI_MORE must go out before the queue can drain.
     flags &= ~FI_MORE;
@@ -284,7 +295,7 @@ void FabricTransport::note_error(const fi_cq_err_entry& entry, const Slot& slot)
   const char* detail =
       fi_cq_strerror(m_endpoint->cq(), entry.prov_errno, entry.err_data, text, sizeof text);
   m_error.emplace("fi_read from " + where(slot.rank), m_provider, entry,
-                  ErrorContext{.rank = slot.rank}, detail ? detail : "");
+                  ErrorContext{.rank = rank_of(slot.rank)}, detail ? detail : "");
 }
 
 void FabricTransport::pause_while_idle() const {
@@ -313,19 +324,20 @@ void FabricTransport::check_deadline() {
 }
 
 void FabricTransport::time_out() {
-  std::set<int> ranks;
+  // By rank: a rank's several regions (copies, repairs) are one server that made no progress.
+  std::map<int, int> ranks;  // rank -> one of its targets
   for (const Slot& slot : m_slots) {
-    if (slot.busy) ranks.insert(slot.rank);
+    if (slot.busy) ranks.emplace(rank_of(slot.rank), slot.rank);
   }
   std::string names;
-  for (int r : ranks) names += (names.empty() ? "" : ", ") + where(r);
+  for (const auto& [rank, target] : ranks) names += (names.empty() ? "" : ", ") + where(target);
   const auto ms = m_options.read_timeout.count();
   const std::string span =
       ms % 1000 ? std::to_string(ms) + " ms" : std::to_string(ms / 1000) + " s";
   Error error(ErrorKind::runtime,
               "fabric reads from " + names + " made no progress for " + span +
                   " (read_timeout, provider " + m_provider + "): server dead or hung",
-              {.rank = *ranks.begin()});
+              {.rank = ranks.begin()->first});
   reopen_endpoint();
   throw error;
 }

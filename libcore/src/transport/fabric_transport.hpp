@@ -119,7 +119,9 @@ class FabricTransport final : public Transport {
   void check_deadline();
   [[noreturn]] void time_out();
   std::size_t in_flight() const noexcept { return m_slots.size() - m_free.size(); }
-  std::string where(int rank) const;
+  /// "rank R on HOST" of the rank holding target's region.
+  std::string where(int target) const;
+  int rank_of(int target) const;
 
   FabricOptions m_options;
   std::vector<FabricRemote> m_remotes;

@@ -20,7 +20,7 @@ MpiRmaTransport::MpiRmaTransport(MPI_Win win, std::vector<const std::byte*> dire
 void MpiRmaTransport::post(std::span<const ReadOp> reads) {
   try {
     for (const ReadOp& op : reads) {
-      if (const std::byte* base = m_direct[static_cast<std::size_t>(op.rank)]) {
+      if (const std::byte* base = m_direct[static_cast<std::size_t>(op.target)]) {
         std::memcpy(op.dest, base + op.offset, op.bytes);
       } else {
         get(op);
@@ -35,15 +35,15 @@ void MpiRmaTransport::post(std::span<const ReadOp> reads) {
 
 void MpiRmaTransport::get(const ReadOp& op) {
   // Noted first: when a later part of a long run fails, the parts before it are flushed too.
-  if (!m_is_touched[op.rank]) {
-    m_is_touched[op.rank] = 1;
-    m_touched.push_back(op.rank);
+  if (!m_is_touched[op.target]) {
+    m_is_touched[op.target] = 1;
+    m_touched.push_back(op.target);
   }
   for (uint64_t done = 0; done < op.bytes; done += max_get_bytes) {
     const int n = static_cast<int>(std::min(max_get_bytes, op.bytes - done));
-    mpi_check(MPI_Get(op.dest + done, n, MPI_BYTE, op.rank, static_cast<MPI_Aint>(op.offset + done),
-                      n, MPI_BYTE, m_win),
-              "MPI_Get", {.rank = op.rank});
+    mpi_check(MPI_Get(op.dest + done, n, MPI_BYTE, op.target,
+                      static_cast<MPI_Aint>(op.offset + done), n, MPI_BYTE, m_win),
+              "MPI_Get", {.rank = op.target});
   }
 }
 

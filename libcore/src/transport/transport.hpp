@@ -11,12 +11,14 @@
 
 namespace ddstage::detail {
 
-/// One read: `bytes` bytes at `offset` in rank `rank`'s shard region, into dest.
+/// One read: `bytes` bytes at `offset` in target `target`'s region, into dest. A target is one
+/// region of the transport's targets: a rank's shard in an embedded store, one region (of
+/// possibly several per rank, copies included) in a served one.
 struct ReadOp {
   uint64_t offset;
   uint64_t bytes;
   std::byte* dest;
-  int rank;
+  int target;
 };
 
 /// A read that a transport could not complete. `may_be_withdrawn`: the failure is one that the

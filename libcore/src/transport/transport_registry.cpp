@@ -101,7 +101,10 @@ std::unique_ptr<Transport> open_mpi([[maybe_unused]] const TransportTargets& tar
 std::unique_ptr<Transport> open_fabric([[maybe_unused]] const TransportTargets& targets,
                                        [[maybe_unused]] const Settings& settings) {
 #if DDSTAGE_HAVE_FABRIC
-  return std::make_unique<FabricTransport>(FabricOptions::from(settings), targets.remotes);
+  FabricOptions options = FabricOptions::from(settings);
+  if (targets.progress_timeout.count() > 0)
+    options.read_timeout = std::min(options.read_timeout, targets.progress_timeout);
+  return std::make_unique<FabricTransport>(options, targets.remotes);
 #else
   throw std::logic_error("transport fabric opened in a build without libfabric");
 #endif

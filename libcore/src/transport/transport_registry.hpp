@@ -2,6 +2,7 @@
 // that makes them: the only read-side code that knows which backends this build has.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <optional>
@@ -55,13 +56,17 @@ std::optional<TransportId> parse_transport(std::string_view value,
                                            std::span<const TransportId> allowed, bool allowed_auto,
                                            std::string_view option);
 
-/// What a transport reads from, per rank (vectors indexed by rank; a rank a transport does not
-/// reach has an empty span, a null pointer or an empty address).
+/// What a transport reads from, per target (vectors indexed by ReadOp::target: a region; an
+/// embedded store's regions are its ranks; a target a transport does not reach has an empty
+/// span, a null pointer or an empty address).
 struct TransportTargets {
   std::vector<std::span<const std::byte>> mapped;  ///< shm: regions mapped into this process
   const MpiWindow* window = nullptr;               ///< mpi: the window every rank's shard lies in
   std::vector<const std::byte*> direct;            ///< mpi: regions addressed directly (memcpy)
-  std::vector<FabricRemote> remotes;               ///< fabric: each rank's endpoint and region
+  std::vector<FabricRemote> remotes;               ///< fabric: each region's endpoint and key
+  /// When above zero and below read_timeout: how long network reads may make no progress before
+  /// they fail, so a reader of a replicated dataset moves to another copy sooner.
+  std::chrono::milliseconds progress_timeout{0};
 };
 
 /// A reader's own instance of a transport (its endpoint, its completion queue). UsageError

@@ -25,6 +25,9 @@ struct PlacedRange {
   bool operator==(const PlacedRange&) const = default;
 };
 
+/// One region per rank, region r being rank r's range: an embedded store's single copy.
+std::vector<PlacedRange> ranges_of(const ShardPlan& plan);
+
 /// The regions of `replicas` copies of index (replicas_per_node: one per host), each copy split
 /// over its ranks by bytes (ShardPlan::balance). hosts: each rank's host, by rank; "" marks a
 /// rank that is lost and gets nothing. Each copy lies on ranks of one set of hosts disjoint from
@@ -45,8 +48,8 @@ std::vector<PlacedRange> plan_repair(const Index& index, std::span<const PlacedR
 
 /// How many live copies a dataset's samples have.
 struct Coverage {
-  uint64_t samples_short = 0;  ///< samples with fewer live copies than asked (lost ones too)
-  uint64_t samples_lost = 0;   ///< samples with no live copy at all
+  uint64_t samples_short = 0;   ///< samples with fewer live copies than asked (lost ones too)
+  uint64_t samples_lost = 0;    ///< samples with no live copy at all
   std::vector<int> lost_ranks;  ///< ranks holding a region of the dataset that are lost
   /// "healthy", "degraded" (some sample short of copies, none lost) or "lost".
   const char* state() const noexcept;
@@ -54,7 +57,7 @@ struct Coverage {
 
 /// Coverage of a dataset of `samples` samples held as `held`, `live` by rank, against
 /// `replicas` copies (replicas_per_node: one per host, hosts by rank).
-Coverage coverage(std::span<const PlacedRange> held, std::span<const bool> live,
+Coverage coverage(std::span<const PlacedRange> held, const std::vector<bool>& live,
                   std::span<const std::string> hosts, int replicas, uint64_t samples);
 
 /// Every region's samples, looked up per sample: the stretches where the set of regions holding
@@ -62,7 +65,7 @@ Coverage coverage(std::span<const PlacedRange> held, std::span<const bool> live,
 /// Read-only once built, so readers on many threads share it.
 class Placement {
  public:
-  /// UsageError unless every sample of [0, samples) is held by at least one region and every
+  /// IndexError unless every sample of [0, samples) is held by at least one region and every
   /// region lies inside it.
   Placement(std::span<const PlacedRange> regions, uint64_t samples);
 
@@ -79,10 +82,10 @@ class Placement {
   }
 
  private:
-  std::vector<uint64_t> m_starts;    // first sample of each stretch
-  uint64_t m_end = 0;                // samples
-  std::vector<uint32_t> m_first;     // stretches + 1 offsets into m_holders
-  std::vector<uint32_t> m_holders;   // region indices, stretch by stretch
+  std::vector<uint64_t> m_starts;   // first sample of each stretch
+  uint64_t m_end = 0;               // samples
+  std::vector<uint32_t> m_first;    // stretches + 1 offsets into m_holders
+  std::vector<uint32_t> m_holders;  // region indices, stretch by stretch
 };
 
 }  // namespace ddstage

@@ -6,6 +6,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "ddstage/index.hpp"
 #include "ddstage/tool/shard_layout.hpp"
@@ -13,6 +14,8 @@
 #include "ddstage/tool/shm_segment.hpp"
 
 namespace ddstage {
+
+class OriginReader;
 
 /// Most streams one load may run: each is a thread with its own open files and scratch buffer.
 inline constexpr unsigned max_load_streams = 64;
@@ -45,6 +48,14 @@ void check_load_streams(unsigned streams);
 /// partly filled and must not be published. UsageError for a streams count out of range.
 void fill_shard(const Index& index, const ShardLayout& layout, std::span<std::byte> region,
                 const ShardLoadOptions& options = {});
+
+/// Checks the rows of region (filled per layout) against the index's checksums: every field's
+/// blocks that start in `rows` (a part of layout's range), and when rows starts the range, the
+/// block it starts inside of. Rows of a block outside the range are read from origin through
+/// reader; bytes is scratch. The in-range rows of those blocks, also past rows.last, must be in
+/// region already. ChecksumError naming the file and the block.
+void verify_shard_rows(const Index& index, const ShardLayout& layout, const std::byte* region,
+                       ShardRange rows, OriginReader& reader, std::vector<std::byte>& bytes);
 
 /// Creates shared-memory segment `segment` holding samples `range` of index in the ShardLayout
 /// and fills it as fill_shard does, but writes long runs of rows through the segment's file
