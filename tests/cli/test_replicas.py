@@ -1,6 +1,7 @@
 """Replicas and a rank's loss, on one host: `mpiexec --enable-recovery` (so that a rank's death
 is not the job's), two copies of every sample on distinct ranks, a rank SIGKILLed, the store
-serving on without it (marked lost in store.yaml, the dataset degraded), `load --repair`
+serving on without it (marked lost in store.yaml, the dataset degraded; one held once is
+lost), `load --repair`
 restoring the copies from origin, every sample read byte-identical to origin throughout, and
 `stop` ending everything with nothing left behind."""
 import json
@@ -40,9 +41,9 @@ def copies_of_every_sample(store_dir, name):
     return holders
 
 
-def assert_reads_match(ddstage, store, index):
+def assert_reads_match(ddstage, store, index, name="s"):
     """Every sample, through the store (a lost rank's copies skipped), equals origin."""
-    served = ddstage.ok("read", "--store", store.dir, "--dataset", "s", "--ids", ALL_IDS,
+    served = ddstage.ok("read", "--store", store.dir, "--dataset", name, "--ids", ALL_IDS,
                         binary=True).stdout
     assert served == read_bytes(ddstage, index, ALL_IDS)
 
@@ -70,6 +71,8 @@ def test_a_lost_rank_costs_one_copy_and_repair_restores_it(ddstage, gen, serve, 
     assert sum(ds["samples_per_rank"]) == 2 * SAMPLES
     assert [r["lost"] for r in st["ranks"]] == [False, False, False]
     assert_reads_match(ddstage, store, index)
+    # One copy: a rank's loss costs its samples, until a repair reads them from origin again.
+    ddstage.ok("load", "--store", store.dir, index, "--name", "one")
 
     # A rank's own socket takes rank 0's parts only, never a client's request.
     reply = control(store, {"op": "stop"}, rank=2)
@@ -82,8 +85,9 @@ def test_a_lost_rank_costs_one_copy_and_repair_restores_it(ddstage, gen, serve, 
         assert time.monotonic() < deadline, "rank 1 was never marked lost:\n" + store.output()
         time.sleep(0.1)
     code, st = status(ddstage, store.dir)
-    [ds] = st["datasets"]
+    ds, one = st["datasets"]
     assert code == 1, st
+    assert one["state"] == "lost" and one["samples_lost"] == one["samples_per_rank"][1] > 0, one
     assert [r["lost"] for r in st["ranks"]] == [False, True, False], st
     assert [r["state"] for r in st["ranks"]] == ["up", "lost", "up"], st
     assert ds["state"] == "degraded" and ds["lost_ranks"] == [1], ds
@@ -93,14 +97,17 @@ def test_a_lost_rank_costs_one_copy_and_repair_restores_it(ddstage, gen, serve, 
 
     proc = ddstage.ok("load", "--store", store.dir, "--repair")
     assert f"repaired 's': {held_by_1} samples" in proc.stdout, proc.stdout
+    assert f"repaired 'one': {one['samples_lost']} samples" in proc.stdout, proc.stdout
     code, st = status(ddstage, store.dir)
-    [ds] = st["datasets"]
+    ds, one = st["datasets"]
     assert code == 0 and ds["state"] == "healthy" and ds["samples_short"] == 0, st
+    assert one["state"] == "healthy" and one["samples_per_rank"][1] == 0, one
     assert ds["lost_ranks"] == [] and ds["samples_per_rank"][1] == 0 and st["ranks"][1]["lost"], st
     holders = copies_of_every_sample(store.dir, "s")
     assert all(len(h) == 2 and h[0] != h[1] and 1 not in h for h in holders), holders
     assert "nothing to repair" in ddstage.ok("load", "--store", store.dir, "--repair").stdout
     assert_reads_match(ddstage, store, index)
+    assert_reads_match(ddstage, store, index, "one")
 
     proc = ddstage.ok("stop", "--store", store.dir)
     assert "stopped ranks 0,2" in proc.stdout and "rank 1 of the store" in proc.stdout, proc.stdout

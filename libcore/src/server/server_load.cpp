@@ -157,6 +157,15 @@ std::vector<StoreRegion> ServerRank::stage(const std::string& name, const LoadCo
     for (const auto& [r, f] : fractions) slowest = std::min(slowest, f);
     reporter.update(static_cast<uint64_t>(slowest * 1e6), 1000000);
   };
+  // A rank lost since its check would leave its regions out: the load would start degraded.
+  const auto live = live_hosts();
+  for (const auto& [rank, part] : parts) {
+    if (live.at(static_cast<std::size_t>(rank)).empty())
+      throw Error(ErrorKind::runtime,
+                  fmt::format("{} was lost during the load; nothing was "
+                              "loaded: load again to place its regions elsewhere",
+                              rank_label(rank)));
+  }
   turn_to("fill");
   const auto filled = on_ranks(parts, m_peer_timeout, progress);
   if (filled.failure) {
