@@ -111,40 +111,25 @@ LoadCommand load_command_of(const Message& request) {
   return load;
 }
 
-/// Bytes as lower-case hex: a wire struct inside a YAML scalar.
-std::string hex_of(std::string_view bytes) {
-  static constexpr char digits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(2 * bytes.size());
-  for (unsigned char c : bytes) {
-    out += digits[c >> 4];
-    out += digits[c & 15];
-  }
-  return out;
-}
-
-std::string bytes_of_hex(std::string_view hex) {
-  auto nibble = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    return -1;
-  };
-  if (hex.size() % 2) throw Error(ErrorKind::runtime, "odd-length hex in a part message");
-  std::string out(hex.size() / 2, '\0');
-  for (std::size_t i = 0; i < out.size(); ++i) {
-    const int hi = nibble(hex[2 * i]), lo = nibble(hex[2 * i + 1]);
-    if (hi < 0 || lo < 0) throw Error(ErrorKind::runtime, "bad hex in a part message");
-    out[i] = static_cast<char>(hi << 4 | lo);
-  }
-  return out;
-}
-
 /// The wire struct a part message carries under key_part.
 template <class T>
 T part_of(const Message& message) {
-  const auto text = converted<std::string>(message, key_part);
-  if (!text) throw Error(ErrorKind::runtime, "a part message without a valid 'part'");
-  return from_wire<T>(bytes_of_hex(*text));
+  // YAML's binary scalar (base64): a peer's bytes, so decoded without YAML's exception.
+  const auto bytes = converted<YAML::Binary>(message, key_part);
+  if (!bytes || bytes->size() == 0)
+    throw Error(ErrorKind::runtime, "a part message without a valid 'part'");
+  return from_wire<T>(
+      std::string_view(reinterpret_cast<const char*>(bytes->data()), bytes->size()));
+}
+
+/// A wire struct as YAML's binary scalar.
+template <class T>
+YAML::Binary binary_of(const T& value) {
+  const std::string bytes = to_wire(value);
+  YAML::Binary out;
+  std::vector<unsigned char> owned(bytes.begin(), bytes.end());
+  out.swap(owned);
+  return out;
 }
 
 }  // namespace
@@ -172,7 +157,7 @@ Message repair_request(const LoadCommand& options, const std::string& dataset) {
 
 Message part_request(const PartCommand& part) {
   Message m = request("part");
-  m[key_part] = hex_of(to_wire(part));
+  m[key_part] = binary_of(part);
   return m;
 }
 
@@ -187,7 +172,7 @@ PartCommand part_command_of(const Message& request) {
 
 Message part_reply(const PartReply& reply) {
   Message m = ok_reply();
-  m[key_part] = hex_of(to_wire(reply));
+  m[key_part] = binary_of(reply);
   return m;
 }
 
