@@ -7,6 +7,7 @@
 #include "bench/bench_loader.hpp"
 #include "bench/bench_origin.hpp"
 #include "bench/bench_store.hpp"
+#include "bench/bench_tier.hpp"
 
 namespace ddstage::cli {
 
@@ -22,6 +23,7 @@ void setup_bench(CLI::App& app, CliContext& ctx) {
   setup_bench_index(*bench, ctx);
   setup_bench_load(*bench, ctx);
   setup_bench_loader(*bench, ctx);
+  setup_bench_tier(*bench, ctx);
 }
 
 }  // namespace ddstage::cli

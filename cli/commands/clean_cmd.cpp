@@ -29,6 +29,8 @@ std::string_view kind_name(CleanedFile::Kind kind) {
       return "lock";
     case CleanedFile::Kind::fabric_queue:
       return "libfabric shm queue";
+    case CleanedFile::Kind::tier_record:
+      return "tier list";
   }
   return "file";
 }

@@ -137,6 +137,13 @@ bool attach_region(ServedDataset& data, uint32_t g, std::optional<TransportId> t
                     rank.rank, rank.host, data.store.string())};
     return true;
   }
+  if (info.lazy && rank.control.empty()) {
+    route.unreachable = {ErrorKind::runtime,
+                         fmt::format("rank {} on {} holds a lazily staged region but publishes no "
+                                     "control address to ask it to stage samples",
+                                     rank.rank, rank.host)};
+    return true;
+  }
   const bool via_fabric = reads_via_fabric(rank, info, transport, served.on_this_host);
   if (via_fabric) route_via_fabric(data, g, rank);
   if (!served.on_this_host) {
@@ -177,10 +184,6 @@ std::optional<uint32_t> attach_regions(ServedDataset& data, const StoreDescripto
   data.table.routes.resize(n);
   data.table.targets.mapped.resize(n);
   data.table.targets.remotes.resize(n);
-  if (std::any_of(data.regions.begin(), data.regions.end(), [&](const ServedRegion& g) {
-        return data.placement.holders(data.placement.stretch_of(g.info.first)).size() > 1;
-      }))
-    data.table.targets.progress_timeout = settings.get_duration("failover_timeout");
   data.layouts.reserve(n);
   for (const auto& g : data.regions)
     data.layouts.emplace_back(data.index, ShardRange{g.info.first, g.info.last});

@@ -96,30 +96,50 @@ std::vector<PlacedRange> plan_copies(const Index& index, std::span<const std::st
     throw UsageError(fmt::format("--replicas {} needs at least {} live ranks; the store has {}",
                                  replicas, replicas, n));
   }
-  // Chained copies: the samples are split into one shard per live rank, and shard j is held by
-  // the ranks at positions j, j+1, ..., j+K-1 of the interleaved order. Every rank holds K
-  // shards (K/n of the data), and a lost rank's readers move to K-1 different ranks, not to
-  // one whole copy elsewhere.
+  // Chained copies: the samples are split into one shard per live rank; shard j's first copy
+  // is on the rank at position j of the interleaved order, and each further copy on the rank
+  // holding the fewest shards so far among those on a host without a copy of j (any rank
+  // without one, when every host has one), nearest after j in the order on a tie. With equal
+  // ranks per host that is positions j..j+K-1; in any case every rank holds about K shards
+  // (K/n of the data), and a lost rank's readers move to K-1 different ranks, not to one whole
+  // copy elsewhere.
   const auto plan = ShardPlan::balance(index, static_cast<int>(n));
+  const std::size_t host_count = distinct_hosts(hosts);
+  std::vector<std::size_t> load(n, 0);  // shards per position of the order
+  std::vector<std::vector<int>> copies(n);
   bool shared_host = false;
+  for (std::size_t j = 0; j < n; ++j) {
+    std::vector<std::size_t> taken{j};
+    ++load[j];
+    std::set<std::string> on{hosts[static_cast<std::size_t>(order[j])]};
+    for (int c = 1; c < replicas; ++c) {
+      std::size_t best = n;
+      for (std::size_t step = 1; step < n; ++step) {
+        const std::size_t at = (j + step) % n;
+        if (std::find(taken.begin(), taken.end(), at) != taken.end()) continue;
+        if (on.size() < host_count && on.contains(hosts[static_cast<std::size_t>(order[at])]))
+          continue;
+        if (best == n || load[at] < load[best]) best = at;
+      }
+      shared_host = shared_host || on.contains(hosts[static_cast<std::size_t>(order[best])]);
+      taken.push_back(best);
+      ++load[best];
+      on.insert(hosts[static_cast<std::size_t>(order[best])]);
+    }
+    for (std::size_t at : taken) copies[j].push_back(order[at]);
+  }
   for (int c = 0; c < replicas; ++c) {
     for (std::size_t j = 0; j < n; ++j) {
       const ShardRange range = plan.range(static_cast<int>(j));
-      if (range.count() == 0) continue;
-      const int rank = order[(j + static_cast<std::size_t>(c)) % n];
-      for (int d = 0; d < c; ++d) {
-        if (hosts[static_cast<std::size_t>(order[(j + static_cast<std::size_t>(d)) % n])] ==
-            hosts[static_cast<std::size_t>(rank)])
-          shared_host = true;
-      }
-      out.push_back({rank, range.first, range.last});
+      if (range.count() != 0)
+        out.push_back({copies[j][static_cast<std::size_t>(c)], range.first, range.last});
     }
   }
   if (shared_host && warning) {
     *warning = fmt::format(
         "{} copies on {} host(s): some samples have several copies on one host, so a node's loss "
         "can cost more than one copy (a rank's loss costs one)",
-        replicas, distinct_hosts(hosts));
+        replicas, host_count);
   }
   return out;
 }
@@ -147,7 +167,10 @@ std::vector<PlacedRange> plan_repair(const Index& index, std::span<const PlacedR
       holder_hosts.insert(hosts[static_cast<std::size_t>(held[g].rank)]);
     }
     const uint64_t bytes = bytes_of(index, range.first, range.last);
-    while (holders.size() < target) {
+    const auto copies = [&] {
+      return replicas == replicas_per_node ? holder_hosts.size() : holders.size();
+    };
+    while (copies() < target) {
       // A host without a live copy first (per node: the only kind that counts), then any rank
       // not holding one; the least loaded of them.
       int best = -1;
@@ -198,11 +221,17 @@ Coverage coverage(std::span<const PlacedRange> held, const std::vector<bool>& li
       out.lost_ranks.push_back(g.rank);
   }
   std::sort(out.lost_ranks.begin(), out.lost_ranks.end());
+  const auto host_of = [&](int r) -> const std::string& {
+    static const std::string none;
+    return static_cast<std::size_t>(r) < hosts.size() ? hosts[static_cast<std::size_t>(r)] : none;
+  };
   std::size_t target = static_cast<std::size_t>(replicas);
   if (replicas == replicas_per_node) {
-    std::set<std::string> all;
-    for (const auto& g : held) all.insert(hosts[static_cast<std::size_t>(g.rank)]);
-    target = all.size();
+    // One copy per node that can hold one: a node whose every rank is lost holds none.
+    std::set<std::string> with_live;
+    for (std::size_t r = 0; r < hosts.size() && r < live.size(); ++r)
+      if (live[r]) with_live.insert(hosts[r]);
+    target = with_live.size();
   }
   const Placement placement(held, samples);
   for (std::size_t s = 0; s < placement.stretches(); ++s) {
@@ -211,7 +240,7 @@ Coverage coverage(std::span<const PlacedRange> held, const std::vector<bool>& li
     for (uint32_t g : placement.holders(s)) {
       if (!is_live(held[g].rank)) continue;
       holders.insert(held[g].rank);
-      on_hosts.insert(hosts[static_cast<std::size_t>(held[g].rank)]);
+      on_hosts.insert(host_of(held[g].rank));
     }
     const std::size_t copies = replicas == replicas_per_node ? on_hosts.size() : holders.size();
     const uint64_t count = placement.stretch(s).count();
@@ -237,8 +266,11 @@ Placement::Placement(std::span<const PlacedRange> regions, uint64_t samples) : m
   cuts.pop_back();  // samples: the end, not a stretch's start
   if (samples == 0) cuts.clear();
   m_starts = std::move(cuts);
-  // Count, then fill: holders stay in the order the regions were listed.
-  std::vector<uint32_t> count(m_starts.size() + 1, 0);
+  // Count, then fill: holders stay in the order the regions were listed. Counted in 64 bits and
+  // capped: a store.yaml of nested regions would otherwise ask for a quadratic table.
+  constexpr std::size_t max_entries = std::size_t{1} << 26;
+  std::vector<std::size_t> count(m_starts.size() + 1, 0);
+  std::size_t entries = 0;
   const auto stretches_of = [&](const PlacedRange& g) {
     const auto a = static_cast<std::size_t>(
         std::lower_bound(m_starts.begin(), m_starts.end(), g.first) - m_starts.begin());
@@ -249,12 +281,19 @@ Placement::Placement(std::span<const PlacedRange> regions, uint64_t samples) : m
   for (const auto& g : regions) {
     if (g.first == g.last) continue;
     const auto [a, b] = stretches_of(g);
+    entries += b - a;
+    if (entries > max_entries) {
+      throw IndexError(
+          fmt::format("{} regions overlap too much to look samples up in (over {} "
+                      "region stretches)",
+                      regions.size(), max_entries));
+    }
     for (std::size_t s = a; s < b; ++s) ++count[s + 1];
   }
   m_first.assign(count.size(), 0);
   std::partial_sum(count.begin(), count.end(), m_first.begin());
   m_holders.resize(m_first.back());
-  std::vector<uint32_t> next(m_first.begin(), m_first.end() - 1);
+  std::vector<std::size_t> next(m_first.begin(), m_first.end() - 1);
   for (std::size_t i = 0; i < regions.size(); ++i) {
     if (regions[i].first == regions[i].last) continue;
     const auto [a, b] = stretches_of(regions[i]);

@@ -1,12 +1,12 @@
 #include "rank_exit.hpp"
 
-#include <sys/mman.h>
 #include <unistd.h>
 
 #include <thread>
 
 #include <spdlog/spdlog.h>
 
+#include "ddstage/tool/shm_segment.hpp"
 #include "ddstage/tool/store_cleanup.hpp"
 
 namespace ddstage::detail {
@@ -63,7 +63,7 @@ void RankExit::claim(const std::string& store_id, int rank, fs::path store_dir) 
 
 void RankExit::unlink_tracked() noexcept {
   for (const auto& name : m_segments) {
-    if (::shm_unlink(name.c_str()) == 0) spdlog::info("removed shared memory {}", name);
+    if (ShmSegment::remove(name)) spdlog::info("removed {}", name);
   }
 }
 

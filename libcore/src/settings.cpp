@@ -16,7 +16,7 @@ extern char** environ;
 namespace ddstage {
 namespace {
 
-constexpr std::array<SettingDef, 20> table{{
+constexpr std::array<SettingDef, 21> table{{
     {"log.level", SettingType::string, "info", "log level: trace, debug, info, warn, error, off",
      "trace|debug|info|warn|error|off"},
     {"progress", SettingType::string, "auto",
@@ -46,6 +46,10 @@ constexpr std::array<SettingDef, 20> table{{
      "how store reads travel: auto (shm on this node, fabric to other nodes), shm, or fabric "
      "(every rank over libfabric, even on this node); for serve: what the ranks offer",
      "auto|shm|fabric"},
+    {"tier", SettingType::string, "memory",
+     "for serve: where each rank places its shard regions, first tier with room first: memory "
+     "(up to --mem-limit), then files on node-local storage, nvme:DIR or nvme:DIR:SIZE "
+     "(\"memory,nvme:/local/scratch/ddstage:500G\")"},
     {"read_timeout", SettingType::duration, "10s",
      "a read batch fails when its peers make no progress for this long (500ms, 10s, 2m)"},
     {"failover_timeout", SettingType::duration, "2s",

@@ -88,11 +88,27 @@ class StreamQueue {
   uint64_t m_total = 0;
 };
 
+/// Once a chunk of a tier file is loaded (or verified), its pages leave this process's mapping
+/// and their writeback starts (ShmSegment::release_pages). Rows that reach the file through the
+/// mapping (short runs, rows gathered from the scratch buffer, the verify pass reading them
+/// back) would otherwise stay mapped: a rank filling a file three times the node's memory grew
+/// to the whole file's size (RssFile). A plain pwrite of each chunk would do the same without
+/// the faults, but would give up the splice from origin (one copy, not two) for runs that need
+/// no gathering.
+void release_chunk(const Index& index, const ShardLayout& layout, const ShmSegment& tier_file,
+                   const Chunk& c) {
+  for (uint32_t f = 0; f < index.fields().size(); ++f) {
+    const uint64_t begin = layout.row_offset(c.first, f);
+    const uint64_t end = layout.row_offset(c.last - 1, f) + index.entry(c.last - 1, f).length;
+    if (end > begin) tier_file.release_pages(begin, end - begin);
+  }
+}
+
 /// One stream: its own OriginReader (open files, scratch buffer), so streams share no lock
 /// while reading. Loads its chunks, or (verify pass) checks them.
 void run_stream(const Index& index, const ShardLayout& layout, DestinationFile destination,
-                std::byte* region, const ShardLoadOptions& options, StreamQueue& queue,
-                bool verify_pass) noexcept {
+                std::span<std::byte> region, const ShmSegment* tier_file,
+                const ShardLoadOptions& options, StreamQueue& queue, bool verify_pass) noexcept {
   try {
     // Streams share the process's open-file limit: each caches its share of a single reader's.
     const std::size_t max_open =
@@ -105,17 +121,18 @@ void run_stream(const Index& index, const ShardLayout& layout, DestinationFile d
     std::vector<std::byte> bytes;
     while (const Chunk* c = queue.take()) {
       if (verify_pass) {
-        verify_shard_rows(index, layout, region, {c->first, c->last}, reader, bytes);
-        continue;
+        verify_shard_rows(index, layout, region.data(), {c->first, c->last}, reader, bytes);
+      } else {
+        reads.clear();
+        // Sample-major: the fields of one sample often sit together in the file.
+        for (uint64_t s = c->first; s < c->last; ++s) {
+          for (uint32_t f = 0; f < fields; ++f)
+            reads.push_back({s, f, region.data() + layout.row_offset(s, f)});
+        }
+        reader.read_entries(reads);
+        queue.done(*c);
       }
-      reads.clear();
-      // Sample-major: the fields of one sample often sit together in the file.
-      for (uint64_t s = c->first; s < c->last; ++s) {
-        for (uint32_t f = 0; f < fields; ++f)
-          reads.push_back({s, f, region + layout.row_offset(s, f)});
-      }
-      reader.read_entries(reads);
-      queue.done(*c);
+      if (tier_file) release_chunk(index, layout, *tier_file, *c);
     }
   } catch (...) {
     queue.fail(std::current_exception());
@@ -124,40 +141,41 @@ void run_stream(const Index& index, const ShardLayout& layout, DestinationFile d
 
 /// Runs the streams over queue's chunks: the caller's thread is one of them.
 void run_streams(const Index& index, const ShardLayout& layout, std::span<std::byte> region,
-                 DestinationFile destination, const ShardLoadOptions& options, StreamQueue& queue,
-                 bool verify_pass) {
+                 DestinationFile destination, const ShmSegment* tier_file,
+                 const ShardLoadOptions& options, StreamQueue& queue, bool verify_pass) {
   const auto streams = std::min<std::size_t>(options.streams, queue.chunks());
   {
     std::vector<std::jthread> others;
     try {
       for (std::size_t i = 1; i < streams; ++i) {
-        others.emplace_back(run_stream, std::cref(index), std::cref(layout), destination,
-                            region.data(), std::cref(options), std::ref(queue), verify_pass);
+        others.emplace_back(run_stream, std::cref(index), std::cref(layout), destination, region,
+                            tier_file, std::cref(options), std::ref(queue), verify_pass);
       }
     } catch (...) {
       queue.fail(std::current_exception());  // no thread: the started ones stop at their next chunk
     }
-    run_stream(index, layout, destination, region.data(), options, queue, verify_pass);
+    run_stream(index, layout, destination, region, tier_file, options, queue, verify_pass);
   }  // joins every stream: none may still write into region once we return or throw
   queue.rethrow_failure();
 }
 
 /// fill_shard, where region may be a mapping of destination.file (its rows are then written
-/// through the file).
+/// through the file), and tier_file that file when it is on a tier (see release_chunk).
 void fill_region(const Index& index, const ShardLayout& layout, std::span<std::byte> region,
-                 DestinationFile destination, const ShardLoadOptions& options) {
+                 DestinationFile destination, const ShmSegment* tier_file,
+                 const ShardLoadOptions& options) {
   check_load_streams(options.streams);
   layout.write_tables(region);
   auto chunks = plan_chunks(index, layout.range(), std::max<uint64_t>(options.chunk_bytes, 1));
   if (options.verify) {
     StreamQueue load(chunks, options);
-    run_streams(index, layout, region, destination, options, load, false);
+    run_streams(index, layout, region, destination, tier_file, options, load, false);
     const ShardLoadOptions quiet{.streams = options.streams};  // progress was the load's
     StreamQueue check(std::move(chunks), quiet);
-    run_streams(index, layout, region, destination, options, check, true);
+    run_streams(index, layout, region, destination, tier_file, options, check, true);
   } else {
     StreamQueue load(std::move(chunks), options);
-    run_streams(index, layout, region, destination, options, load, false);
+    run_streams(index, layout, region, destination, tier_file, options, load, false);
   }
 }
 
@@ -210,7 +228,7 @@ void check_load_streams(unsigned streams) {
 
 void fill_shard(const Index& index, const ShardLayout& layout, std::span<std::byte> region,
                 const ShardLoadOptions& options) {
-  fill_region(index, layout, region, {}, options);
+  fill_region(index, layout, region, {}, nullptr, options);
 }
 
 ShmSegment load_shard(const Index& index, ShardRange range, const std::string& segment,
@@ -219,7 +237,8 @@ ShmSegment load_shard(const Index& index, ShardRange range, const std::string& s
   auto shm = ShmSegment::create(segment, layout.total_bytes());
   // Through the segment's file, not its mapping: a copy into the mapping would fault in, and
   // zero-fill, every 4 KiB page first, which costs more than the copy itself.
-  fill_region(index, layout, shm.writable(), {&shm.file(), shm.bytes().data()}, options);
+  fill_region(index, layout, shm.writable(), {&shm.file(), shm.bytes().data()},
+              ShmSegment::is_file(segment) ? &shm : nullptr, options);
   return shm;
 }
 

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "ddstage/tool/tier_set.hpp"
 #include "process.hpp"
 #include "rank_lock.hpp"
 
@@ -54,10 +55,34 @@ void remove_fabric_queues(const std::string& id, int rank, const fs::path& lock,
     remove_file({CleanedFile::Kind::fabric_queue, id, rank, queue}, dry_run, report);
 }
 
+/// The tier files ("DIR/ddstage-ID-...-rR") of a rank, in the directories its TierRecord lists,
+/// then the record: only regular files owned by whoever owns the rank's other files.
+void remove_tier_files(const std::string& id, int rank, const RankFiles& files, bool dry_run,
+                       CleanReport& report) {
+  const auto record = TierRecord::path_for(id, rank);
+  const auto owner = lstat_of(files.lock.empty() ? files.segments.front() : files.lock).st_uid;
+  const auto dirs = read_tier_record(record, owner);
+  if (dirs.empty()) return;
+  const std::string prefix = "ddstage-" + id + "-";
+  const std::string suffix = "-r" + std::to_string(rank);
+  for (const auto& dir : dirs) {
+    std::error_code ec;
+    for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+      const auto name = it->path().filename().native();
+      if (!name.starts_with(prefix) || !name.ends_with(suffix)) continue;
+      const auto st = lstat_of(it->path());
+      if (S_ISREG(st.st_mode) && st.st_uid == owner)
+        remove_file({CleanedFile::Kind::segment, id, rank, it->path()}, dry_run, report);
+    }
+  }
+  remove_file({CleanedFile::Kind::tier_record, id, rank, record}, dry_run, report);
+}
+
 void clean_rank(const std::string& id, int rank, const RankFiles& files, bool dry_run,
                 CleanReport& report) {
   for (const auto& segment : files.segments)
     remove_file({CleanedFile::Kind::segment, id, rank, segment}, dry_run, report);
+  remove_tier_files(id, rank, files, dry_run, report);
   if (files.lock.empty()) return;
   remove_fabric_queues(id, rank, files.lock, dry_run, report);
   // Last: while it is there, whatever else this rank left is still known to be a dead rank's.

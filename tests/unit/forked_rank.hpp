@@ -6,25 +6,38 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <filesystem>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
 #include "ddstage/tool/shm_segment.hpp"
+#include "ddstage/tool/tier_set.hpp"
 #include "rank_lock.hpp"
 
 namespace ddstage::test {
 
 class ForkedRank {
  public:
-  /// Returns once the child holds the lock of `rank` and its segment "/ddstage-ID-train-g1-rR".
-  ForkedRank(const std::string& id, int rank) {
+  /// Returns once the child holds the lock of `rank` and its segment "/ddstage-ID-train-g1-rR",
+  /// and with a tier_dir, its TierRecord and tier file tier_file_name().
+  ForkedRank(const std::string& id, int rank, const std::filesystem::path& tier_dir = {}) {
     int ready[2];
     REQUIRE(::pipe(ready) == 0);
     m_pid = ::fork();
     if (m_pid == 0) {
       detail::RankLock lock(id, rank);
       auto segment = ShmSegment::create(segment_name(id, rank), 8192);
+      std::optional<TierSet> tiers;
+      TierRecord record;
+      ShmSegment tier_file;
+      if (!tier_dir.empty()) {
+        tiers.emplace(std::vector<TierSpec>{{.kind = TierSpec::Kind::nvme, .dir = tier_dir}}, 0);
+        record = TierRecord(id, rank, *tiers);
+        tier_file = ShmSegment::create(tier_file_name(id, rank, tier_dir), 8192);
+      }
       char c = 1;
       (void)!::write(ready[1], &c, 1);
       ::pause();
@@ -42,6 +55,10 @@ class ForkedRank {
 
   static std::string segment_name(const std::string& id, int rank) {
     return "/ddstage-" + id + "-train-g1-r" + std::to_string(rank);
+  }
+  static std::string tier_file_name(const std::string& id, int rank,
+                                    const std::filesystem::path& dir) {
+    return (dir / ("ddstage-" + id + "-train-g2-r" + std::to_string(rank))).string();
   }
   pid_t pid() const noexcept { return m_pid; }
   /// SIGKILL, as a launcher or the OOM killer ends a rank: its files stay. Reaped.

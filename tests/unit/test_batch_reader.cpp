@@ -60,7 +60,8 @@ class TestWatch final : public RouteWatch {
  public:
   void check(std::span<const int> owners) override {
     for (int r : owners) {
-      if (r == refuse) throw Error(ErrorKind::runtime, "rank " + std::to_string(r) + " is gone");
+      if (r == refuse)
+        throw Error(ErrorKind::runtime, "rank " + std::to_string(r) + " is gone", {.rank = r});
     }
   }
   void explain(const Error& error, std::chrono::steady_clock::time_point) override {
@@ -305,4 +306,17 @@ TEST_CASE("batch reader: a lazy region's ids are staged by its owner before they
   CHECK_THROWS_WITH(f.read({a}), Contains("no answer"));
   CHECK(g_remote->posted.empty());
   CHECK(g_remote->pending.empty());
+}
+
+TEST_CASE("batch reader: a copy given up on after a stall serves again when the other one dies",
+          "[batch_reader]") {
+  Fixture f(/*rank1_reachable=*/true, /*replica=*/true);
+  const uint64_t a = f.ranks->plan.range(1).first;
+  g_remote->fail_wait = true;
+  CHECK(f.read({a}) == expected({a}));  // rank 1 stalled: given up, rank 2's copy read
+  g_remote->fail_wait = false;
+  f.ranks->last_watch->refuse = 2;  // now rank 2 dies: rank 1 is all there is
+  g_remote->posted.clear();
+  CHECK(f.read({a + 1}) == expected({a + 1}));
+  CHECK(g_remote->posted.size() == 1);
 }

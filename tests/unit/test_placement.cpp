@@ -144,3 +144,23 @@ TEST_CASE("the lookup finds every region holding a sample, in listed order", "[p
   CHECK_THROWS_AS(Placement(std::vector<PlacedRange>{{0, 0, 10}}, 12), IndexError);
   CHECK_THROWS_AS(Placement(std::vector<PlacedRange>{{0, 0, 13}}, 12), IndexError);
 }
+
+TEST_CASE("copies keep off a host that holds one whenever another host is free", "[placement]") {
+  test::TempDir dir;
+  const auto index = even_dataset(dir, 30);
+  for (const auto& [hosts, k] :
+       std::vector<std::pair<std::vector<std::string>, int>>{{{"a", "a", "b"}, 2},
+                                                             {{"a", "a", "b", "b", "c"}, 3},
+                                                             {{"a", "a", "b", ""}, 2},
+                                                             {{"a", "b", "a", "b", "a", "b"}, 2}}) {
+    std::string warning;
+    const auto regions = plan_copies(index, hosts, k, &warning);
+    CHECK(warning.empty());
+    for (const auto& ranks : holders_by_sample(regions, 30)) {
+      std::set<std::string> on;
+      for (int r : ranks) on.insert(hosts[static_cast<std::size_t>(r)]);
+      CHECK(on.size() == static_cast<std::size_t>(k));
+      CHECK(ranks.size() == static_cast<std::size_t>(k));
+    }
+  }
+}

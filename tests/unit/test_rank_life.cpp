@@ -20,6 +20,7 @@
 #include "control/control_server.hpp"
 #include "ddstage/store_descriptor.hpp"
 #include "ddstage/tool/shm_segment.hpp"
+#include "ddstage/tool/tier_set.hpp"
 #include "heartbeat.hpp"
 #include "peer_watch.hpp"
 #include "rank_exit.hpp"
@@ -86,6 +87,31 @@ TEST_CASE("leaving frees the rank's segments, the one being filled, its lock and
   ::shm_unlink(untracked.c_str());
   dead_memory.unlink();
   fs::remove(shm(detail::RankLock::file_name(id, 3)));
+}
+
+TEST_CASE("leaving frees the rank's tier files and tier record too", "[rank_exit][tier]") {
+  const auto id = test_store_id();
+  const auto dir = fs::temp_directory_path() / ("ddstage-rank-exit-tier-" + id);
+  fs::remove_all(dir);
+  const auto file = (dir / ("ddstage-" + id + "-a-g1-r0")).string();
+  const auto record = TierRecord::path_for(id, 0);
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    detail::RankExit exit;
+    exit.claim(id, 0, {});
+    TierSet tiers({{.kind = TierSpec::Kind::nvme, .dir = dir}}, 0);
+    auto tracked_record = exit.track(record.string());
+    TierRecord written(id, 0, tiers);
+    auto tracked = exit.track(file);
+    auto region = ShmSegment::create(file, 4096);
+    exit.leave(5);
+  }
+  REQUIRE(exit_code_of(child) == 5);
+  CHECK_FALSE(fs::exists(file));
+  CHECK_FALSE(fs::exists(record));
+  CHECK(fs::is_empty(dir));
+  fs::remove_all(dir);
 }
 
 TEST_CASE("leaving removes store.yaml only while it names this store", "[rank_exit]") {

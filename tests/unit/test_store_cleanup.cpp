@@ -13,6 +13,7 @@
 #include "ddstage/tool/shm_segment.hpp"
 #include "ddstage/tool/store_cleanup.hpp"
 #include "ddstage/tool/store_wait.hpp"
+#include "ddstage/tool/tier_set.hpp"
 #include "forked_rank.hpp"
 #include "process.hpp"
 #include "rank_lock.hpp"
@@ -110,6 +111,40 @@ TEST_CASE(
   CHECK(forced.unlocked.empty());
   CHECK_FALSE(exists(lockless_name));
   CHECK(exists("ddstage-" + id + "-train-g1-r0"));
+}
+
+TEST_CASE("clean removes a dead rank's tier files and its record, and nothing else there",
+          "[cleanup][tier]") {
+  const auto id = test_id();
+  test::TempDir dir;
+  const auto tier = dir / "nvme";
+  // A live rank 0 with a tier file in the same directory, and a dead rank 2 that used it.
+  RankLock live(id, 0);
+  TierSet live_tiers({{.kind = TierSpec::Kind::nvme, .dir = tier}}, 0);
+  TierRecord live_record(id, 0, live_tiers);
+  auto live_file = ShmSegment::create(test::ForkedRank::tier_file_name(id, 0, tier), 4096);
+  { test::ForkedRank forked(id, 2, tier); }
+  const auto dead_file = test::ForkedRank::tier_file_name(id, 2, tier);
+  const auto dead_record = TierRecord::path_for(id, 2);
+  REQUIRE(fs::exists(dead_file));
+  REQUIRE(fs::exists(dead_record));
+  // Not the dead rank's: another rank's name, a name of no store, and a link by the right name.
+  std::ofstream(tier / ("ddstage-" + id + "-train-g2-r22")) << "x";
+  std::ofstream(tier / "unrelated-r2") << "x";
+  fs::create_symlink(tier / "unrelated-r2", tier / ("ddstage-" + id + "-link-g1-r2"));
+
+  const auto report = clean_dead_ranks(id);
+  CHECK(report.failures.empty());
+  CHECK(removed_names(report) == std::vector<std::string>{"ddstage-" + id + "-r2.lock",
+                                                          "ddstage-" + id + "-r2.tiers",
+                                                          "ddstage-" + id + "-train-g1-r2",
+                                                          "ddstage-" + id + "-train-g2-r2"});
+  CHECK_FALSE(fs::exists(dead_file));
+  CHECK_FALSE(fs::exists(dead_record));
+  CHECK(fs::exists(live_file.name()));
+  CHECK(fs::exists(TierRecord::path_for(id, 0)));
+  CHECK(fs::exists(tier / ("ddstage-" + id + "-train-g2-r22")));
+  CHECK(fs::is_symlink(tier / ("ddstage-" + id + "-link-g1-r2")));
 }
 
 TEST_CASE("a descriptor is removed only while it names the store asked for", "[cleanup]") {

@@ -78,7 +78,14 @@ uint32_t BatchReader::choose(std::size_t s) {
     }
     if (route.distance == best_distance) ++usable;
   }
+  // None usable: a copy given up on that a transport still reaches, before one none does.
   uint32_t chosen = holders.front();
+  for (uint32_t g : holders) {
+    if (m_lane_of[g] != no_lane) {
+      chosen = g;
+      break;
+    }
+  }
   if (usable != 0) {
     std::size_t turn = (m_spread + s) % usable;
     for (uint32_t g : holders) {
@@ -102,6 +109,7 @@ void BatchReader::check_owners() {
     if (m_lane_of[g] == no_lane) throw_unreachable(g);
   }
   stage_lazy();
+  limit_silence();
 }
 
 void BatchReader::throw_unreachable(uint32_t region) const {
@@ -174,37 +182,66 @@ void BatchReader::stage_lazy() {
   }
 }
 
+bool BatchReader::has_other_copy(std::size_t s, int rank, bool given_up_too) const {
+  const auto holders = m_table.placement->holders(s);
+  return std::any_of(holders.begin(), holders.end(), [&](uint32_t g) {
+    const int r = m_table.routes[g].rank;
+    return r != rank && m_lane_of[g] != no_lane &&
+           (given_up_too || !m_given_up[static_cast<std::size_t>(r)]) &&
+           (!m_watch || m_watch->alive(r));
+  });
+}
+
 bool BatchReader::give_up_on(const Error& error) {
   const auto rank = error.context().rank;
   if (!m_replicated || !rank || error.kind() == ErrorKind::usage || *rank < 0 ||
-      *rank >= m_table.ranks || m_given_up[static_cast<std::size_t>(*rank)])
+      *rank >= m_table.ranks)
     return false;
-  // Only when every stretch the batch read from that rank has another copy to go to.
-  const Placement& placement = *m_table.placement;
+  // Only when every stretch the batch read from that rank has another copy to go to: a live one
+  // not given up, or else one given up earlier (a stall then), which gets another chance.
+  std::vector<int> revived;
   for (std::size_t s : m_stretches) {
-    if (m_table.routes[m_choice[s]].rank != *rank) continue;
-    const auto holders = placement.holders(s);
-    const bool other = std::any_of(holders.begin(), holders.end(), [&](uint32_t g) {
+    if (m_table.routes[m_choice[s]].rank != *rank || has_other_copy(s, *rank, false)) continue;
+    if (!has_other_copy(s, *rank, true)) return false;
+    for (uint32_t g : m_table.placement->holders(s)) {
       const int r = m_table.routes[g].rank;
-      return r != *rank && m_lane_of[g] != no_lane && !m_given_up[static_cast<std::size_t>(r)] &&
-             (!m_watch || m_watch->alive(r));
-    });
-    if (!other) return false;
+      if (r != *rank && m_lane_of[g] != no_lane && m_given_up[static_cast<std::size_t>(r)])
+        revived.push_back(r);
+    }
   }
   m_given_up[static_cast<std::size_t>(*rank)] = 1;
+  for (int r : revived) m_given_up[static_cast<std::size_t>(r)] = 0;
   std::fill(m_choice.begin(), m_choice.end(), no_choice);
   return true;
 }
 
+void BatchReader::limit_silence() {
+  if (!m_replicated) return;  // the transports' own read_timeout, as opened
+  const auto now = std::chrono::steady_clock::now();
+  const auto left =
+      std::max(std::chrono::milliseconds(1),
+               std::chrono::duration_cast<std::chrono::milliseconds>(m_deadline - now));
+  // A rank that stalls costs failover_timeout only while the batch has somewhere else to go.
+  const bool elsewhere = std::all_of(m_stretches.begin(), m_stretches.end(), [&](std::size_t s) {
+    return has_other_copy(s, m_table.routes[m_choice[s]].rank, true);
+  });
+  const auto failover = m_table.settings.get_duration("failover_timeout");
+  const bool sooner = elsewhere && failover < left;
+  for (std::size_t l = 0; l < m_lane_count; ++l) {
+    if (m_lanes[l].copies) continue;
+    m_lanes[l].transport->limit_silence(sooner ? failover : left,
+                                        sooner ? "failover_timeout" : "read_timeout");
+  }
+}
+
 void BatchReader::with_failover(const std::function<void()>& attempt) {
-  const auto deadline =
-      std::chrono::steady_clock::now() + m_table.settings.get_duration("read_timeout");
+  m_deadline = std::chrono::steady_clock::now() + m_table.settings.get_duration("read_timeout");
   for (;;) {
     try {
       attempt();
       return;
     } catch (const Error& error) {
-      if (std::chrono::steady_clock::now() >= deadline || !give_up_on(error)) throw;
+      if (std::chrono::steady_clock::now() >= m_deadline || !give_up_on(error)) throw;
       spdlog::warn("{}: reading its samples from other copies from now on", error.what());
     }
   }
@@ -250,7 +287,15 @@ int BatchReader::owner_of(uint64_t id) {
 
 FetchRows BatchReader::fetch_rows(BatchTimer& timer) {
   return [this, &timer](uint32_t field, std::span<const uint64_t> ids, std::span<std::byte> dest) {
-    const uint32_t region = choose(m_table.placement->stretch_of(ids.front()));
+    const std::size_t s = m_table.placement->stretch_of(ids.front());
+    uint32_t region = choose(s);
+    if (m_watch && !m_watch->alive(m_table.routes[region].rank) &&
+        has_other_copy(s, m_table.routes[region].rank, true)) {
+      // Its process exited since it was chosen: another copy, not origin, gives the block.
+      m_given_up[static_cast<std::size_t>(m_table.routes[region].rank)] = 1;
+      std::fill(m_choice.begin(), m_choice.end(), no_choice);
+      region = choose(s);
+    }
     const int rank = m_table.routes[region].rank;
     if (m_lane_of[region] == no_lane || (m_watch && !m_watch->alive(rank))) {
       // Unverified, these rows could not be read at all; origin still lets the block be

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -79,6 +80,12 @@ class BatchReader {
   void with_failover(const std::function<void()>& attempt);
   /// Has the owners of the batch's lazy regions stage what it reads there (m_staging).
   void stage_lazy();
+  /// Whether stretch s has a live copy a transport reaches on a rank other than `rank` (one
+  /// given up on counting only with given_up_too).
+  bool has_other_copy(std::size_t s, int rank, bool given_up_too) const;
+  /// Before a replicated batch moves: network reads may stall failover_timeout when every
+  /// stretch has another copy to go to, else what is left of read_timeout (m_deadline).
+  void limit_silence();
   /// Whether `error` names a rank this reader can do without: then that rank is given up.
   bool give_up_on(const Error& error);
   /// Moves and verifies a planned batch in host memory.
@@ -112,7 +119,8 @@ class BatchReader {
   std::vector<uint8_t> m_given_up;        // per rank: failed this reader, and had other copies
   std::size_t m_spread;                   // this reader's pick among equally near copies
   bool m_replicated = false;              // some stretch has several regions
-  bool m_lazy = false;                    // some region is filled on first touch
+  std::chrono::steady_clock::time_point m_deadline;  // of the batch being read (with_failover)
+  bool m_lazy = false;                               // some region is filled on first touch
   /// Per lazy region the batch touches: the ids it reads there (m_stage_slot: its entry + 1).
   std::vector<std::pair<uint32_t, std::vector<uint64_t>>> m_staging;
   std::size_t m_staging_used = 0;

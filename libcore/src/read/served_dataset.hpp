@@ -29,7 +29,8 @@ struct ServedRank {
 };
 
 /// What this process knows its readers may read of a lazy region without asking its rank:
-/// shared by the dataset's readers (threads), so a sample is asked for once per process.
+/// shared by the dataset's readers (threads), so a sample is asked for once per process (or
+/// a few times, by threads asking at once: its rank reads it from origin once either way).
 class StagedSamples {
  public:
   explicit StagedSamples(ShardRange range)

@@ -96,18 +96,14 @@ void ServedWatch::stage(uint32_t g, std::span<const uint64_t> ids) {
     reply = request_stage(rank.control, m_data.token, m_data.name, g, m_unstaged,
                           m_data.table.settings.get_duration("control_timeout"));
   } catch (const Error& e) {
-    // What the owner refused (a changed source, a bad checksum) stands; an owner that does not
-    // answer is a rank to do without, when another copy can stage the samples instead.
-    if (!e.context().rank && e.kind() == ErrorKind::runtime &&
-        dynamic_cast<const StaleError*>(&e) == nullptr &&
-        dynamic_cast<const ChecksumError*>(&e) == nullptr && !exited(region.info.rank)) {
-      throw Error(ErrorKind::runtime,
-                  fmt::format("rank {} on {} did not stage samples of '{}': {}", rank.rank,
-                              rank.host, m_data.name, e.what()),
-                  {.rank = rank.rank});
-    }
+    // What the owner found wrong with the data (a changed source, a bad checksum) stands; any
+    // other failure is this rank's, so that a reader with another copy goes there.
+    if (dynamic_cast<const StaleError*>(&e) || dynamic_cast<const ChecksumError*>(&e)) throw;
     if (exited(region.info.rank)) throw_gone(region.info.rank);
-    throw;
+    throw Error(ErrorKind::runtime,
+                fmt::format("rank {} on {} did not stage samples of '{}': {}", rank.rank, rank.host,
+                            m_data.name, e.what()),
+                {.rank = rank.rank});
   }
   staged.add(m_unstaged);
   if (reply.complete) staged.set_complete();

@@ -21,7 +21,8 @@ namespace ddstage::detail {
 FabricTransport::FabricTransport(const FabricOptions& options, std::vector<FabricRemote> remotes)
     : m_options(options),
       m_remotes(std::move(remotes)),
-      m_slots(std::max<std::size_t>(options.window, 1)) {
+      m_slots(std::max<std::size_t>(options.window, 1)),
+      m_silence(options.read_timeout) {
   m_free.reserve(m_slots.size());  // refilled by close_endpoint, which must not throw
   for (const FabricRemote& r : m_remotes) {
     m_addresses.push_back(from_hex(r.peer.address_hex));
@@ -318,9 +319,7 @@ void FabricTransport::pause_while_idle() const {
 }
 
 void FabricTransport::check_deadline() {
-  if (in_flight() > 0 &&
-      std::chrono::steady_clock::now() - m_last_progress > m_options.read_timeout)
-    time_out();
+  if (in_flight() > 0 && std::chrono::steady_clock::now() - m_last_progress > m_silence) time_out();
 }
 
 void FabricTransport::time_out() {
@@ -331,12 +330,13 @@ void FabricTransport::time_out() {
   }
   std::string names;
   for (const auto& [rank, target] : ranks) names += (names.empty() ? "" : ", ") + where(target);
-  const auto ms = m_options.read_timeout.count();
+  const auto ms = m_silence.count();
   const std::string span =
       ms % 1000 ? std::to_string(ms) + " ms" : std::to_string(ms / 1000) + " s";
   Error error(ErrorKind::runtime,
-              "fabric reads from " + names + " made no progress for " + span +
-                  " (read_timeout, provider " + m_provider + "): server dead or hung",
+              "fabric reads from " + names + " made no progress for " + span + " (" +
+                  std::string(m_silence_setting) + ", provider " + m_provider +
+                  "): server dead or hung",
               {.rank = ranks.begin()->first});
   reopen_endpoint();
   throw error;
@@ -377,7 +377,7 @@ bool FabricTransport::drain() noexcept {
   constexpr auto quiesce_wait = std::chrono::milliseconds(250);
   m_last_progress = std::chrono::steady_clock::now();
   const auto deadline =
-      m_last_progress + std::min<std::chrono::milliseconds>(m_options.read_timeout, quiesce_wait);
+      m_last_progress + std::min<std::chrono::milliseconds>(m_silence, quiesce_wait);
   while (in_flight() > 0) {
     const ssize_t n = reap(false);
     if (n > 0) {

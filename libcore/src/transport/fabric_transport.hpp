@@ -63,6 +63,11 @@ class FabricTransport final : public Transport {
   const std::string& provider() const noexcept { return m_provider; }
   /// Between batches: the caller freed a destination buffer (a reader's bounce buffer that
   /// grew), so a registration cached for its addresses must not serve memory mapped there next.
+  void limit_silence(std::chrono::milliseconds timeout,
+                     std::string_view setting) noexcept override {
+    m_silence = timeout;
+    m_silence_setting = setting;
+  }
   void forget_destinations() noexcept override {
     if (m_local) m_local->clear();
   }
@@ -129,9 +134,12 @@ class FabricTransport final : public Transport {
   std::string m_provider;
   InfoPtr m_info;
   std::optional<FabricEndpoint> m_endpoint;
-  std::vector<fi_addr_t> m_peers;  // per rank, in the current endpoint's address vector
+  std::vector<fi_addr_t> m_peers;  // per target, in the current endpoint's address vector
   uint64_t m_max_read = 0;
   std::vector<Slot> m_slots;
+  /// How long reads may make no progress, and the setting that says so (limit_silence).
+  std::chrono::milliseconds m_silence;
+  std::string_view m_silence_setting = "read_timeout";
   std::vector<uint32_t> m_free;
   uint64_t m_bytes_in_flight = 0;
   std::optional<FabricMrCache> m_local;    // only when the provider needs FI_MR_LOCAL

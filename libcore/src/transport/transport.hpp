@@ -2,6 +2,7 @@
 // (shm, mpi, fabric) implements, and the guard that keeps a batch's reads from outliving it.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -61,6 +62,11 @@ class Transport {
   /// Between batches: the caller freed a destination buffer, so nothing cached for its
   /// addresses (a memory registration) may serve memory mapped there next.
   virtual void forget_destinations() noexcept {}
+  /// From the next post on: network reads that make no progress for `timeout` fail, the error
+  /// naming `setting` as the limit. A reader that has another copy to go to waits less than
+  /// read_timeout (failover_timeout); copies complete at once and ignore it.
+  virtual void limit_silence(std::chrono::milliseconds /*timeout*/,
+                             std::string_view /*setting*/) noexcept {}
 };
 
 /// Owns the reads of one batch on one transport: every way out of the batch (return or

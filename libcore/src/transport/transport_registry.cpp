@@ -101,10 +101,7 @@ std::unique_ptr<Transport> open_mpi([[maybe_unused]] const TransportTargets& tar
 std::unique_ptr<Transport> open_fabric([[maybe_unused]] const TransportTargets& targets,
                                        [[maybe_unused]] const Settings& settings) {
 #if DDSTAGE_HAVE_FABRIC
-  FabricOptions options = FabricOptions::from(settings);
-  if (targets.progress_timeout.count() > 0)
-    options.read_timeout = std::min(options.read_timeout, targets.progress_timeout);
-  return std::make_unique<FabricTransport>(options, targets.remotes);
+  return std::make_unique<FabricTransport>(FabricOptions::from(settings), targets.remotes);
 #else
   throw std::logic_error("transport fabric opened in a build without libfabric");
 #endif

@@ -2,7 +2,6 @@
 // that makes them: the only read-side code that knows which backends this build has.
 #pragma once
 
-#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <optional>
@@ -64,9 +63,6 @@ struct TransportTargets {
   const MpiWindow* window = nullptr;               ///< mpi: the window every rank's shard lies in
   std::vector<const std::byte*> direct;            ///< mpi: regions addressed directly (memcpy)
   std::vector<FabricRemote> remotes;               ///< fabric: each region's endpoint and key
-  /// When above zero and below read_timeout: how long network reads may make no progress before
-  /// they fail, so a reader of a replicated dataset moves to another copy sooner.
-  std::chrono::milliseconds progress_timeout{0};
 };
 
 /// A reader's own instance of a transport (its endpoint, its completion queue). UsageError

@@ -28,12 +28,13 @@ struct PlacedRange {
 /// One region per rank, region r being rank r's range: an embedded store's single copy.
 std::vector<PlacedRange> ranges_of(const ShardPlan& plan);
 
-/// The regions of `replicas` copies of index (replicas_per_node: one per host), each copy split
-/// over its ranks by bytes (ShardPlan::balance). hosts: each rank's host, by rank; "" marks a
-/// rank that is lost and gets nothing. Each copy lies on ranks of one set of hosts disjoint from
-/// the other copies' when there are at least `replicas` hosts, so a node's loss costs at most
-/// one copy; with fewer hosts, the copies lie on distinct ranks and `warning`, when given, says
-/// that a node's loss can cost several. UsageError when there are fewer live ranks than copies.
+/// The regions of `replicas` copies of index (replicas_per_node: one per host, split over that
+/// host's ranks by bytes). Otherwise the samples are split by bytes (ShardPlan::balance) into
+/// one shard per live rank, and each shard's copies go to distinct ranks, about `replicas`
+/// shards per rank. hosts: each rank's host, by rank; "" marks a rank that is lost and gets
+/// nothing. A shard's copies lie on distinct hosts when there are at least `replicas` hosts, so
+/// a node's loss costs at most one copy; with fewer hosts, `warning`, when given, says that a
+/// node's loss can cost several. UsageError when there are fewer live ranks than copies.
 /// Regions are returned copy by copy, each copy in sample order; empty regions (more ranks than
 /// samples) are left out.
 std::vector<PlacedRange> plan_copies(const Index& index, std::span<const std::string> hosts,

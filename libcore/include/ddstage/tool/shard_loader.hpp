@@ -60,7 +60,10 @@ void verify_shard_rows(const Index& index, const ShardLayout& layout, const std:
 /// Creates shared-memory segment `segment` holding samples `range` of index in the ShardLayout
 /// and fills it as fill_shard does, but writes long runs of rows through the segment's file
 /// (splice: no page fault or zero-fill per page of the mapping). On any failure the segment is
-/// removed and the error propagates (naming file or sample).
+/// removed and the error propagates (naming file or sample). `segment` may name a tier file
+/// (ShmSegment::is_file): each chunk's pages then leave this process's mapping once written,
+/// and their writeback starts, so a file larger than memory fills in bounded memory (about
+/// streams x chunk_bytes mapped at a time).
 ShmSegment load_shard(const Index& index, ShardRange range, const std::string& segment,
                       const ShardLoadOptions& options = {});
 

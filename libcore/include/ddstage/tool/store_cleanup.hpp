@@ -14,7 +14,8 @@ namespace ddstage {
 
 /// One file a clean removed (or, for a dry run, would remove).
 struct CleanedFile {
-  enum class Kind { segment, lock, fabric_queue };
+  /// segment: a region's shared memory or tier file; tier_record: a rank's TierRecord.
+  enum class Kind { segment, lock, fabric_queue, tier_record };
   Kind kind = Kind::segment;
   std::string store_id;
   int rank = 0;
@@ -40,7 +41,8 @@ struct CleanReport {
 };
 
 /// Removes, on this node, the files of every rank whose lock nobody holds: its shared-memory
-/// segments, its lock file, and the libfabric shm queues ("PID:...") of the pid the lock
+/// segments, its tier files (in the directories its TierRecord lists) and that record, its
+/// lock file, and the libfabric shm queues ("PID:...") of the pid the lock
 /// recorded once no process runs under it. Ranks whose lock is held are kept. Segments with no
 /// lock file at all are kept (CleanReport::unlocked) unless `force`.
 /// store_id empty: every store of this user (every user's, for root); else only that store.
