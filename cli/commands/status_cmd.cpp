@@ -41,7 +41,11 @@ void print_status_json(const StoreStatus& s) {
     if (r.last_heard >= 0) j.field("last_heard", r.last_heard);
     j.key("transports").begin_array();
     for (const auto& t : r.info.transports) j.value(t);
-    j.end_array().end_object();
+    j.end_array().key("tiers").begin_array();
+    for (const auto& t : r.info.tiers) j.value(t);
+    j.end_array().key("bytes_by_tier").begin_object();
+    for (const auto& [tier, bytes] : r.bytes_by_tier) j.field(tier, bytes);
+    j.end_object().end_object();
   }
   j.end_array().key("datasets").begin_array();
   for (const auto& d : s.datasets) {

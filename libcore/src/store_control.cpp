@@ -244,6 +244,8 @@ StoreStatus StoreControl::status() {
     status.ranks.push_back(rs);
   }
   for (const auto& d : m_descriptor.datasets) {
+    for (const auto& g : d.regions)
+      status.ranks.at(static_cast<std::size_t>(g.rank)).bytes_by_tier[g.tier] += g.bytes;
     status.datasets.push_back(dataset_status(d, live, hosts));
     const auto& ds = status.datasets.back();
     if (status.error.empty() && ds.state != "healthy") {

@@ -92,11 +92,12 @@ struct PublishedRegion {
   RegionSpan span;
   uint64_t bytes = 0;
   std::string segment;
+  std::string tier;  ///< "memory" or the tier's kind ("nvme")
   std::optional<PublishedFabric> fabric;
 
   template <class Self, class Fields>
   static void fields(Self& self, Fields& f) {
-    f(self.span, self.bytes, self.segment, self.fabric);
+    f(self.span, self.bytes, self.segment, self.tier, self.fabric);
   }
 };
 

@@ -18,7 +18,8 @@ void ServerRank::describe(const std::vector<RankStartup>& ranks) {
                   .pid = ranks[r].pid,
                   .transports = {"local", "shm"},
                   .memory_limit = ranks[r].memory_limit,
-                  .control = ranks[r].control};
+                  .control = ranks[r].control,
+                  .tiers = ranks[r].tiers};
     if (const auto& fabric = ranks[r].fabric) {
       info.fabric_provider = fabric->provider;
       info.fabric_address = fabric->address_hex;

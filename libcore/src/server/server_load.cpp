@@ -58,23 +58,34 @@ uint64_t ServerRank::memory_used() const {
   return used;
 }
 
-void ServerRank::check_regions(const PartCommand& command) const {
+void ServerRank::check_regions(const PartCommand& command) {
   const auto index = open_as_rank0_saw(command, m_mpi.rank());
   if (!command.load.allow_stale) index.check_all_fresh();
-  uint64_t need = 0;
-  for (const auto& span : command.regions) need += region_bytes(index, span);
-  const uint64_t limit = command.load.mem_limit ? command.load.mem_limit : m_mem_limit;
-  uint64_t used = 0;
-  for (const auto& [name, shards] : m_loaded) {
-    if (name == command.dataset && !command.add) continue;  // replaced once the new one is in
-    for (const auto& shard : shards) used += shard.segment.bytes().size();
+  // A trial: the reservations go again at once, the fill makes its own.
+  reserve(command, index, false);
+}
+
+std::vector<TierSet::Reservation> ServerRank::reserve(const PartCommand& command,
+                                                      const Index& index, bool name_new) {
+  std::vector<const TierSet::Reservation*> old;
+  if (!command.add) {
+    if (const auto held = m_loaded.find(command.dataset); held != m_loaded.end())
+      for (const auto& shard : held->second) old.push_back(&shard.reservation);
   }
-  if (used + need > limit) {
-    throw UsageError(fmt::format(
-        "dataset '{}' does not fit: rank {} on {} needs {} bytes, has {} of {} free "
-        "(--mem-limit)",
-        command.dataset, m_mpi.rank(), m_host, need, limit - std::min(limit, used), limit));
+  const auto what =
+      fmt::format("dataset '{}' on rank {} on {}", command.dataset, m_mpi.rank(), m_host);
+  std::vector<TierSet::Reservation> out;
+  for (std::size_t k = 0; k < command.regions.size(); ++k) {
+    // The generation makes each region's name new on this rank; the rank ends it, for `clean`.
+    const uint64_t generation = name_new ? ++m_generation : m_generation + 1 + k;
+    const auto base = fmt::format("ddstage-{}-{}-g{}-r{}", m_store_id,
+                                  segment_safe(command.dataset), generation, m_mpi.rank());
+    out.push_back(m_tiers->allocate(base, region_bytes(index, command.regions[k]),
+                                    {.what = what,
+                                     .replacing = k < old.size() ? old[k] : nullptr,
+                                     .mem_limit = command.load.mem_limit}));
   }
+  return out;
 }
 
 std::optional<PublishedFabric> ServerRank::register_fabric([[maybe_unused]] LoadedShard& shard) {
@@ -93,15 +104,15 @@ std::vector<PublishedRegion> ServerRank::fill_regions(
   const auto index = open_as_rank0_saw(command, m_mpi.rank());
   uint64_t total = 0;
   for (const auto& span : command.regions) total += region_bytes(index, span);
+  auto reservations = reserve(command, index, true);
   std::vector<LoadedShard> shards;
   std::vector<PublishedRegion> published;
   uint64_t before = 0;
-  for (const auto& span : command.regions) {
+  for (std::size_t k = 0; k < command.regions.size(); ++k) {
+    const auto& span = command.regions[k];
     const uint64_t need = region_bytes(index, span);
-    // The generation makes each region's name new on this rank; the rank ends it, for `clean`.
-    const std::string segment =
-        fmt::format("/ddstage-{}-{}-g{}-r{}", m_store_id, segment_safe(command.dataset),
-                    ++m_generation, m_mpi.rank());
+    const std::string segment = reservations[k].segment();
+    const std::string tier(reservations[k].label());
     // Tracked before it exists: a signal during the load frees it too.
     auto tracked = m_exit.track(segment);
     ShardLoadOptions options{.verify = command.load.verify,
@@ -112,8 +123,9 @@ std::vector<PublishedRegion> ServerRank::fill_regions(
       progress(before + static_cast<uint64_t>(f * static_cast<double>(need)), total);
     };
     LoadedShard shard{std::move(tracked), ShardRange{span.first, span.last},
+                      std::move(reservations[k]),
                       load_shard(index, ShardRange{span.first, span.last}, segment, options)};
-    published.push_back({span, need, segment, register_fabric(shard)});
+    published.push_back({span, need, segment, tier, register_fabric(shard)});
     shards.push_back(std::move(shard));
     before += need;
   }
@@ -189,6 +201,7 @@ std::vector<StoreRegion> ServerRank::stage(const std::string& name, const LoadCo
                          .last = r.span.last,
                          .segment = r.segment,
                          .bytes = r.bytes,
+                         .tier = r.tier,
                          .fabric = r.fabric.has_value(),
                          .fabric_key = r.fabric ? r.fabric->key : 0,
                          .fabric_base = r.fabric ? r.fabric->base : 0});

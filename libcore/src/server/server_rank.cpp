@@ -24,10 +24,11 @@ void ServerRank::run() {
   const auto startup = start();
   start_watching(startup);
   learn_hosts();
-  open_rank_sockets(startup);
+  prepare_serving(startup);
   const auto fabric = start_transports();
-  const auto ranks =
-      gather(RankStartup{m_host, ::getpid(), m_mem_limit, fabric, m_control->address()}, comm());
+  const auto ranks = gather(
+      RankStartup{m_host, ::getpid(), m_mem_limit, fabric, m_control->address(), m_tiers->names()},
+      comm());
   // Every rank serves: from here on MPI is no part of the store, so that a rank's death is
   // nobody else's error (with mpiexec --enable-recovery, or srun --kill-on-bad-exit=0 --no-kill,
   // the launcher lets the others run too).

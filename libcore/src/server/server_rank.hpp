@@ -28,6 +28,7 @@
 #include "ddstage/tool/shard_plan.hpp"
 #include "ddstage/tool/shm_segment.hpp"
 #include "ddstage/tool/store_server.hpp"
+#include "ddstage/tool/tier_set.hpp"
 #include "heartbeat.hpp"
 #include "mpi/mpi_session.hpp"
 #include "peer_watch.hpp"
@@ -45,6 +46,7 @@ namespace ddstage::detail {
 struct LoadedShard {
   RankExit::Tracked tracked;  // before segment: forgotten once the segment is unlinked
   ShardRange range;
+  TierSet::Reservation reservation;  // before segment: its bytes count until it is gone
   ShmSegment segment;
 #if DDSTAGE_HAVE_FABRIC
   std::optional<FabricRegistration> fabric;  // after segment: deregistered before unmapping
@@ -80,11 +82,12 @@ struct RankStartup {
   int64_t pid = 0;
   uint64_t memory_limit = 0;
   std::optional<PublishedEndpoint> fabric;
-  std::string control;  ///< the rank's own control socket (rank 0's is the store's)
+  std::string control;             ///< the rank's own control socket (rank 0's is the store's)
+  std::vector<std::string> tiers;  ///< TierSet::names()
 
   template <class Self, class Fields>
   static void fields(Self& self, Fields& f) {
-    f(self.host, self.pid, self.memory_limit, self.fabric, self.control);
+    f(self.host, self.pid, self.memory_limit, self.fabric, self.control, self.tiers);
   }
 };
 
@@ -116,8 +119,9 @@ class ServerRank {
   void start_watching(const Startup& startup);
   /// Collective: every rank's host into m_hosts, and this rank's memory limit.
   void learn_hosts();
-  /// Collective: the other ranks' own control sockets, for rank 0's parts.
-  void open_rank_sockets(const Startup& startup);
+  /// Collective: this rank's tiers (serve --tier) and, on the other ranks, their own control
+  /// sockets, for rank 0's parts.
+  void prepare_serving(const Startup& startup);
 
   // Transports.
   /// Collective: the fabric endpoint when wanted, refused when it or a control address is
@@ -177,11 +181,16 @@ class ServerRank {
   /// Rank 0: the dataset of that name in store.yaml, if any.
   std::optional<StoreDataset> dataset_named(const std::string& name) const;
   /// A part's check on this rank: opens the index, checks it and that the regions fit.
-  void check_regions(const PartCommand& command) const;
+  void check_regions(const PartCommand& command);
   /// A part's fill on this rank: the regions loaded and registered, held pending.
   std::vector<PublishedRegion> fill_regions(
       const PartCommand& command,
       const std::function<void(uint64_t done, uint64_t total)>& progress);
+  /// Where fill_regions puts each new region: on the first tier with room, a region of the
+  /// dataset it replaces counting as free (the k-th new one takes the k-th old one's place).
+  /// name_new: names the fill's regions (a check's trial takes no new names).
+  std::vector<TierSet::Reservation> reserve(const PartCommand& command, const Index& index,
+                                            bool name_new);
   /// This rank's registration of a loaded region, when the ranks serve over libfabric.
   std::optional<PublishedFabric> register_fabric(LoadedShard& shard);
   Message unload(const std::string& name);
@@ -221,6 +230,11 @@ class ServerRank {
 #if DDSTAGE_HAVE_FABRIC
   std::optional<FabricServer> m_fabric;  // before the shards: outlives every registration
 #endif
+  /// Where this rank's regions may live; written down on its node for `clean` (the record is
+  /// tracked like a segment, so that this rank's way out removes it).
+  std::optional<TierSet> m_tiers;  // before the shards: outlives every reservation
+  RankExit::Tracked m_tier_record_name;
+  TierRecord m_tier_record;
   /// By dataset name, the regions served, and those filled but not committed yet.
   std::map<std::string, std::vector<LoadedShard>> m_loaded;
   std::map<std::string, std::vector<LoadedShard>> m_pending;

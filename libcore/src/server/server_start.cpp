@@ -124,14 +124,18 @@ void ServerRank::start_watching(const Startup& startup) {
       });
 }
 
-void ServerRank::open_rank_sockets(const Startup& startup) {
+void ServerRank::prepare_serving(const Startup& startup) {
   agree(caught([&] {
+          m_tiers.emplace(parse_tier_spec(m_options.settings.get_string("tier")), m_mem_limit);
+          m_tier_record_name =
+              m_exit.track(TierRecord::path_for(m_store_id, m_mpi.rank()).string());
+          m_tier_record = TierRecord(m_store_id, m_mpi.rank(), *m_tiers);
           if (is_root()) return;
           // Nothing but rank 0's parts comes here; the front desk queues them all.
           m_control.emplace(listen_beside(startup.control), m_token,
                             [](const Message&, bool) { return std::nullopt; });
         }),
-        [this](int rank) { return rank_label(rank) + " could not open its control socket: "; });
+        [this](int rank) { return rank_label(rank) + ": "; });
 }
 
 void ServerRank::learn_hosts() {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -33,6 +34,8 @@ struct RankStatus {
   RankState state = RankState::unknown;
   uint64_t memory_used = 0;  ///< bytes of shard regions it holds
   double last_heard = -1;    ///< seconds since rank 0 last heard from it; -1: not reported
+  /// Bytes of the regions it holds (store.yaml), by tier: "memory", "nvme".
+  std::map<std::string, uint64_t> bytes_by_tier;
 };
 
 /// One dataset in a status report.
