@@ -99,6 +99,7 @@ bool route_via_shm(ServedDataset& data, uint32_t g) {
   route.distance = 0;
   route.mapped = bytes;
   data.table.targets.mapped[g] = bytes;
+  if (ShmSegment::is_file(info.segment)) data.table.targets.files[g] = &region.segment.file();
   return true;
 }
 
@@ -183,6 +184,7 @@ std::optional<uint32_t> attach_regions(ServedDataset& data, const StoreDescripto
   data.table.ranks = static_cast<int>(store.ranks.size());
   data.table.routes.resize(n);
   data.table.targets.mapped.resize(n);
+  data.table.targets.files.resize(n, nullptr);
   data.table.targets.remotes.resize(n);
   data.layouts.reserve(n);
   for (const auto& g : data.regions)

@@ -264,6 +264,7 @@ class Cluster:
                     "DDSTAGE_MULTINODE_RSH": str(self.work_dir / f".{name_prefix}-rsh.sock")}
         self._lock = None
         self._listener = None
+        self._accept_thread = None
         self._closed = True
 
     # ---- set-up and tear-down -----------------------------------------------------------------
@@ -370,6 +371,12 @@ class Cluster:
             except Exception as e:  # keep tearing down the rest
                 print(f"cluster: crash of {node.name} at teardown: {e}")
         if self._listener is not None:
+            # The accept thread is woken and gone before the descriptor is freed: one still in
+            # accept() when the next cluster's listener gets the same number takes that
+            # cluster's requests and runs them on this cluster's dead nodes.
+            if self._accept_thread is not None:
+                self._listener.shutdown(socket.SHUT_RDWR)
+                self._accept_thread.join(timeout=30)
             self._listener.close()
             Path(self.env["DDSTAGE_MULTINODE_RSH"]).unlink(missing_ok=True)
         self._remove_leftovers()
@@ -401,10 +408,18 @@ class Cluster:
         path.write_text("".join(f"{node.name} slots={slots}\n" for node in nodes))
         return str(path)
 
-    def mpiexec(self, n, argv, per_node=1, env=None):
+    def mpiexec(self, n, argv, per_node=1, env=None, recovery=False):
         """The argv of an OpenMPI job of n ranks, per_node on each of the first nodes, to run
         from nodes[0] (its run/popen). env is exported to every rank (with PATH, PYTHONPATH,
-        LD_LIBRARY_PATH); each rank's FI_TCP_IFACE is its own node's."""
+        LD_LIBRARY_PATH); each rank's FI_TCP_IFACE is its own node's.
+
+        recovery: `--enable-recovery`, so that the ranks on the other nodes outlive a node's
+        crash. Without it mpiexec (OpenMPI 4.1) ends the whole job within ~2 s of losing a
+        node's daemon, MPI_Finalize called or not; `--mca orte_abort_on_non_zero_status 0` alone
+        does not help there (it covers a rank's exit, not a daemon's loss). With it mpiexec
+        did not end on its own after such a loss (90 s seen) once every surviving rank had exited:
+        it waits for the lost daemon. A SIGTERM ends it at once (exit 1), as a job's end would.
+        A cut node (its processes alive, unreachable) goes unnoticed, with or without it."""
         used = self.nodes[:-(-n // per_node)]
         if len(used) * per_node < n:
             raise ValueError(f"{n} ranks at {per_node} per node need more than {len(self.nodes)} nodes")
@@ -413,7 +428,8 @@ class Cluster:
             value = (env or {}).get(key, os.environ.get(key))
             if value is not None:
                 exports += ["-x", f"{key}={value}"]
-        return ["mpiexec", "--hostfile", self.hostfile(per_node, used), "-n", str(n), "--npernode", str(per_node),
+        return ["mpiexec", *(["--enable-recovery"] if recovery else []), "--hostfile", self.hostfile(per_node, used),
+                "-n", str(n), "--npernode", str(per_node),
                 "--mca", "plm_rsh_agent", str(HERE / "rsh_agent.py"), "--mca", "plm_rsh_no_tree_spawn", "1",
                 "--mca", "pml", "ob1",  # not cm: see ddstage_mpi_env in tests/CMakeLists.txt
                 "--mca", "btl", "self,vader,tcp", "--mca", "btl_tcp_if_include", f"{self.subnet}.0/24",
@@ -427,14 +443,15 @@ class Cluster:
         self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._listener.bind(str(path))
         self._listener.listen(16)
-        threading.Thread(target=self._accept_rsh, name="rsh-server", daemon=True).start()
+        self._accept_thread = threading.Thread(target=self._accept_rsh, name="rsh-server", daemon=True)
+        self._accept_thread.start()
 
     def _accept_rsh(self):
         while True:
             try:
                 conn, _ = self._listener.accept()
             except OSError:
-                return  # closed at teardown
+                return  # shut down at teardown
             threading.Thread(target=self._rsh_session, args=(conn,), daemon=True).start()
 
     def _rsh_session(self, conn):

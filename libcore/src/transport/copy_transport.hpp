@@ -6,18 +6,21 @@
 #include <string>
 #include <vector>
 
+#include "ddstage/tool/file_descriptor.hpp"
 #include "transport/transport.hpp"
 
 namespace ddstage::detail {
 
 /// Reads from regions this process has mapped: its own rank's shard (`local`) or same-node
-/// ranks' shared-memory segments mapped read-only (`shm`). A read is one memcpy and is
-/// complete when post returns, so wait has nothing to do.
+/// ranks' shared-memory segments mapped read-only (`shm`). A read is one memcpy (one pread for
+/// a region in a tier file) and is complete when post returns, so wait has nothing to do.
 class CopyTransport final : public Transport {
  public:
-  /// regions[rank]: the mapped region of each rank, empty for ranks this transport does not
-  /// reach. The mappings must outlive the transport.
-  CopyTransport(std::string name, const std::vector<std::span<const std::byte>>& regions);
+  /// regions[target]: the mapped region of each target, empty for targets this transport does
+  /// not reach; files[target], when there and not null: the region's file, read with pread
+  /// instead. Both must outlive the transport.
+  CopyTransport(std::string name, const std::vector<std::span<const std::byte>>& regions,
+                const std::vector<const FileDescriptor*>& files = {});
 
   std::string_view name() const noexcept override { return m_name; }
   void post(std::span<const ReadOp> reads) override;
@@ -26,7 +29,8 @@ class CopyTransport final : public Transport {
 
  private:
   std::string m_name;
-  std::vector<const std::byte*> m_bases;  // per rank
+  std::vector<const std::byte*> m_bases;       // per target
+  std::vector<const FileDescriptor*> m_files;  // per target: pread from it when not null
 };
 
 }  // namespace ddstage::detail

@@ -149,7 +149,7 @@ std::unique_ptr<Transport> open_transport(TransportId id, const TransportTargets
   check_transport_available(id, "transport");
   switch (id) {
     case TransportId::shm:
-      return std::make_unique<CopyTransport>("shm", targets.mapped);
+      return std::make_unique<CopyTransport>("shm", targets.mapped, targets.files);
     case TransportId::mpi:
       return open_mpi(targets);
     case TransportId::fabric:

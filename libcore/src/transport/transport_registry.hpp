@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ddstage/settings.hpp"
+#include "ddstage/tool/file_descriptor.hpp"
 #include "fabric/fabric_peer.hpp"
 #include "transport/transport.hpp"
 
@@ -60,9 +61,12 @@ std::optional<TransportId> parse_transport(std::string_view value,
 /// span, a null pointer or an empty address).
 struct TransportTargets {
   std::vector<std::span<const std::byte>> mapped;  ///< shm: regions mapped into this process
-  const MpiWindow* window = nullptr;               ///< mpi: the window every rank's shard lies in
-  std::vector<const std::byte*> direct;            ///< mpi: regions addressed directly (memcpy)
-  std::vector<FabricRemote> remotes;               ///< fabric: each region's endpoint and key
+  /// shm: a region's file when it is on a tier, read with pread rather than through its mapping
+  /// (empty, or null for a target, otherwise).
+  std::vector<const FileDescriptor*> files;
+  const MpiWindow* window = nullptr;     ///< mpi: the window every rank's shard lies in
+  std::vector<const std::byte*> direct;  ///< mpi: regions addressed directly (memcpy)
+  std::vector<FabricRemote> remotes;     ///< fabric: each region's endpoint and key
 };
 
 /// A reader's own instance of a transport (its endpoint, its completion queue). UsageError
