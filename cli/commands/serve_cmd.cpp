@@ -48,6 +48,10 @@ void setup_serve(CLI::App& app, CliContext& ctx) {
       *sub, ctx, "--transport", "transport",
       "What the ranks offer besides shared memory: auto (libfabric when on several hosts), shm, or "
       "fabric (setting transport)");
+  add_setting_option(*sub, ctx, "--tier", "tier",
+                     "Where each rank keeps its regions, first with room first: memory (up to "
+                     "--mem-limit), then files on node-local storage, nvme:DIR[:SIZE] (setting "
+                     "tier)");
   sub->add_option(
       "--mem-limit", opts->mem_limit,
       "Bytes each rank may hold, e.g. 8G or 8GiB (binary either way; default: 80% of available "

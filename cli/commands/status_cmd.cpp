@@ -9,6 +9,7 @@
 
 #include "ddstage/error.hpp"
 #include "ddstage/settings.hpp"
+#include "ddstage/tool/placement.hpp"
 #include "ddstage/tool/store_control.hpp"
 #include "support/json_writer.hpp"
 #include "support/progress_line.hpp"
@@ -34,20 +35,31 @@ void print_status_json(const StoreStatus& s) {
   for (const auto& r : s.ranks) {
     j.begin_object().field("rank", r.info.rank).field("host", r.info.host).field("pid", r.info.pid);
     j.field("state", std::string(state_name(r.state)))
+        .field("lost", r.info.lost)
         .field("memory_used", r.memory_used)
         .field("memory_limit", r.info.memory_limit);
     if (r.last_heard >= 0) j.field("last_heard", r.last_heard);
     j.key("transports").begin_array();
     for (const auto& t : r.info.transports) j.value(t);
-    j.end_array().end_object();
+    j.end_array().key("tiers").begin_array();
+    for (const auto& t : r.info.tiers) j.value(t);
+    j.end_array().key("bytes_by_tier").begin_object();
+    for (const auto& [tier, bytes] : r.bytes_by_tier) j.field(tier, bytes);
+    j.end_object().end_object();
   }
   j.end_array().key("datasets").begin_array();
   for (const auto& d : s.datasets) {
     j.begin_object()
         .field("name", d.name)
         .field("index", d.index.string())
-        .field("samples", d.samples);
-    j.key("samples_per_rank").begin_array();
+        .field("samples", d.samples)
+        .field("state", d.state)
+        .field("replicas", d.replicas)
+        .field("samples_short", d.samples_short)
+        .field("samples_lost", d.samples_lost);
+    j.key("lost_ranks").begin_array();
+    for (int r : d.lost_ranks) j.value(r);
+    j.end_array().key("samples_per_rank").begin_array();
     for (auto n : d.samples_per_rank) j.value(n);
     j.end_array().key("bytes_per_rank").begin_array();
     for (auto n : d.bytes_per_rank) j.value(n);
@@ -75,9 +87,17 @@ void print_status_text(const StoreStatus& s) {
   for (const auto& d : s.datasets) {
     std::vector<std::string> bytes;
     for (auto n : d.bytes_per_rank) bytes.push_back(human_bytes(static_cast<double>(n)));
-    fmt::print("  {}: {} samples from {}\n    samples per rank: {}\n    bytes per rank:   {}\n",
-               d.name, d.samples, d.index.string(), fmt::join(d.samples_per_rank, " "),
-               fmt::join(bytes, "  "));
+    const auto copies = d.replicas == replicas_per_node ? std::string("one per node")
+                                                        : fmt::format("{}", d.replicas);
+    fmt::print("  {}: {} samples from {}, {} (copies: {})\n", d.name, d.samples, d.index.string(),
+               d.state, copies);
+    if (d.state != "healthy") {
+      fmt::print("    lost ranks: {}; {} sample(s) short of copies, {} without any{}\n",
+                 fmt::join(d.lost_ranks, " "), d.samples_short, d.samples_lost,
+                 d.samples_lost ? "" : " (`ddstage load --repair` restores them)");
+    }
+    fmt::print("    samples per rank: {}\n    bytes per rank:   {}\n",
+               fmt::join(d.samples_per_rank, " "), fmt::join(bytes, "  "));
   }
 }
 
@@ -89,8 +109,7 @@ void run_status(const StatusOptions& opts, const CliContext& ctx) {
   if (!status.error.empty()) {
     throw Error(ErrorKind::runtime,
                 "the store at " + dir +
-                    (status.answered ? " has lost a rank: " : " is not answering: ") +
-                    status.error);
+                    (status.answered ? " is not healthy: " : " is not answering: ") + status.error);
   }
 }
 

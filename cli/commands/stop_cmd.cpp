@@ -31,6 +31,11 @@ void report_stop(const StopResult& r, const std::string& dir, const CliContext& 
     ctx.note("stopped rank{} {} of the store at {}{}\n", r.stopped.size() == 1 ? "" : "s",
              rank_list(r.stopped), dir, how);
   }
+  if (!r.gone.empty()) {
+    ctx.note("rank{} {} of the store at {}: lost earlier, gone (nothing of {} runs)\n",
+             r.gone.size() == 1 ? "" : "s", rank_list(r.gone), dir,
+             r.gone.size() == 1 ? "it" : "them");
+  }
   std::vector<int> missing;
   for (const auto& u : r.unreachable) {
     const auto heard =

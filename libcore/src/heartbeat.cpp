@@ -31,13 +31,20 @@ void Heartbeat::run(const std::stop_token& stop) {
       // A stopped or cut-off rank 0 may accept the connection and never answer: bounded wait.
       const auto reply =
           control_request(m_control, m_token, beat, std::min(m_timeout, 2 * interval));
-      if (!failure_of(reply)) answered = Clock::now();
+      if (const auto refused = failure_of(reply)) {
+        // Rank 0 runs and does not take this rank back: waiting longer changes nothing.
+        if (!stop.stop_requested())
+          m_on_lost(std::chrono::duration_cast<milliseconds>(Clock::now() - answered),
+                    refused->text);
+        return;
+      }
+      answered = Clock::now();
     } catch (const std::exception&) {
       // Not answered: the silence grows until it reaches peer_timeout.
     }
     const auto silence = Clock::now() - answered;
     if (silence >= m_timeout && !stop.stop_requested()) {
-      m_on_lost(std::chrono::duration_cast<milliseconds>(silence));
+      m_on_lost(std::chrono::duration_cast<milliseconds>(silence), std::nullopt);
       return;
     }
     if (!sleep_unless_stopped(stop, interval)) return;

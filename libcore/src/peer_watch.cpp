@@ -15,7 +15,8 @@ milliseconds heartbeat_interval(milliseconds peer_timeout) {
 PeerWatch::PeerWatch(int ranks, milliseconds peer_timeout, OnLost on_lost)
     : m_timeout(peer_timeout),
       m_on_lost(std::move(on_lost)),
-      m_last(static_cast<std::size_t>(ranks), Clock::now()) {}
+      m_last(static_cast<std::size_t>(ranks), Clock::now()),
+      m_forgotten(static_cast<std::size_t>(ranks), false) {}
 
 void PeerWatch::watch() {
   {
@@ -27,9 +28,16 @@ void PeerWatch::watch() {
 
 bool PeerWatch::heard(int rank) {
   std::lock_guard lock(m_mutex);
-  if (rank <= 0 || static_cast<std::size_t>(rank) >= m_last.size()) return false;
-  m_last[static_cast<std::size_t>(rank)] = Clock::now();
+  const auto r = static_cast<std::size_t>(rank);
+  if (rank <= 0 || r >= m_last.size() || m_forgotten[r]) return false;
+  m_last[r] = Clock::now();
   return true;
+}
+
+void PeerWatch::forget(int rank) {
+  std::lock_guard lock(m_mutex);
+  if (rank > 0 && static_cast<std::size_t>(rank) < m_forgotten.size())
+    m_forgotten[static_cast<std::size_t>(rank)] = true;
 }
 
 std::vector<double> PeerWatch::silence_seconds() const {
@@ -47,7 +55,7 @@ std::vector<int> PeerWatch::silent_for(milliseconds limit) const {
   std::lock_guard lock(m_mutex);
   std::vector<int> out;
   for (std::size_t r = 1; r < m_last.size(); ++r) {
-    if (now - m_last[r] > limit) out.push_back(static_cast<int>(r));
+    if (!m_forgotten[r] && now - m_last[r] > limit) out.push_back(static_cast<int>(r));
   }
   return out;
 }
@@ -62,16 +70,15 @@ void PeerWatch::run(const std::stop_token& stop) {
     {
       std::lock_guard lock(m_mutex);
       for (std::size_t r = 1; r < m_last.size() && lost < 0; ++r) {
-        if (now - m_last[r] > m_timeout) {
+        if (!m_forgotten[r] && now - m_last[r] > m_timeout) {
           lost = static_cast<int>(r);
           silence = now - m_last[r];
+          m_forgotten[r] = true;
         }
       }
     }
-    if (lost > 0) {
-      m_on_lost(lost, std::chrono::duration_cast<milliseconds>(silence));
-      return;
-    }
+    // One a turn: the next turn comes at once for another silent rank (check_every is short).
+    if (lost > 0) m_on_lost(lost, std::chrono::duration_cast<milliseconds>(silence));
   }
 }
 

@@ -40,8 +40,9 @@ namespace {
 
 constexpr auto exit_grace = std::chrono::milliseconds(300);
 
-/// What this store's ranks that died on this node (SIGKILL) left: only ranks proven gone.
-void remove_dead_ranks_files(const std::string& store_id) noexcept {
+}  // namespace
+
+void sweep_dead_ranks(const std::string& store_id) noexcept {
   try {
     const auto report = clean_dead_ranks(store_id);
     for (const auto& f : report.removed)
@@ -51,8 +52,6 @@ void remove_dead_ranks_files(const std::string& store_id) noexcept {
     spdlog::warn("could not look for dead ranks' files: {}", e.what());
   }
 }
-
-}  // namespace
 
 void RankExit::claim(const std::string& store_id, int rank, fs::path store_dir) {
   RankLock lock(store_id, rank);
@@ -87,7 +86,7 @@ void RankExit::leave(int code) noexcept {
   // A load between tracking a name and creating its segment may have created it just now.
   unlink_tracked();
   m_lock = RankLock();
-  if (!m_store_id.empty()) remove_dead_ranks_files(m_store_id);
+  if (!m_store_id.empty()) sweep_dead_ranks(m_store_id);
   spdlog::default_logger()->flush();
   // mpiexec SIGKILLs the job's other ranks as soon as one ends (OpenMPI's wait between SIGTERM
   // and SIGKILL is cut short by the first SIGCHLD): a moment's grace lets the ranks that got

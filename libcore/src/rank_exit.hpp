@@ -11,6 +11,10 @@
 
 namespace ddstage::detail {
 
+/// Removes what this store's ranks that died on this node (SIGKILL) left: only ranks their
+/// lock proves gone (clean_dead_ranks); logs what it removed.
+void sweep_dead_ranks(const std::string& store_id) noexcept;
+
 /// This rank's claim on its node (its RankLock) and the names of the shared-memory segments it
 /// holds or is filling, kept apart from the ShmSegment objects so that a thread other than the
 /// main one (a signal, a lost peer) can free them while the main thread is blocked in a

@@ -65,8 +65,8 @@ constexpr std::array<SettingDef, 21> table{{
      "s: "
      "keep this above 5 s"},
     {"peer_timeout", SettingType::duration, "30s",
-     "a server rank that hears nothing from rank 0 (and rank 0 from any rank) for this long ends "
-     "itself and frees its memory: a lost node or a cut network never keeps a store half alive"},
+     "a server rank that hears nothing from rank 0 for this long ends itself and frees its "
+     "memory; rank 0 marks a rank it has not heard from for this long lost, and serves on"},
     {"gpu.path", SettingType::string, "auto",
      "how get_batch reaches GPU memory: direct (mapped rows copied straight to the device), staged "
      "(through a pinned host buffer, one copy per batch), auto (what bench found faster here, else "

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <optional>
+#include <span>
 #include <thread>
 
 #include <fmt/format.h>
@@ -19,7 +20,7 @@
 #include "ddstage/error.hpp"
 #include "ddstage/index.hpp"
 #include "ddstage/tool/file_descriptor.hpp"
-#include "ddstage/tool/shard_plan.hpp"
+#include "ddstage/tool/placement.hpp"
 #include "ddstage/tool/store_cleanup.hpp"
 #include "process.hpp"
 #include "rank_lock.hpp"
@@ -38,15 +39,25 @@ Message send(const StoreDescriptor& d, const Message& request, std::chrono::mill
   return reply;
 }
 
-DatasetStatus dataset_status(const StoreDataset& d, std::size_t ranks) {
-  DatasetStatus s{d.name, d.index};
-  s.samples_per_rank.assign(ranks, 0);
-  s.bytes_per_rank.assign(ranks, 0);
+/// A dataset's regions and health; `live` and `hosts` by rank.
+DatasetStatus dataset_status(const StoreDataset& d, const std::vector<bool>& live,
+                             std::span<const std::string> hosts) {
+  DatasetStatus s{.name = d.name, .index = d.index, .replicas = d.replicas};
+  s.samples_per_rank.assign(hosts.size(), 0);
+  s.bytes_per_rank.assign(hosts.size(), 0);
+  std::vector<PlacedRange> held;
   for (const auto& g : d.regions) {
+    const auto r = static_cast<std::size_t>(g.rank);
     s.samples = std::max(s.samples, g.last);
-    s.samples_per_rank[static_cast<std::size_t>(g.rank)] += g.last - g.first;
-    s.bytes_per_rank[static_cast<std::size_t>(g.rank)] += g.bytes;
+    s.samples_per_rank.at(r) += g.last - g.first;
+    s.bytes_per_rank.at(r) += g.bytes;
+    held.push_back({g.rank, g.first, g.last});
   }
+  const auto cover = coverage(held, live, hosts, d.replicas, s.samples);
+  s.state = cover.state();
+  s.lost_ranks = cover.lost_ranks;
+  s.samples_short = cover.samples_short;
+  s.samples_lost = cover.samples_lost;
   return s;
 }
 
@@ -159,12 +170,26 @@ LoadResult StoreControl::load(const LoadRequest& request) {
                                  .allow_stale = request.allow_stale,
                                  .mem_limit = request.mem_limit,
                                  .streams = request.streams,
-                                 .progress = true};
+                                 .progress = true,
+                                 .replicas = request.replicas};
   auto on_interim = [&](const Message& interim) {
     if (request.progress) request.progress(detail::progress_of(interim));
   };
   return detail::load_result_of(
       send(m_descriptor, detail::load_request(load), m_timeout, on_interim));
+}
+
+std::vector<LoadResult> StoreControl::repair(const LoadRequest& request) {
+  const detail::LoadCommand options{.verify = request.verify,
+                                    .allow_stale = request.allow_stale,
+                                    .mem_limit = request.mem_limit,
+                                    .streams = request.streams,
+                                    .progress = true};
+  auto on_interim = [&](const Message& interim) {
+    if (request.progress) request.progress(detail::progress_of(interim));
+  };
+  return detail::repair_results_of(
+      send(m_descriptor, detail::repair_request(options, request.name), m_timeout, on_interim));
 }
 
 void StoreControl::unload(const std::string& name) {
@@ -185,13 +210,20 @@ StoreStatus StoreControl::status() {
   if (lost.empty()) m_descriptor = StoreDescriptor::read(m_dir);
   const auto here = detail::host_name();
   const double peer_timeout = std::chrono::duration<double>(m_peer_timeout).count();
+  std::vector<bool> live;
+  std::vector<std::string> hosts;
   for (std::size_t r = 0; r < m_descriptor.ranks.size(); ++r) {
     RankStatus rs{m_descriptor.ranks[r]};
-    if (lost.empty()) {
+    if (rs.info.lost) {
+      // Rank 0 marked it: the store went on without it, and reports it as it was.
+      rs.state = RankState::lost;
+      if (r < reply.last_heard.size()) rs.last_heard = reply.last_heard[r];
+    } else if (lost.empty()) {
       if (r < reply.memory_used.size()) rs.memory_used = reply.memory_used[r];
       if (r < reply.last_heard.size()) rs.last_heard = reply.last_heard[r];
       // Rank 0 answers a status without asking the other ranks: one it has not heard from for
-      // peer_timeout, or one whose lock on this host is free, is lost though rank 0 answered.
+      // peer_timeout, or one whose lock on this host is free, is lost though rank 0 answered
+      // (and has not marked it yet).
       const bool gone_here = rs.info.host == here && !m_descriptor.id.empty() &&
                              !rank_live(m_descriptor, static_cast<int>(r));
       const bool silent = rs.last_heard > peer_timeout;
@@ -207,10 +239,20 @@ StoreStatus StoreControl::status() {
       rs.state =
           rank_live(m_descriptor, static_cast<int>(r)) ? RankState::not_answering : RankState::lost;
     }
+    live.push_back(rs.state != RankState::lost);
+    hosts.push_back(rs.info.host);
     status.ranks.push_back(rs);
   }
-  for (const auto& d : m_descriptor.datasets)
-    status.datasets.push_back(dataset_status(d, m_descriptor.ranks.size()));
+  for (const auto& d : m_descriptor.datasets) {
+    for (const auto& g : d.regions)
+      status.ranks.at(static_cast<std::size_t>(g.rank)).bytes_by_tier[g.tier] += g.bytes;
+    status.datasets.push_back(dataset_status(d, live, hosts));
+    const auto& ds = status.datasets.back();
+    if (status.error.empty() && ds.state != "healthy") {
+      status.error = fmt::format("dataset '{}' is {}: {} sample(s) short of copies, {} without any",
+                                 ds.name, ds.state, ds.samples_short, ds.samples_lost);
+    }
+  }
   if (lost.empty()) status.busy = reply.busy;
   if (!lost.empty()) status.error = lost;
   status.answered = lost.empty();
@@ -224,6 +266,15 @@ StopResult StoreControl::stop() {
     for (const auto& rank : m_descriptor.ranks) all_ranks.push_back(rank.rank);
     auto result =
         detail::stop_result_of(send(m_descriptor, detail::stop_request(), m_timeout), all_ranks);
+    // A rank lost earlier that died on this host is no rank that may still run.
+    const auto here = detail::host_name();
+    std::erase_if(result.unreachable, [&](const UnreachableRank& u) {
+      const bool gone =
+          u.host == here && !m_descriptor.id.empty() &&
+          detail::rank_presence(m_descriptor.id, u.rank) != detail::RankPresence::live;
+      if (gone) result.gone.push_back(u.rank);
+      return gone;
+    });
     remove_empty_store_directory(m_dir);
     return result;
   } catch (const Error& e) {

@@ -25,8 +25,8 @@ void run_store_server(const ServeOptions& options, int* argc, char*** argv) {
     spdlog::info("signal {} ({}): freeing this rank's memory and ending", sig, ::strsignal(sig));
     exit.leave(0);
   });
-  // Only the main thread calls MPI; the control, heartbeat and watch threads never do.
-  const detail::MpiSession mpi(argc, argv, MPI_THREAD_FUNNELED);
+  // Only the main thread calls MPI, and only until every rank serves (ServerRank::run).
+  detail::MpiSession mpi(argc, argv, MPI_THREAD_FUNNELED);
   try {
     detail::ServerRank(options, transport, mpi, exit).run();
   } catch (...) {

@@ -117,8 +117,11 @@ done
 if ((nodes > 1)); then
   srun --overlap -N 1 -n 1 ddstage info --fabric
 fi
-# The store: its own step, one rank per node, MPI through PMIx.
+# The store: its own step, one rank per node, MPI through PMIx (only to start: see
+# ddstage-serve(1)). --kill-on-bad-exit=0 --no-kill: a lost node or rank does not end the step,
+# so the store serves on without it (`ddstage load --replicas 2` keeps every sample readable).
 srun --overlap -N "$nodes" --ntasks="$nodes" --ntasks-per-node=1 --mpi="${SLURM_MPI_TYPE:-pmix}" \
+  --kill-on-bad-exit=0 --no-kill \
   bash -c "$on_job_vni" job-vni ddstage serve --store "$store" --transport "$transport" &
 serve_pid=$!
 ddstage wait --store "$store" --timeout 120s --pid "$serve_pid"

@@ -28,10 +28,11 @@ SLACK_S = 12
 
 # ---- the control protocol, spoken directly ---------------------------------------------------
 
-def control(store, request, timeout=30):
-    """One control request (protocol v2: magic, version, token, length, YAML body); the reply."""
+def control(store, request, timeout=30, rank=0):
+    """One control request (protocol v2: magic, version, token, length, YAML body) to a rank's
+    control socket (rank 0's is the store's); the reply."""
     d = yaml.safe_load((store.dir / "store.yaml").read_text())
-    host, port = d["control"].rsplit(":", 1)
+    host, port = (d["ranks"][rank]["control"] if rank else d["control"]).rsplit(":", 1)
     body = yaml.safe_dump(request).encode()
     with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as s:
         s.sendall(b"DDSC" + struct.pack("<I", 2) + d["token"].encode() + struct.pack("<I", len(body)) + body)
@@ -101,24 +102,45 @@ def small(ddstage, gen, tmp_path):
 
 # ---- signals ---------------------------------------------------------------------------------
 
-def test_every_rank_holds_a_lock_and_sigterm_to_an_idle_rank_frees_everything(ddstage, serve, small):
-    store = serve(3)
+def wait_marked_lost(store, rank, timeout):
+    """Waits (bounded) until store.yaml marks the rank lost."""
+    deadline = time.monotonic() + timeout
+    while not yaml.safe_load((store.dir / "store.yaml").read_text())["ranks"][rank].get("lost"):
+        assert time.monotonic() < deadline, f"rank {rank} never marked lost:\n{store.output()}"
+        time.sleep(0.05)
+
+
+def rank_files(store, rank):
+    return [f for f in store_files(store) if f.endswith((f"-r{rank}", f"-r{rank}.lock"))]
+
+
+def test_every_rank_holds_a_lock_and_sigterm_to_an_idle_rank_frees_it(ddstage, serve, small):
+    """SIGTERM to rank 1 of a serving store: it frees what it holds and ends; past start-up no
+    rank's end is another's (MPI is finalised), so the others serve on, rank 0 marks it lost,
+    and stop ends them with nothing left."""
+    store = serve(3, env=PEER_TIMEOUT)
     ddstage.ok("load", "--store", store.dir, small, "--name", "s")
     pids = store.pids()
     locks = [f for f in store_files(store) if f.endswith(".lock")]
     assert locks == [f"{store.prefix}-r{r}.lock" for r in range(3)]
     assert len(store_files(store)) == 6  # a segment per rank
     os.kill(pids[1], signal.SIGTERM)
-    assert wait_gone(store, pids, 5 + SLACK_S) < 5 + SLACK_S
-    assert "freeing this rank's memory" in store.output()
+    assert wait_dead([pids[1]], timeout=5 + SLACK_S)
+    assert "freeing this rank's memory" in store.wait_output("freeing this rank's memory")
+    assert rank_files(store, 1) == []
+    wait_marked_lost(store, 1, 3 + SLACK_S)
+    assert store.proc.poll() is None and pid_alive(pids[0]) and pid_alive(pids[2]), store.output()
+    proc = ddstage.ok("stop", "--store", store.dir)
+    assert "stopped ranks 0,2" in proc.stdout, proc.stdout
+    wait_gone(store, pids, 5 + SLACK_S)
     assert_nothing_left(store, pids)
 
 
 def test_sigterm_during_a_load_frees_the_segment_being_filled(ddstage, serve, big):
     """Rank 1 is signalled as soon as the segment it fills appears (not in the descriptor yet,
-    rank 0 in the middle of the load's collectives): every rank ends, nothing is left, and the
-    load's client ends too (with an error, or with the load's success when the ranks finished
-    it during their last moment)."""
+    rank 0 waiting for the fills): rank 1 frees it and ends, and the load is undone on every
+    rank (an error naming rank 1), or, when the ranks finished it first, stands. The others
+    serve on; stop then leaves nothing."""
     store = serve(3)
     pids = store.pids()
     load = subprocess.Popen([ddstage.path, "load", "--store", store.dir, big, "--verify", "--streams", "1"],
@@ -129,13 +151,18 @@ def test_sigterm_during_a_load_frees_the_segment_being_filled(ddstage, serve, bi
             assert time.monotonic() < deadline and load.poll() is None, "the load never started"
             time.sleep(0.005)
         os.kill(pids[1], signal.SIGTERM)
-        wait_gone(store, pids, 5 + SLACK_S)
-        assert_nothing_left(store, pids)
+        assert wait_dead([pids[1]], timeout=5 + SLACK_S)
+        assert rank_files(store, 1) == []
         out, err = load.communicate(timeout=60)
         if load.returncode != 0:
-            assert_runtime_error(subprocess.CompletedProcess(load.args, load.returncode, out, err), "")
+            assert_runtime_error(subprocess.CompletedProcess(load.args, load.returncode, out, err), "rank 1")
+            assert [f for f in store_files(store) if not f.endswith(".lock")] == [], store.output()
         else:
             assert "loaded 'big'" in out
+        assert store.proc.poll() is None, store.output()
+        ddstage.ok("stop", "--store", store.dir)
+        wait_gone(store, pids, 5 + SLACK_S)
+        assert_nothing_left(store, pids)
     finally:
         if load.poll() is None:
             load.kill()
@@ -165,22 +192,44 @@ def test_sigkill_of_rank_1_leaves_nothing_once_the_others_are_gone(ddstage, serv
     assert_nothing_left(store, pids)
 
 
-@pytest.mark.parametrize("rank", [1, 0])
-def test_a_stopped_rank_is_lost_and_the_rest_end_within_peer_timeout(ddstage, serve, small, rank):
-    """SIGSTOP: no signal, no exit, no MPI error; only the heartbeats notice (rank 0's watch a
-    stopped rank 1, the other ranks' a stopped rank 0)."""
+def test_a_stopped_rank_0_ends_the_rest_within_peer_timeout(ddstage, serve, small):
+    """SIGSTOP: no signal, no exit; only the heartbeats notice. Rank 0 is the coordinator: the
+    other ranks, hearing nothing from it for peer_timeout, free their memory and end."""
     store = serve(3, env=PEER_TIMEOUT)
     ddstage.ok("load", "--store", store.dir, small, "--name", "s")
     pids = store.pids()
-    os.kill(pids[rank], signal.SIGSTOP)
+    os.kill(pids[0], signal.SIGSTOP)
     try:
         wait_gone(store, pids, 3 + SLACK_S)
         out = store.output()
-        assert f"lost rank {rank} on" in out and "freeing this rank's memory and ending" in out, out
+        assert "lost rank 0 on" in out and "freeing this rank's memory and ending" in out, out
         assert_nothing_left(store, pids)
     finally:
-        if pid_alive(pids[rank]):
-            os.kill(pids[rank], signal.SIGCONT)
+        if pid_alive(pids[0]):
+            os.kill(pids[0], signal.SIGCONT)
+
+
+def test_a_stopped_rank_is_marked_lost_and_never_taken_back(ddstage, serve, small):
+    """SIGSTOP of rank 1 under mpiexec --enable-recovery: rank 0 marks it lost after
+    peer_timeout and the store serves on; once it runs again, rank 0 refuses its heartbeats, so
+    it frees its memory and ends at once instead of serving beside its replacement."""
+    store = serve(3, env=PEER_TIMEOUT, mpiexec_args=["--enable-recovery"])
+    ddstage.ok("load", "--store", store.dir, small, "--name", "s")
+    pids = store.pids()
+    os.kill(pids[1], signal.SIGSTOP)
+    try:
+        wait_marked_lost(store, 1, 3 + SLACK_S)
+        assert pid_alive(pids[1]) and store.proc.poll() is None
+    finally:
+        os.kill(pids[1], signal.SIGCONT)
+    assert wait_dead([pids[1]], timeout=3 + SLACK_S)
+    out = store.wait_output("no longer counts this rank")
+    assert "no longer counts this rank in the store" in out and "freeing this rank's memory" in out, out
+    assert rank_files(store, 1) == []
+    assert store.proc.poll() is None and pid_alive(pids[0]) and pid_alive(pids[2]), out
+    ddstage.ok("stop", "--store", store.dir)
+    wait_gone(store, pids, 5 + SLACK_S)
+    assert_nothing_left(store, pids)
 
 
 # ---- the control protocol ---------------------------------------------------------------------
@@ -212,8 +261,8 @@ def test_stop_of_a_healthy_store_names_every_rank_stopped(ddstage, serve, small)
 
 
 def test_stop_with_a_stopped_rank_is_honest_and_quick(ddstage, serve, small):
-    """No collective with a rank that is not answering: rank 0 stops alone, says which rank it
-    could not reach, and the job still ends (that rank within peer_timeout, or by mpiexec)."""
+    """No wait on a rank that is not answering: rank 0 stops every rank it reaches, says which
+    it could not, and the job still ends (that rank within peer_timeout, or by mpiexec)."""
     store = serve(3, env={"DDSTAGE_PEER_TIMEOUT": "10s"})
     ddstage.ok("load", "--store", store.dir, small, "--name", "s")
     pids = store.pids()
@@ -223,7 +272,7 @@ def test_stop_with_a_stopped_rank_is_honest_and_quick(ddstage, serve, small):
         t0 = time.monotonic()
         reply = control(store, {"op": "stop"})
         assert time.monotonic() - t0 < 5, "stop waited on the stopped rank"
-        assert reply["ok"] is True and reply["stopped"] == [0], reply
+        assert reply["ok"] is True and reply["stopped"] == [0, 1], reply
         [lost] = reply["unreachable"]
         assert lost["rank"] == 2 and lost["host"] and lost["last_heard"] >= 3, reply
         assert not (store.dir / "store.yaml").exists()
@@ -435,3 +484,16 @@ def test_a_rank_lost_during_start_up_ends_the_store(ddstage, tmp_path):
     assert "lost rank 1" in out and "no heartbeat" in out, out
     assert proc.returncode != 0, out
     assert not (store_dir / "store.yaml").exists()
+
+
+def test_ranks_end_and_free_everything_when_mpiexec_is_killed(ddstage, serve, small):
+    """MPI is finalised once the store serves, so nothing of MPI ends a rank whose launcher is
+    SIGKILLed (the ranks sit in process groups of their own): each sees its parent gone and
+    ends, freeing what it holds."""
+    store = serve(2)
+    ddstage.ok("load", "--store", store.dir, small, "--name", "s")
+    pids = store.pids()
+    os.killpg(store.proc.pid, signal.SIGKILL)
+    store.proc.wait(timeout=30)
+    assert wait_dead(pids, timeout=5 + SLACK_S), store.output()
+    assert_nothing_left(store, pids)

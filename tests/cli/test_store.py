@@ -25,12 +25,12 @@ START_TIMEOUT_S = 60
 class Store:
     """One `ddstage serve` job. The process group is ours: kill() ends every rank."""
 
-    def __init__(self, ddstage, directory, ranks, args=(), env=None):
+    def __init__(self, ddstage, directory, ranks, args=(), env=None, mpiexec_args=()):
         self.ddstage = ddstage
         self.dir = Path(directory)
         cmd = [ddstage.path, "serve", "--store", str(self.dir), "--listen", "127.0.0.1:0", *args]
         if ranks:
-            cmd = ["mpiexec", "-n", str(ranks)] + cmd
+            cmd = ["mpiexec", *mpiexec_args, "-n", str(ranks)] + cmd
         self.log = open(self.dir.parent / f"{self.dir.name}.log", "w+")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
                                      env={**os.environ, **MPI_ENV, **(env or {})}, start_new_session=True)
@@ -68,12 +68,17 @@ class Store:
         assert not (self.dir / "store.yaml").exists()
 
     def kill(self):
-        """SIGKILL the whole job and wait (bounded) until every rank is dead."""
+        """SIGKILL the whole job and wait (bounded) until every rank is dead. The ranks too: mpiexec
+        puts them in process groups of their own, and once serving they outlive it by a moment
+        (they end when they see it gone), freeing what a SIGKILL would leave."""
         pids = self.pids() if (self.dir / "store.yaml").exists() else []
+        for pid in pids:
+            if pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait(timeout=30)
-        wait_dead(pids)
+        assert wait_dead(pids)
 
 
 def wait_dead(pids, timeout=15):
@@ -90,8 +95,9 @@ def serve(ddstage, tmp_path):
     and segments must be gone."""
     started = []
 
-    def start(ranks=4, name="store", args=(), env=None):
-        store = Store(ddstage, tmp_path / name, ranks, args, env)
+    def start(ranks=4, name="store", args=(), env=None, mpiexec_args=()):
+        """mpiexec_args: e.g. ["--enable-recovery"], so that a rank's end is not the job's."""
+        store = Store(ddstage, tmp_path / name, ranks, args, env, mpiexec_args)
         started.append(store)
         return store
 

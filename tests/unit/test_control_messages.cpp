@@ -131,3 +131,64 @@ TEST_CASE("a malformed entry of a per-rank list keeps the ranks in place", "[con
   CHECK(status.memory_used == std::vector<uint64_t>{10, 0, 30});
   CHECK(status.last_heard == std::vector<double>{0.5, -1, 2.5});
 }
+
+TEST_CASE("replicas and repairs read back as the commands rank 0 executes", "[control][messages]") {
+  CHECK(detail::command_of(detail::load_request({.index = "/d/x.ddx", .replicas = 3}))
+            .load.replicas == 3);
+  CHECK(detail::command_of(detail::load_request({.index = "/d/x.ddx"})).load.replicas == 1);
+  CHECK_THROWS_AS(detail::command_of(detail::load_request({.index = "/d", .replicas = -1})),
+                  UsageError);
+  const auto repair =
+      detail::command_of(detail::repair_request({.verify = true, .allow_stale = true}, "x"));
+  CHECK(repair.op == "repair");
+  CHECK(repair.dataset == "x");
+  CHECK(repair.load.verify);
+  CHECK(repair.load.allow_stale);
+  CHECK(detail::command_of(detail::repair_request({}, "")).dataset.empty());
+  const std::vector<LoadResult> done{{.name = "x", .samples = 7, .bytes = 70, .warning = "w"}};
+  const auto back = detail::repair_results_of(detail::repair_reply(done));
+  REQUIRE(back.size() == 1);
+  CHECK(back[0].name == "x");
+  CHECK(back[0].samples == 7);
+  CHECK(back[0].warning == "w");
+  CHECK(detail::repair_results_of(detail::repair_reply({})).empty());
+}
+
+TEST_CASE("a rank's part and its reply read back whole; a client's request is no part",
+          "[control][messages]") {
+  const detail::PartCommand part{.op = "fill",
+                                 .load = {.index = "/d/x.ddx", .verify = true, .streams = 3},
+                                 .dataset = "x",
+                                 .regions = {{0, 10}, {20, 35}},
+                                 .add = true,
+                                 .fingerprint = 0xfeedbeefcafe};
+  const auto read = detail::part_command_of(detail::part_request(part));
+  CHECK(read.op == "fill");
+  CHECK(read.load.index == "/d/x.ddx");
+  CHECK(read.load.verify);
+  CHECK(read.load.streams == 3);
+  CHECK(read.dataset == "x");
+  REQUIRE(read.regions.size() == 2);
+  CHECK(read.regions[1].first == 20);
+  CHECK(read.regions[1].last == 35);
+  CHECK(read.add);
+  CHECK(read.fingerprint == 0xfeedbeefcafe);
+  const detail::PartReply reply{.memory_used = 4096,
+                                .regions = {{.span = {0, 10},
+                                             .bytes = 512,
+                                             .segment = "/ddstage-a-x-g1-r2",
+                                             .fabric = detail::PublishedFabric{7, 0x1000}}}};
+  const auto back = detail::part_reply_of(detail::part_reply(reply));
+  CHECK(back.memory_used == 4096);
+  REQUIRE(back.regions.size() == 1);
+  CHECK(back.regions[0].segment == "/ddstage-a-x-g1-r2");
+  REQUIRE(back.regions[0].fabric);
+  CHECK(back.regions[0].fabric->key == 7);
+  CHECK_THROWS_AS(detail::part_command_of(detail::stop_request()), UsageError);
+  Message forged = detail::part_request(part);
+  forged["part"] = "zz";
+  CHECK_THROWS_AS(detail::part_command_of(forged), UsageError);
+  forged["part"] = "00";
+  CHECK_THROWS_AS(detail::part_command_of(forged), UsageError);
+  CHECK_THROWS_AS(detail::part_reply_of(detail::ok_reply()), Error);
+}

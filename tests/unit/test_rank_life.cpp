@@ -4,15 +4,19 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "control/control_messages.hpp"
 #include "control/control_server.hpp"
 #include "ddstage/store_descriptor.hpp"
 #include "ddstage/tool/shm_segment.hpp"
@@ -159,7 +163,9 @@ TEST_CASE("rank 0's watch names the rank that went silent, and only once watchin
   REQUIRE(silence.size() == 3);
   REQUIRE(silence[0] == 0.0);
   REQUIRE(silence[1] < silence[2]);
-  REQUIRE(watch.silent_for(300ms) == std::vector<int>{2});
+  // Reported once, then forgotten: never silent again, never heard again.
+  REQUIRE(watch.silent_for(300ms).empty());
+  REQUIRE_FALSE(watch.heard(2));
 }
 
 TEST_CASE("heartbeats keep a rank quiet while rank 0 answers, and report it gone once it does not",
@@ -174,12 +180,61 @@ TEST_CASE("heartbeats keep a rank quiet while rank 0 answers, and report it gone
                   return reply;
                 });
   std::atomic<bool> lost{false};
-  detail::Heartbeat beat(rank0->address(), token, 1, 1000ms,
-                         [&](std::chrono::milliseconds) { lost = true; });
+  detail::Heartbeat beat(
+      rank0->address(), token, 1, 1000ms,
+      [&](std::chrono::milliseconds, const std::optional<std::string>&) { lost = true; });
   std::this_thread::sleep_for(2500ms);
   REQUIRE_FALSE(lost);
   rank0.reset();
   const auto t0 = std::chrono::steady_clock::now();
   while (!lost && std::chrono::steady_clock::now() - t0 < 15s) std::this_thread::sleep_for(20ms);
   REQUIRE(lost);
+}
+
+TEST_CASE("rank 0's watch goes on after a lost rank, and a forgotten rank is never heard again",
+          "[peer_watch]") {
+  std::mutex mutex;
+  std::vector<int> lost;
+  detail::PeerWatch watch(4, 300ms, [&](int rank, std::chrono::milliseconds) {
+    std::lock_guard lock(mutex);
+    lost.push_back(rank);
+  });
+  watch.watch();
+  watch.forget(3);  // lost otherwise (a command it did not answer): no second report
+  REQUIRE_FALSE(watch.heard(3));
+  const auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    {
+      std::lock_guard lock(mutex);
+      if (lost.size() >= 2 || std::chrono::steady_clock::now() - t0 > 10s) break;
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  std::this_thread::sleep_for(400ms);  // a third report would come by now
+  std::lock_guard lock(mutex);
+  std::sort(lost.begin(), lost.end());
+  REQUIRE(lost == std::vector<int>{1, 2});
+  REQUIRE_FALSE(watch.heard(1));
+  REQUIRE(watch.silent_for(0ms).empty());
+}
+
+TEST_CASE("a refused heartbeat reports the rank lost at once, with rank 0's words", "[heartbeat]") {
+  const std::string token = "0123456789abcdef0123456789abcdef";
+  detail::ControlServer rank0("127.0.0.1:0", token, [](const detail::Message&, bool) {
+    return std::optional(detail::error_reply({.text = "heartbeat from no live rank"}));
+  });
+  std::mutex mutex;
+  std::optional<std::string> refusal;
+  std::atomic<bool> lost{false};
+  const auto t0 = std::chrono::steady_clock::now();
+  detail::Heartbeat beat(rank0.address(), token, 1, 30s,
+                         [&](std::chrono::milliseconds, const std::optional<std::string>& why) {
+                           std::lock_guard lock(mutex);
+                           refusal = why;
+                           lost = true;
+                         });
+  while (!lost && std::chrono::steady_clock::now() - t0 < 20s) std::this_thread::sleep_for(20ms);
+  REQUIRE(lost);  // within 20 s of a 30 s peer_timeout: the refusal, not the silence
+  std::lock_guard lock(mutex);
+  REQUIRE(refusal == std::optional<std::string>("heartbeat from no live rank"));
 }

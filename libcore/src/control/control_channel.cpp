@@ -315,6 +315,21 @@ std::optional<ControlConnection> ControlListener::accept() {
   }
 }
 
+std::string listen_beside(const std::string& rank0_control) {
+  const auto [host, port] = split_address(rank0_control);
+  const auto list = resolve(host, port.empty() ? "1" : port);
+  // A datagram socket's connect only picks the route: no packet leaves.
+  FileDescriptor fd(::socket(list->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0), "route probe");
+  if (!fd || ::connect(fd.get(), list->ai_addr, list->ai_addrlen) != 0)
+    throw IoError("no route to rank 0's control address " + rank0_control, errno);
+  sockaddr_storage local{};
+  socklen_t length = sizeof local;
+  if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&local), &length) != 0)
+    throw IoError("getsockname of the route to " + rank0_control, errno);
+  const auto numeric = numeric_address(reinterpret_cast<sockaddr*>(&local), length);
+  return numeric.substr(0, numeric.rfind(':') + 1) + "0";
+}
+
 Message control_request(const std::string& address, std::string_view token, const Message& request,
                         milliseconds timeout) {
   return control_request(address, token, request, timeout, {});

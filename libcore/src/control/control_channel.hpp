@@ -54,6 +54,12 @@ class ControlListener {
   std::string m_address;
 };
 
+/// What a rank beside rank 0 binds its own control socket to, given rank 0's control address:
+/// this host's address on the route to rank 0 (the one rank 0 reaches it by: loopback when rank
+/// 0 listens on loopback), any port. UsageError when rank 0's host does not resolve, IoError
+/// when no route leads there.
+std::string listen_beside(const std::string& rank0_control);
+
 /// Connects to address, sends request with the store's token, returns the reply; bounded by
 /// timeout overall (except name resolution, which the resolver bounds). Error naming the
 /// address when nothing listens there or the reply does not come in time.

@@ -6,6 +6,7 @@
 
 #include "ddstage/error.hpp"
 #include "ddstage/tool/shard_loader.hpp"
+#include "mpi/wire_bytes.hpp"
 
 namespace ddstage::detail {
 namespace {
@@ -37,6 +38,10 @@ constexpr const char* key_last_heard = "last_heard";
 constexpr const char* key_busy = "busy";
 constexpr const char* key_stopped = "stopped";
 constexpr const char* key_unreachable = "unreachable";
+constexpr const char* key_replicas = "replicas";
+constexpr const char* key_warning = "warning";
+constexpr const char* key_repaired = "repaired";
+constexpr const char* key_part = "part";
 
 Message request(const char* op) {
   Message m;
@@ -98,9 +103,33 @@ LoadCommand load_command_of(const Message& request) {
                    .allow_stale = optional_field(request, key_allow_stale, false),
                    .mem_limit = optional_field<uint64_t>(request, key_mem_limit, 0),
                    .streams = optional_field(request, key_streams, ShardLoadOptions{}.streams),
-                   .progress = optional_field(request, key_progress, false)};
+                   .progress = optional_field(request, key_progress, false),
+                   .replicas = optional_field(request, key_replicas, 1)};
   check_load_streams(load.streams);
+  if (load.replicas < 0)
+    throw UsageError(fmt::format("load request with {} replicas", load.replicas));
   return load;
+}
+
+/// The wire struct a part message carries under key_part.
+template <class T>
+T part_of(const Message& message) {
+  // YAML's binary scalar (base64): a peer's bytes, so decoded without YAML's exception.
+  const auto bytes = converted<YAML::Binary>(message, key_part);
+  if (!bytes || bytes->size() == 0)
+    throw Error(ErrorKind::runtime, "a part message without a valid 'part'");
+  return from_wire<T>(
+      std::string_view(reinterpret_cast<const char*>(bytes->data()), bytes->size()));
+}
+
+/// A wire struct as YAML's binary scalar.
+template <class T>
+YAML::Binary binary_of(const T& value) {
+  const std::string bytes = to_wire(value);
+  YAML::Binary out;
+  std::vector<unsigned char> owned(bytes.begin(), bytes.end());
+  out.swap(owned);
+  return out;
 }
 
 }  // namespace
@@ -115,7 +144,40 @@ Message load_request(const LoadCommand& load) {
   m[key_mem_limit] = load.mem_limit;
   if (load.streams) m[key_streams] = load.streams;
   m[key_progress] = load.progress;
+  m[key_replicas] = load.replicas;
   return m;
+}
+
+Message repair_request(const LoadCommand& options, const std::string& dataset) {
+  Message m = load_request(options);
+  m[key_op] = "repair";
+  m[key_name] = dataset;
+  return m;
+}
+
+Message part_request(const PartCommand& part) {
+  Message m = request("part");
+  m[key_part] = binary_of(part);
+  return m;
+}
+
+PartCommand part_command_of(const Message& request) {
+  if (op_of(request) != "part") throw UsageError("a rank's own socket takes only rank 0's parts");
+  try {
+    return part_of<PartCommand>(request);
+  } catch (const Error& e) {
+    throw UsageError(e.message());
+  }
+}
+
+Message part_reply(const PartReply& reply) {
+  Message m = ok_reply();
+  m[key_part] = binary_of(reply);
+  return m;
+}
+
+PartReply part_reply_of(const Message& reply) {
+  return part_of<PartReply>(reply);
 }
 
 Message unload_request(const std::string& dataset) {
@@ -143,6 +205,11 @@ ControlCommand command_of(const Message& request) {
   ControlCommand command{.op = request_field<std::string>(request, key_op, "control request")};
   if (command.op == "load") {
     command.load = load_command_of(request);
+  } else if (command.op == "repair") {
+    Message options = YAML::Clone(request);
+    options[key_index] = "";  // a repair loads from the indexes the store loaded
+    command.load = load_command_of(options);
+    command.dataset = optional_field<std::string>(request, key_name, "");
   } else if (command.op == "unload") {
     if (!request[key_name]) throw UsageError("unload request without a name");
     command.dataset = request_field<std::string>(request, key_name, "unload request");
@@ -204,13 +271,33 @@ Message load_reply(const LoadResult& result) {
   reply[key_bytes] = result.bytes;
   reply[key_seconds] = result.seconds;
   reply[key_verified] = result.verified;
+  if (!result.warning.empty()) reply[key_warning] = result.warning;
   return reply;
 }
 
 LoadResult load_result_of(const Message& reply) {
-  return {reply_field<std::string>(reply, key_name), reply_field<uint64_t>(reply, key_samples),
-          reply_field<uint64_t>(reply, key_bytes), reply_field<double>(reply, key_seconds),
-          reply_field<bool>(reply, key_verified)};
+  LoadResult result{
+      reply_field<std::string>(reply, key_name), reply_field<uint64_t>(reply, key_samples),
+      reply_field<uint64_t>(reply, key_bytes), reply_field<double>(reply, key_seconds),
+      reply_field<bool>(reply, key_verified)};
+  scalar(reply, key_warning, result.warning);
+  return result;
+}
+
+Message repair_reply(const std::vector<LoadResult>& repaired) {
+  Message reply = ok_reply();
+  reply[key_repaired] = YAML::Node(YAML::NodeType::Sequence);
+  for (const auto& r : repaired) reply[key_repaired].push_back(load_reply(r));
+  return reply;
+}
+
+std::vector<LoadResult> repair_results_of(const Message& reply) {
+  std::vector<LoadResult> out;
+  const auto list = reply[key_repaired];
+  if (!list || !list.IsSequence())
+    throw Error(ErrorKind::runtime, "the store's reply has no valid 'repaired'");
+  for (const auto& item : list) out.push_back(load_result_of(item));
+  return out;
 }
 
 Message progress_message(const LoadProgress& progress) {

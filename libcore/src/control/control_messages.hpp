@@ -1,6 +1,7 @@
-// Every control message, spelled once: the requests a client sends rank 0 (load, unload,
-// status, stop, heartbeat), its replies, a load's interim progress and the failure reply. The
-// client (store_control.cpp) and the server (server/) both go through these, never through keys.
+// Every control message, spelled once: the requests a client sends rank 0 (load, repair,
+// unload, status, stop, heartbeat), its replies, a load's interim progress, the failure reply,
+// and the parts rank 0 sends each rank once the store serves. The client (store_control.cpp) and
+// the server (server/) both go through these, never through keys.
 #pragma once
 
 #include <cstdint>
@@ -25,19 +26,21 @@ struct LoadCommand {
   uint64_t mem_limit = 0;  ///< 0: the server's
   unsigned streams = 0;    ///< 0: the default (ShardLoadOptions)
   bool progress = false;   ///< send interim progress messages
+  /// Copies to keep: 1 or more, or replicas_per_node (0) for one per node.
+  int replicas = 1;
 
   template <class Self, class Fields>
   static void fields(Self& self, Fields& f) {
     f(self.index, self.name, self.verify, self.replace, self.allow_stale, self.mem_limit,
-      self.streams, self.progress);
+      self.streams, self.progress, self.replicas);
   }
 };
 
-/// A command every rank executes in the same order: op is "load", "unload", "status" or "stop".
+/// A request rank 0 executes: op is "load", "repair", "unload", "status" or "stop".
 struct ControlCommand {
   std::string op;
-  LoadCommand load;     ///< op "load"
-  std::string dataset;  ///< op "unload"
+  LoadCommand load;     ///< op "load"; for "repair", its options (verify, allow_stale, ...)
+  std::string dataset;  ///< op "unload"; op "repair": empty for every degraded dataset
 
   template <class Self, class Fields>
   static void fields(Self& self, Fields& f) {
@@ -45,7 +48,73 @@ struct ControlCommand {
   }
 };
 
+/// Samples [first, last) of a dataset, one region on one rank.
+struct RegionSpan {
+  uint64_t first = 0;
+  uint64_t last = 0;
+
+  template <class Self, class Fields>
+  static void fields(Self& self, Fields& f) {
+    f(self.first, self.last);
+  }
+};
+
+/// A rank's share of a command, sent by rank 0 to that rank's own control socket. op: "check"
+/// (open the index, check it and that the new regions fit), "fill" (load them, held pending),
+/// "commit" (serve them), "abort" (drop them), "unload", "stop".
+struct PartCommand {
+  std::string op;
+  LoadCommand load;                 ///< check, fill
+  std::string dataset;              ///< the dataset's name in the store
+  std::vector<RegionSpan> regions;  ///< check, fill: this rank's new regions
+  bool add = false;  ///< a repair's regions: the dataset's regions held now stay beside them
+  uint64_t fingerprint = 0;  ///< check, fill: Index::fingerprint() of the index as rank 0 saw it
+
+  template <class Self, class Fields>
+  static void fields(Self& self, Fields& f) {
+    f(self.op, self.load, self.dataset, self.regions, self.add, self.fingerprint);
+  }
+};
+
+/// A region's libfabric registration as readers name it.
+struct PublishedFabric {
+  uint64_t key = 0;
+  uint64_t base = 0;
+
+  template <class Self, class Fields>
+  static void fields(Self& self, Fields& f) {
+    f(self.key, self.base);
+  }
+};
+
+/// A filled region as store.yaml publishes it.
+struct PublishedRegion {
+  RegionSpan span;
+  uint64_t bytes = 0;
+  std::string segment;
+  std::string tier;  ///< "memory" or the tier's kind ("nvme")
+  std::optional<PublishedFabric> fabric;
+
+  template <class Self, class Fields>
+  static void fields(Self& self, Fields& f) {
+    f(self.span, self.bytes, self.segment, self.tier, self.fabric);
+  }
+};
+
+/// A rank's answer to a part: the bytes it holds now, and (fill) its new regions.
+struct PartReply {
+  uint64_t memory_used = 0;
+  std::vector<PublishedRegion> regions;
+
+  template <class Self, class Fields>
+  static void fields(Self& self, Fields& f) {
+    f(self.memory_used, self.regions);
+  }
+};
+
 Message load_request(const LoadCommand& load);
+/// Restores the asked copies of `dataset` (empty: of every dataset short of copies) from origin.
+Message repair_request(const LoadCommand& options, const std::string& dataset);
 Message unload_request(const std::string& dataset);
 Message status_request();
 Message stop_request();
@@ -55,6 +124,14 @@ Message heartbeat_request(int rank);
 /// ill-formed one (no op, an unknown op, a load without an index, bad streams...), so that it
 /// fails on rank 0 alone, before it is broadcast. Heartbeats are the front desk's, not commands.
 ControlCommand command_of(const Message& request);
+
+Message part_request(const PartCommand& part);
+/// UsageError when the request is not a well-formed part (a client's request sent to a rank's
+/// own socket, say).
+PartCommand part_command_of(const Message& request);
+Message part_reply(const PartReply& reply);
+/// Error when the reply carries no well-formed part reply.
+PartReply part_reply_of(const Message& reply);
 
 /// The front desk's look at an unchecked request: its op when it has a scalar one.
 std::optional<std::string> op_of(const Message& request);
@@ -71,6 +148,8 @@ std::optional<ErrorRecord> failure_of(const Message& reply);
 
 Message load_reply(const LoadResult& result);
 LoadResult load_result_of(const Message& reply);
+Message repair_reply(const std::vector<LoadResult>& repaired);
+std::vector<LoadResult> repair_results_of(const Message& reply);
 /// A load's interim message, sent before its reply.
 Message progress_message(const LoadProgress& progress);
 /// Whether a message is an interim one (progress) rather than the reply.

@@ -1,6 +1,7 @@
 #include "mpi_session.hpp"
 
 #include <cstdlib>
+#include <utility>
 
 #include <spdlog/spdlog.h>
 
@@ -28,6 +29,12 @@ MpiSession::MpiSession(int* argc, char*** argv, int thread_level)
   mpi_check(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   MPI_Comm_rank(MPI_COMM_WORLD, &m_rank);
   MPI_Comm_size(MPI_COMM_WORLD, &m_size);
+}
+
+void MpiSession::finalize() {
+  m_finalized = true;
+  if (!std::exchange(m_init.owns, false)) return;
+  mpi_check(MPI_Finalize(), "MPI_Finalize");
 }
 
 void MpiSession::abort(int code) const {

@@ -23,6 +23,12 @@ class MpiSession {
   /// Whether several threads may make MPI calls at once (the level MPI provides, not the one
   /// asked for).
   bool multiple() const noexcept { return m_init.level >= MPI_THREAD_MULTIPLE; }
+  /// Collective: MPI_Finalize now, when this session initialised MPI (an app's MPI is left
+  /// running, unused). From here on nothing may call MPI; rank() and size() stay valid. For the
+  /// store server, which needs MPI only to start: once finalised, a rank's death is no MPI
+  /// error for the others.
+  void finalize();
+  bool finalized() const noexcept { return m_finalized; }
   /// Ends every rank of the job with this exit code: for a rank failing alone, which would
   /// leave the others waiting in their next collective.
   [[noreturn]] void abort(int code) const;
@@ -41,6 +47,7 @@ class MpiSession {
   };
 
   Init m_init;
+  bool m_finalized = false;
   int m_rank = 0;
   int m_size = 1;
 };

@@ -15,17 +15,18 @@ void LoadReporter::run(std::stop_token stop) {
   for (;;) {
     const double fraction = m_fraction.load();
     const auto now = std::chrono::steady_clock::now();
-    if (fraction != sent || now - last_send >= keepalive) {
+    if (fraction != sent || now - last_send >= m_keepalive) {
       send(fraction);
       sent = fraction;
       last_send = now;
     }
-    for (; logged_decile < static_cast<int>(fraction * 10); ++logged_decile) {
+    for (; m_log && logged_decile < static_cast<int>(fraction * 10); ++logged_decile) {
       std::lock_guard lock(m_mutex);
-      spdlog::info("loading '{}': {}% (rank 0's shard)", m_name, (logged_decile + 1) * 10);
+      spdlog::info("loading '{}': {}% (the slowest rank's share)", m_name,
+                   (logged_decile + 1) * 10);
     }
     if (stop.stop_requested()) return;
-    sleep_unless_stopped(stop, interval);
+    sleep_unless_stopped(stop, std::min<std::chrono::milliseconds>(interval, m_keepalive));
   }
 }
 

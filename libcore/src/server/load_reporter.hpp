@@ -12,16 +12,22 @@
 
 namespace ddstage::detail {
 
-/// Rank 0's account of a running load: logged at info level every 10%, and sent to the client
-/// that asked for it as interim messages {progress, total, samples} before the reply. Rank 0
-/// sees only its own shard; shards are balanced by bytes, so its fraction done, scaled to the
-/// dataset's bytes, estimates the whole load's (the reply carries the exact time). Started
-/// before the index is opened: checking a large tree's freshness can outlast control_timeout,
-/// and the keepalives (totals 0 until describe()) tell the client the store is at work.
+/// A running load's account, sent as interim messages {progress, total, samples} before the
+/// reply: by rank 0 to the client that asked for it (the slowest rank's fraction done, scaled
+/// to the dataset's bytes, and logged at info level every 10%), and by every other rank to rank
+/// 0 (its own regions' bytes). Started before the index is opened: checking a large tree's
+/// freshness can outlast the receiver's timeout, and the keepalives (totals 0 until describe())
+/// tell it the sender is at work.
 class LoadReporter {
  public:
-  explicit LoadReporter(ControlConnection* client)
-      : m_client(client), m_thread([this](std::stop_token stop) { run(stop); }) {}
+  /// keepalive: the longest gap between messages; log: rank 0's deciles in the log.
+  explicit LoadReporter(ControlConnection* client,
+                        std::chrono::milliseconds keepalive = std::chrono::seconds(5),
+                        bool log = false)
+      : m_client(client),
+        m_keepalive(keepalive),
+        m_log(log),
+        m_thread([this](std::stop_token stop) { run(stop); }) {}
   LoadReporter(const LoadReporter&) = delete;
   LoadReporter& operator=(const LoadReporter&) = delete;
 
@@ -40,9 +46,6 @@ class LoadReporter {
 
  private:
   static constexpr auto interval = std::chrono::milliseconds(250);
-  /// Sent even without news, so the client's per-message timeout measures a silent store, not a
-  /// long load (rank 0 may wait on slower ranks after its own shard is done).
-  static constexpr auto keepalive = std::chrono::seconds(5);
 
   /// Reports at once (the client sees the load start), then every interval, and once more
   /// when stopped (the log reaches 100% even for a load shorter than an interval).
@@ -54,6 +57,10 @@ class LoadReporter {
   uint64_t m_bytes = 0;
   uint64_t m_samples = 0;
   ControlConnection* m_client;
+  /// Messages go even without news, so that the receiver's per-message timeout measures a
+  /// silent sender, not a long load.
+  std::chrono::milliseconds m_keepalive;
+  bool m_log;
   std::atomic<double> m_fraction{0};
   std::jthread m_thread;  // last: starts once everything it reads is set
 };

@@ -1,11 +1,14 @@
-// Rank 0's store.yaml: what the ranks told it at start-up and after each load, written for
-// clients to attach by.
+// Rank 0's store.yaml: what the ranks told it at start-up and after each load, and which ranks
+// are lost, written for clients to attach by.
+#include <spdlog/spdlog.h>
+
 #include "process.hpp"
 #include "server/server_rank.hpp"
 
 namespace ddstage::detail {
 
 void ServerRank::describe(const std::vector<RankStartup>& ranks) {
+  m_descriptor.token = m_token;
   m_descriptor.id = m_store_id;
   m_descriptor.control = m_control->address();
   m_descriptor.started = utc_now();
@@ -14,7 +17,9 @@ void ServerRank::describe(const std::vector<RankStartup>& ranks) {
                   .host = ranks[r].host,
                   .pid = ranks[r].pid,
                   .transports = {"local", "shm"},
-                  .memory_limit = ranks[r].memory_limit};
+                  .memory_limit = ranks[r].memory_limit,
+                  .control = ranks[r].control,
+                  .tiers = ranks[r].tiers};
     if (const auto& fabric = ranks[r].fabric) {
       info.fabric_provider = fabric->provider;
       info.fabric_address = fabric->address_hex;
@@ -22,35 +27,45 @@ void ServerRank::describe(const std::vector<RankStartup>& ranks) {
     }
     m_descriptor.ranks.push_back(info);
   }
+  m_memory_used.assign(ranks.size(), 0);
 }
 
-void ServerRank::publish() {
+void ServerRank::publish_locked() {
   m_exit.unless_leaving([this] { m_descriptor.write(m_options.dir); });
 }
 
-void ServerRank::publish_dataset(const LoadPlan& plan, const std::filesystem::path& index,
-                                 const std::vector<PublishedShard>& shards) {
-  StoreDataset ds{.name = plan.name,
-                  .index = std::filesystem::absolute(index),
-                  .index_fingerprint = plan.index.fingerprint()};
-  const auto boundaries = ShardPlan::balance(plan.index, m_mpi.size()).boundaries();
-  for (std::size_t r = 0; r < shards.size(); ++r) {
-    const auto& shard = shards[r];
-    StoreRegion region{.rank = static_cast<int>(r),
-                       .first = boundaries[r],
-                       .last = boundaries[r + 1],
-                       .segment = shard.segment,
-                       .bytes = shard.region_bytes};
-    if (shard.fabric) {
-      region.fabric = true;
-      region.fabric_key = shard.fabric->key;
-      region.fabric_base = shard.fabric->base;
-    }
-    ds.regions.push_back(std::move(region));
+void ServerRank::publish_dataset(StoreDataset dataset) {
+  std::lock_guard lock(m_descriptor_mutex);
+  std::erase_if(m_descriptor.datasets, [&](const auto& d) { return d.name == dataset.name; });
+  m_descriptor.datasets.push_back(std::move(dataset));
+  publish_locked();
+}
+
+void ServerRank::mark_lost(int rank, const std::string& why) {
+  if (m_peers) m_peers->forget(rank);
+  std::lock_guard lock(m_descriptor_mutex);
+  auto& info = m_descriptor.ranks.at(static_cast<std::size_t>(rank));
+  if (info.lost) return;
+  info.lost = true;
+  spdlog::warn(
+      "lost {} ({}): the store goes on without it; `ddstage load --repair` restores "
+      "the copies it held",
+      rank_label(rank), why);
+  try {
+    publish_locked();
+  } catch (const std::exception& e) {
+    // The watch thread's caller has nowhere to go: the next publish writes the mark.
+    spdlog::error("could not publish that rank {} is lost: {}", rank, e.what());
   }
-  std::erase_if(m_descriptor.datasets, [&](const auto& d) { return d.name == plan.name; });
-  m_descriptor.datasets.push_back(ds);
-  publish();
+  // Its memory, when it died on this node: readers skip it now.
+  sweep_dead_ranks(m_store_id);
+}
+
+std::vector<std::string> ServerRank::live_hosts() const {
+  std::lock_guard lock(m_descriptor_mutex);
+  std::vector<std::string> hosts;
+  for (const auto& r : m_descriptor.ranks) hosts.push_back(r.lost ? std::string() : r.host);
+  return hosts;
 }
 
 }  // namespace ddstage::detail

@@ -1,9 +1,8 @@
-// The control loop: rank 0 takes requests from its control socket and broadcasts each as a
-// command; every rank executes the commands in the same order.
+// The control loops: rank 0 takes requests from clients and executes each with the live ranks;
+// every other rank takes rank 0's parts from its own socket and executes them in turn.
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "mpi/mpi_exchange.hpp"
 #include "server/server_rank.hpp"
 
 namespace ddstage::detail {
@@ -11,38 +10,10 @@ namespace {
 
 constexpr auto accept_poll = std::chrono::milliseconds(200);
 
-}  // namespace
-
-Message ServerRank::execute(const ControlCommand& command) {
-  Message reply;
-  // record_memory() is collective: a rank-0-only failure (publish() on a full disk) must not
-  // skip it, or rank 0's next broadcast meets the others still inside the gather.
+/// A request's reply, a usage error for a malformed one.
+Message guarded(const std::function<Message()>& run) {
   try {
-    if (command.op == "load") {
-      reply = load(command.load);
-    } else if (command.op == "unload") {
-      reply = unload(command.dataset);
-    } else if (command.op == "stop") {
-      reply = stop();
-    }
-  } catch (const Error& e) {
-    reply = error_reply(ErrorRecord::of(e));
-  }
-  record_memory();
-  return command.op == "status" && is_root() ? status_reply(status()) : reply;
-}
-
-Message ServerRank::answer(const Message& request, ControlConnection& client) {
-  try {
-    const ControlCommand command = command_of(request);
-    {
-      std::lock_guard lock(m_record_mutex);
-      m_running = command.op;
-    }
-    m_client = &client;
-    if (command.op == "stop") return stop_request();
-    broadcast(command, comm());
-    return execute(command);
+    return run();
   } catch (const Error& e) {
     return error_reply(ErrorRecord::of(e));
   } catch (const YAML::Exception& e) {
@@ -50,6 +21,28 @@ Message ServerRank::answer(const Message& request, ControlConnection& client) {
                         .kind = ErrorKind::usage,
                         .text = "malformed control request: " + e.msg});
   }
+}
+
+}  // namespace
+
+Message ServerRank::execute(const ControlCommand& command) {
+  if (command.op == "load") return load(command.load);
+  if (command.op == "repair") return repair(command);
+  if (command.op == "unload") return unload(command.dataset);
+  if (command.op == "stop") return stop_request();
+  return status_reply(status());
+}
+
+Message ServerRank::answer(const Message& request, ControlConnection& client) {
+  return guarded([&] {
+    const ControlCommand command = command_of(request);
+    {
+      std::lock_guard lock(m_record_mutex);
+      m_running = command.op;
+    }
+    m_client = &client;
+    return execute(command);
+  });
 }
 
 void ServerRank::serve_rank0() {
@@ -69,13 +62,39 @@ void ServerRank::serve_rank0() {
     } catch (const Error& e) {
       spdlog::warn("could not answer {}: {}", request->connection.peer(), e.what());
     }
-    // Stopped alone: the ranks it could not reach are still in MPI_COMM_WORLD.
+    // Stopped without ranks it could not reach: under a launcher that ends the job on a rank's
+    // failure, this ends them too.
     if (m_stopped_alone) m_exit.leave(1);
   }
 }
 
 void ServerRank::serve_others() {
-  while (!m_stopping) execute(broadcast(ControlCommand{}, comm()));
+  // A rank's interim messages must come well within rank 0's wait for each (peer_timeout).
+  const auto keepalive = std::min<std::chrono::milliseconds>(std::chrono::seconds(5),
+                                                             heartbeat_interval(m_peer_timeout));
+  while (!m_stopping) {
+    auto request = m_control->next(accept_poll);
+    if (!request) continue;
+    const Message reply = guarded([&] {
+      const PartCommand command = part_command_of(request->message);
+      // Checks and fills can take long: the reporter's interim messages tell rank 0 this rank
+      // is at work, and how far.
+      std::optional<LoadReporter> reporter;
+      if (command.op == "check" || command.op == "fill")
+        reporter.emplace(&request->connection, keepalive);
+      return part_reply(part(command, [&](uint64_t done, uint64_t total) {
+        if (!reporter) return;
+        reporter->describe(command.dataset, total, 0);
+        reporter->update(done, total);
+      }));
+    });
+    m_control->done();
+    try {
+      request->connection.send(reply);
+    } catch (const Error& e) {
+      spdlog::warn("could not answer rank 0 ({}): {}", request->connection.peer(), e.what());
+    }
+  }
 }
 
 std::optional<Message> ServerRank::front_desk(const Message& request, bool busy) {
@@ -85,7 +104,7 @@ std::optional<Message> ServerRank::front_desk(const Message& request, bool busy)
     if (!m_peers || !m_peers->heard(heartbeat_rank(request))) {
       return error_reply({.type = ErrorClass::usage,
                           .kind = ErrorKind::usage,
-                          .text = "heartbeat from no rank of this store"});
+                          .text = "heartbeat from no live rank of this store"});
     }
     return ok_reply();
   }

@@ -12,7 +12,7 @@
 namespace ddstage::detail {
 
 ServerRank::ServerRank(const ServeOptions& options, std::optional<TransportId> transport,
-                       const MpiSession& mpi, RankExit& exit)
+                       MpiSession& mpi, RankExit& exit)
     : m_options(options),
       m_transport(transport),
       m_mpi(mpi),
@@ -21,19 +21,36 @@ ServerRank::ServerRank(const ServeOptions& options, std::optional<TransportId> t
       m_host(host_name()) {}
 
 void ServerRank::run() {
-  start_watching(start());
+  const auto startup = start();
+  start_watching(startup);
   learn_hosts();
+  prepare_serving(startup);
   const auto fabric = start_transports();
-  const auto ranks = gather(RankStartup{m_host, ::getpid(), m_mem_limit, fabric}, comm());
-  record_memory();  // what a status answered during the first command reports
-  // From here on an error has no caller to go to that could keep the ranks in step (MPI_Finalize
-  // would wait for ranks still serving): the rank frees what it holds and ends.
+  const auto ranks = gather(
+      RankStartup{m_host, ::getpid(), m_mem_limit, fabric, m_control->address(), m_tiers->names()},
+      comm());
+  // Every rank serves: from here on MPI is no part of the store, so that a rank's death is
+  // nobody else's error (with mpiexec --enable-recovery, or srun --kill-on-bad-exit=0 --no-kill,
+  // the launcher lets the others run too).
+  m_mpi.finalize();
+  m_serving = true;
+  if (m_mpi.size() > 1) {
+    m_launcher.emplace([this](pid_t launcher) {
+      spdlog::info("the process that launched this rank (pid {}) is gone: the job is over",
+                   launcher);
+      m_exit.leave(0);
+    });
+  }
+  // From here on an error has no caller to go to: the rank frees what it holds and ends.
   try {
     if (is_root()) {
-      describe(ranks);
-      publish();
+      {
+        std::lock_guard lock(m_descriptor_mutex);
+        describe(ranks);
+        publish_locked();
+      }
       spdlog::info("serving {} rank(s) at {} (control {})", m_mpi.size(), m_options.dir.string(),
-                   m_descriptor.control);
+                   m_control->address());
       serve_rank0();
     } else {
       serve_others();
@@ -46,11 +63,6 @@ void ServerRank::run() {
 void ServerRank::agree(const std::exception_ptr& failure,
                        const std::function<std::string(int rank)>& prefix) const {
   if (const auto first = first_error(failure, comm())) first->error.raise(prefix(first->rank));
-}
-
-void ServerRank::agree_on_command(const std::exception_ptr& failure) const {
-  agree(failure,
-        [this](int rank) { return m_mpi.size() == 1 ? std::string() : rank_label(rank) + ": "; });
 }
 
 void ServerRank::lost(const std::string& why) {

@@ -1,10 +1,13 @@
-// One rank of `ddstage serve`: its state and the command handlers. Every command runs on every
-// rank, in the same order (rank 0 broadcasts it), so all ranks hold the same datasets. The
-// members are defined by concern: start-up (server_start.cpp), transports
-// (server_transports.cpp), store.yaml (server_descriptor.cpp), the control loop
-// (server_loop.cpp), loads (server_load.cpp), status and stop (server_status.cpp).
+// One rank of `ddstage serve`: its state and the command handlers. MPI starts the store and is
+// finalised once every rank serves; from then on each rank answers rank 0 on a control socket
+// of its own, and rank 0 sends each command's part to every live rank over TCP, so that a rank's
+// loss costs its regions and nothing else. The members are defined by concern: start-up
+// (server_start.cpp), transports (server_transports.cpp), store.yaml (server_descriptor.cpp),
+// the control loops (server_loop.cpp), rank 0's fan-out of parts (server_parts.cpp), loads and
+// repairs (server_load.cpp), status and stop (server_status.cpp).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <exception>
@@ -21,13 +24,16 @@
 #include "ddstage/config.hpp"
 #include "ddstage/index.hpp"
 #include "ddstage/store_descriptor.hpp"
+#include "ddstage/tool/placement.hpp"
 #include "ddstage/tool/shard_plan.hpp"
 #include "ddstage/tool/shm_segment.hpp"
 #include "ddstage/tool/store_server.hpp"
+#include "ddstage/tool/tier_set.hpp"
 #include "heartbeat.hpp"
 #include "mpi/mpi_session.hpp"
 #include "peer_watch.hpp"
 #include "rank_exit.hpp"
+#include "server/launcher_watch.hpp"
 #include "server/load_reporter.hpp"
 #include "transport/transport_registry.hpp"
 #if DDSTAGE_HAVE_FABRIC
@@ -36,11 +42,11 @@
 
 namespace ddstage::detail {
 
-/// This rank's part of one loaded dataset.
+/// One region of a dataset on this rank.
 struct LoadedShard {
   RankExit::Tracked tracked;  // before segment: forgotten once the segment is unlinked
-  std::filesystem::path index;
   ShardRange range;
+  TierSet::Reservation reservation;  // before segment: its bytes count until it is gone
   ShmSegment segment;
 #if DDSTAGE_HAVE_FABRIC
   std::optional<FabricRegistration> fabric;  // after segment: deregistered before unmapping
@@ -76,52 +82,30 @@ struct RankStartup {
   int64_t pid = 0;
   uint64_t memory_limit = 0;
   std::optional<PublishedEndpoint> fabric;
+  std::string control;             ///< the rank's own control socket (rank 0's is the store's)
+  std::vector<std::string> tiers;  ///< TierSet::names()
 
   template <class Self, class Fields>
   static void fields(Self& self, Fields& f) {
-    f(self.host, self.pid, self.memory_limit, self.fabric);
+    f(self.host, self.pid, self.memory_limit, self.fabric, self.control, self.tiers);
   }
 };
 
-/// A shard's libfabric registration as readers name it.
-struct PublishedRegion {
-  uint64_t key = 0;
-  uint64_t base = 0;
-
-  template <class Self, class Fields>
-  static void fields(Self& self, Fields& f) {
-    f(self.key, self.base);
-  }
-};
-
-/// What each rank tells rank 0 after a load, for store.yaml.
-struct PublishedShard {
-  uint64_t region_bytes = 0;
-  std::string segment;
-  std::optional<PublishedRegion> fabric;
-
-  template <class Self, class Fields>
-  static void fields(Self& self, Fields& f) {
-    f(self.region_bytes, self.segment, self.fabric);
-  }
-};
-
-/// A load's first phase, on one rank: what it will load, checked before anything is allocated.
-struct LoadPlan {
-  Index index;
-  std::string name;
-  ShardRange range;
-  uint64_t need = 0;  ///< bytes of this rank's shard
+/// What one rank answered to its part of a command (see ServerRank::on_ranks).
+struct PartsOutcome {
+  std::map<int, PartReply> replies;  ///< the ranks that did their part
+  /// The lowest rank that failed (an error reply, or lost on the way) and its error.
+  std::optional<std::pair<int, ErrorRecord>> failure;
 };
 
 class ServerRank {
  public:
   /// transport: what serve --transport chose (nullopt: auto).
-  ServerRank(const ServeOptions& options, std::optional<TransportId> transport,
-             const MpiSession& mpi, RankExit& exit);
+  ServerRank(const ServeOptions& options, std::optional<TransportId> transport, MpiSession& mpi,
+             RankExit& exit);
 
-  /// Collective: starts, serves until stopped, returns. Ends the process (lost) when serving
-  /// fails past start-up.
+  /// Collective until every rank serves (MPI is finalised then), then serves until stopped and
+  /// returns. Ends the process (lost) when serving fails past start-up.
   void run();
 
  private:
@@ -135,24 +119,32 @@ class ServerRank {
   void start_watching(const Startup& startup);
   /// Collective: every rank's host into m_hosts, and this rank's memory limit.
   void learn_hosts();
+  /// Collective: this rank's tiers (serve --tier) and, on the other ranks, their own control
+  /// sockets, for rank 0's parts.
+  void prepare_serving(const Startup& startup);
 
   // Transports.
-  /// Collective: the fabric endpoint when wanted, refused when it or the control address is
+  /// Collective: the fabric endpoint when wanted, refused when it or a control address is
   /// loopback while the ranks span several hosts; the endpoint to publish.
   std::optional<PublishedEndpoint> start_transports();
   /// Collective: opens this rank's fabric endpoint when the transport and hosts ask for one.
   std::optional<PublishedEndpoint> start_fabric(bool several_hosts);
-  /// Collective: UsageError on every rank when the ranks span hosts but an address rank 0 or a
-  /// rank's fabric endpoint publishes reaches only its own host.
+  /// Collective: UsageError on every rank when the ranks span hosts but an address a rank
+  /// publishes (control socket, fabric endpoint) reaches only its own host.
   void refuse_loopback(std::size_t host_count, const std::string& fabric_ip);
 
-  // store.yaml (rank 0).
+  // store.yaml (rank 0; m_descriptor_mutex guards it: the watch thread marks ranks lost).
   void describe(const std::vector<RankStartup>& ranks);
-  void publish();
-  void publish_dataset(const LoadPlan& plan, const std::filesystem::path& index,
-                       const std::vector<PublishedShard>& shards);
+  /// Writes store.yaml; the caller holds m_descriptor_mutex.
+  void publish_locked();
+  /// Replaces (or adds) a dataset in store.yaml.
+  void publish_dataset(StoreDataset dataset);
+  /// Marks a rank lost in store.yaml at once (readers skip it), once; logs why.
+  void mark_lost(int rank, const std::string& why);
+  /// Each rank's host, "" for the lost ones: what the placement planners take.
+  std::vector<std::string> live_hosts() const;
 
-  // The control loop.
+  // The control loops.
   void serve_rank0();
   void serve_others();
   /// Rank 0: one request from a client, answered.
@@ -162,33 +154,62 @@ class ServerRank {
   /// status from the last record); the rest wait their turn.
   std::optional<Message> front_desk(const Message& request, bool busy);
 
-  // Loads.
+  // Parts: rank 0 sends, every rank executes.
+  /// This rank's part of a command. progress(done, total) follows a check or a fill.
+  PartReply part(const PartCommand& command,
+                 const std::function<void(uint64_t done, uint64_t total)>& progress);
+  /// part() as a reply: an error reply when it throws.
+  Message guarded_part(const PartCommand& command,
+                       const std::function<void(uint64_t done, uint64_t total)>& progress);
+  /// Rank 0: sends every rank in `parts` its part at once (rank 0's own runs on this thread)
+  /// and waits for every answer, each bounded by timeout between messages. A rank that does
+  /// not answer is marked lost. progress(rank, fraction) follows checks and fills.
+  PartsOutcome on_ranks(const std::map<int, PartCommand>& parts, std::chrono::milliseconds timeout,
+                        const std::function<void(int rank, double fraction)>& progress = {});
+  /// Throws outcome.failure, "rank R on HOST: " before its message when there are several ranks.
+  void raise_failure(const PartsOutcome& outcome) const;
+
+  // Loads and repairs.
   Message load(const LoadCommand& args);
-  /// Phase 1 on this rank: opens the index, checks it and that the shard fits.
-  LoadPlan plan_load(const LoadCommand& args, LoadReporter* reporter) const;
-  /// This rank's registration of a loaded shard, when the ranks serve over libfabric.
-  std::optional<PublishedRegion> register_fabric(LoadedShard& shard);
+  Message repair(const ControlCommand& command);
+  /// Rank 0: checks, fills and commits `placed` (regions of dataset `name`) on their ranks, all
+  /// or none; with add false, every live rank drops what it held of `name` at the commit. The
+  /// regions as store.yaml lists them.
+  std::vector<StoreRegion> stage(const std::string& name, const LoadCommand& args,
+                                 uint64_t fingerprint, const std::vector<PlacedRange>& placed,
+                                 bool add, LoadReporter& reporter);
+  /// Rank 0: the dataset of that name in store.yaml, if any.
+  std::optional<StoreDataset> dataset_named(const std::string& name) const;
+  /// A part's check on this rank: opens the index, checks it and that the regions fit.
+  void check_regions(const PartCommand& command);
+  /// A part's fill on this rank: the regions loaded and registered, held pending.
+  std::vector<PublishedRegion> fill_regions(
+      const PartCommand& command,
+      const std::function<void(uint64_t done, uint64_t total)>& progress);
+  /// Where fill_regions puts each new region: on the first tier with room, a region of the
+  /// dataset it replaces counting as free (the k-th new one takes the k-th old one's place).
+  /// name_new: names the fill's regions (a check's trial takes no new names).
+  std::vector<TierSet::Reservation> reserve(const PartCommand& command, const Index& index,
+                                            bool name_new);
+  /// This rank's registration of a loaded region, when the ranks serve over libfabric.
+  std::optional<PublishedFabric> register_fabric(LoadedShard& shard);
   Message unload(const std::string& name);
 
   // Status and stop.
-  /// Collective, after every command: each rank's bytes held, for status replies.
-  void record_memory();
   /// {ok, memory_used, last_heard} as of the last command that finished.
   StatusReply status() const;
-  Message stop();
-  /// Rank 0, for a stop request: stops every rank when all were heard lately; otherwise frees
-  /// this rank alone, and the reply names the ranks it could not reach (they end themselves
-  /// within peer_timeout).
+  /// Rank 0, for a stop request: stops every live rank it reaches, then itself; the reply
+  /// names the ranks it could not reach (lost, or not answering: they end themselves within
+  /// peer_timeout).
   Message stop_request();
+  /// Bytes of every region this rank holds.
+  uint64_t memory_used() const;
 
   // Common.
-  /// Collective: returns when no rank failed; otherwise throws on every rank the lowest failing
-  /// rank's error, of its class, its message after prefix(rank).
+  /// Collective (start-up only): returns when no rank failed; otherwise throws on every rank
+  /// the lowest failing rank's error, of its class, its message after prefix(rank).
   void agree(const std::exception_ptr& failure,
              const std::function<std::string(int rank)>& prefix) const;
-  /// agree() for a command's steps: "rank R on HOST: " before the message when there are
-  /// several ranks.
-  void agree_on_command(const std::exception_ptr& failure) const;
   /// Logs why, then frees this rank's memory and ends the process with exit code 1.
   [[noreturn]] void lost(const std::string& why);
   /// "rank R on HOST" once the ranks' hosts are gathered, "rank R" before: for the watch threads.
@@ -198,31 +219,46 @@ class ServerRank {
 
   ServeOptions m_options;
   std::optional<TransportId> m_transport;
-  const MpiSession& m_mpi;
+  MpiSession& m_mpi;
   RankExit& m_exit;
   std::chrono::milliseconds m_peer_timeout;
   std::string m_host;
   mutable std::mutex m_hosts_mutex;  ///< guards m_hosts: the watch threads read it
   std::vector<std::string> m_hosts;  ///< each rank's host, once gathered
   uint64_t m_mem_limit = 0;
+  std::string m_token;
 #if DDSTAGE_HAVE_FABRIC
-  std::optional<FabricServer> m_fabric;  // before m_loaded: outlives every registration
+  std::optional<FabricServer> m_fabric;  // before the shards: outlives every registration
 #endif
-  std::map<std::string, LoadedShard> m_loaded;
+  /// Where this rank's regions may live; written down on its node for `clean` (the record is
+  /// tracked like a segment, so that this rank's way out removes it).
+  std::optional<TierSet> m_tiers;  // before the shards: outlives every reservation
+  RankExit::Tracked m_tier_record_name;
+  TierRecord m_tier_record;
+  /// By dataset name, the regions served, and those filled but not committed yet.
+  std::map<std::string, std::vector<LoadedShard>> m_loaded;
+  std::map<std::string, std::vector<LoadedShard>> m_pending;
   uint64_t m_generation = 0;
   std::string m_store_id;  ///< in segment names (StoreDescriptor::id)
+  /// Set once MPI is finalised: a rank lost from then on is marked lost, not the store's end.
+  std::atomic<bool> m_serving{false};
+  bool m_stopping = false;
   // Rank 0 only.
   mutable std::mutex m_record_mutex;  ///< guards the two below: the front desk reads them
   std::vector<uint64_t> m_memory_used;
-  std::string m_running;             ///< op of the command running, empty between commands
-  std::optional<PeerWatch> m_peers;  ///< set before m_control, whose thread records heartbeats
-  std::optional<ControlServer> m_control;  // after what its thread reads: stops first
-  ControlConnection* m_client = nullptr;   ///< whose request execute() is running
+  std::string m_running;                  ///< op of the command running, empty between commands
+  mutable std::mutex m_descriptor_mutex;  ///< guards m_descriptor
   StoreDescriptor m_descriptor;
-  bool m_stopping = false;
-  bool m_stopped_alone = false;  ///< rank 0 stopped without the ranks it could not reach
+  std::optional<PeerWatch> m_peers;       ///< set before m_control, whose thread records heartbeats
+  ControlConnection* m_client = nullptr;  ///< whose request execute() is running
+  bool m_stopped_alone = false;           ///< rank 0 stopped without ranks it could not reach
   // Other ranks only.
   std::optional<Heartbeat> m_heartbeat;
+  /// Set once MPI is finalised, in a job of several ranks (a store of one is often started
+  /// without a launcher, by a shell that may end before it).
+  std::optional<LauncherWatch> m_launcher;
+  // Every rank: rank 0's takes clients and heartbeats, the others' take rank 0's parts.
+  std::optional<ControlServer> m_control;  // after what its thread reads: stops first
 };
 
 }  // namespace ddstage::detail

@@ -70,15 +70,18 @@ void replace_old_store(const fs::path& dir) {
 std::string ServerRank::start_rank0() {
   StoreDescriptor::prepare_directory(m_options.dir);
   if (fs::exists(StoreDescriptor::path_in(m_options.dir))) replace_old_store(m_options.dir);
-  m_descriptor.token = random_token();
-  m_peers.emplace(m_mpi.size(), m_peer_timeout,
-                  [this](int rank, std::chrono::milliseconds silence) {
-                    lost(fmt::format("lost {} (no heartbeat for {:.0f} s)", rank_label(rank),
-                                     silence.count() / 1000.0));
-                  });
-  m_control.emplace(
-      m_options.listen, m_descriptor.token,
-      [this](const Message& request, bool busy) { return front_desk(request, busy); });
+  m_token = random_token();
+  m_peers.emplace(
+      m_mpi.size(), m_peer_timeout, [this](int rank, std::chrono::milliseconds silence) {
+        const auto why =
+            fmt::format("no heartbeat for {:.0f} s", static_cast<double>(silence.count()) / 1000.0);
+        // Before MPI is finalised the others may wait for it in a collective.
+        if (!m_serving) lost(fmt::format("lost {} ({})", rank_label(rank), why));
+        mark_lost(rank, why);
+      });
+  m_control.emplace(m_options.listen, m_token, [this](const Message& request, bool busy) {
+    return front_desk(request, busy);
+  });
   return random_token().substr(0, 12);
 }
 
@@ -89,11 +92,12 @@ Startup ServerRank::start() {
   agree(caught([&] {
           if (!is_root()) return;
           m_store_id = start_rank0();
-          startup = {m_store_id, m_control->address(), m_descriptor.token};
+          startup = {m_store_id, m_control->address(), m_token};
         }),
         [](int) { return std::string(); });
   startup = broadcast(startup, comm());
   m_store_id = startup.id;
+  m_token = startup.token;
   // Before any segment exists: from here on, every way out frees what this rank holds.
   agree(caught([&] {
           m_exit.claim(m_store_id, m_mpi.rank(), is_root() ? m_options.dir : fs::path());
@@ -107,11 +111,31 @@ void ServerRank::start_watching(const Startup& startup) {
     m_peers->watch();
     return;
   }
-  m_heartbeat.emplace(startup.control, startup.token, m_mpi.rank(), m_peer_timeout,
-                      [this, control = startup.control](std::chrono::milliseconds silence) {
-                        lost(fmt::format("lost {} (control {}: no answer for {:.0f} s)",
-                                         rank_label(0), control, silence.count() / 1000.0));
-                      });
+  m_heartbeat.emplace(
+      startup.control, startup.token, m_mpi.rank(), m_peer_timeout,
+      [this, control = startup.control](std::chrono::milliseconds silence,
+                                        const std::optional<std::string>& refusal) {
+        if (refusal) {
+          lost(fmt::format("{} (control {}) no longer counts this rank in the store ({})",
+                           rank_label(0), control, *refusal));
+        }
+        lost(fmt::format("lost {} (control {}: no answer for {:.0f} s)", rank_label(0), control,
+                         static_cast<double>(silence.count()) / 1000.0));
+      });
+}
+
+void ServerRank::prepare_serving(const Startup& startup) {
+  agree(caught([&] {
+          m_tiers.emplace(parse_tier_spec(m_options.settings.get_string("tier")), m_mem_limit);
+          m_tier_record_name =
+              m_exit.track(TierRecord::path_for(m_store_id, m_mpi.rank()).string());
+          m_tier_record = TierRecord(m_store_id, m_mpi.rank(), *m_tiers);
+          if (is_root()) return;
+          // Nothing but rank 0's parts comes here; the front desk queues them all.
+          m_control.emplace(listen_beside(startup.control), m_token,
+                            [](const Message&, bool) { return std::nullopt; });
+        }),
+        [this](int rank) { return rank_label(rank) + ": "; });
 }
 
 void ServerRank::learn_hosts() {

@@ -1,12 +1,10 @@
-// Status and stop: what rank 0 reports of its ranks, and the way every rank (or rank 0 alone,
-// when others are silent) stops.
+// Status and stop: what rank 0 reports of its ranks, and the way every live rank stops.
+#include <algorithm>
 #include <cmath>
-#include <thread>
 
 #include <spdlog/spdlog.h>
 
 #include "ddstage/tool/store_cleanup.hpp"
-#include "mpi/mpi_exchange.hpp"
 #include "server/server_rank.hpp"
 
 namespace ddstage::detail {
@@ -18,15 +16,6 @@ double tenths(double seconds) {
 
 }  // namespace
 
-void ServerRank::record_memory() {
-  uint64_t used = 0;
-  for (const auto& [n, shard] : m_loaded) used += shard.segment.bytes().size();
-  auto used_by_rank = gather(used, comm());
-  if (!is_root()) return;
-  std::lock_guard lock(m_record_mutex);
-  m_memory_used = std::move(used_by_rank);
-}
-
 StatusReply ServerRank::status() const {
   StatusReply reply;
   if (m_peers) {
@@ -37,50 +26,42 @@ StatusReply ServerRank::status() const {
   return reply;
 }
 
-Message ServerRank::stop() {
+Message ServerRank::stop_request() {
+  std::map<int, PartCommand> parts;
+  std::vector<RankInfo> ranks;
+  {
+    std::lock_guard lock(m_descriptor_mutex);
+    ranks = m_descriptor.ranks;
+  }
+  // Three heartbeats missed: a rank that is paused (SIGSTOP, a swapping node) or cut off would
+  // take the connection, or not, and never answer. The others get as long to answer.
+  const auto patience = 3 * heartbeat_interval(m_peer_timeout);
+  const auto silent = m_peers->silent_for(patience);
+  for (const auto& r : ranks) {
+    if (!r.lost && r.rank != 0 && std::find(silent.begin(), silent.end(), r.rank) == silent.end())
+      parts.emplace(r.rank, PartCommand{.op = "stop"});
+  }
+  const auto outcome = on_ranks(parts, patience);
+  m_pending.clear();
   m_loaded.clear();
+  sweep_dead_ranks(m_store_id);
   m_stopping = true;
-  const auto acknowledged = gather(m_mpi.rank(), comm());
-  if (!is_root()) return {};
   // Before the reply: once `ddstage stop` returns, the descriptor is gone.
   std::error_code ec;
   remove_descriptor_of(m_options.dir, m_store_id, ec);
-  return stop_reply({.stopped = acknowledged});
-}
-
-Message ServerRank::stop_request() {
-  // The watch goes on: should a rank die during the stop's collectives, it still ends rank 0.
-  // Three heartbeats missed: a collective would wait on that rank until the watchdog fired. A
-  // rank that was only paused (SIGSTOP, a swapping node) beats again as soon as it runs: it
-  // gets one more interval.
-  const auto interval = heartbeat_interval(m_peer_timeout);
-  auto silent = m_peers->silent_for(3 * interval);
-  for (const auto until = std::chrono::steady_clock::now() + interval;
-       !silent.empty() && std::chrono::steady_clock::now() < until;
-       silent = m_peers->silent_for(3 * interval)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  if (silent.empty()) {
-    const ControlCommand command{.op = "stop"};
-    broadcast(command, comm());
-    return execute(command);
-  }
-  m_loaded.clear();
-  std::error_code ec;
-  remove_descriptor_of(m_options.dir, m_store_id, ec);
   StopResult result{.stopped = {0}};
+  for (const auto& [rank, reply] : outcome.replies) result.stopped.push_back(rank);
   const auto silence = m_peers->silence_seconds();
-  for (int r : silent) {
-    const auto i = static_cast<std::size_t>(r);
-    result.unreachable.push_back({r, m_descriptor.ranks.at(i).host, tenths(silence.at(i))});
+  for (const auto& r : ranks) {
+    if (r.rank == 0 || outcome.replies.contains(r.rank)) continue;
+    const auto heard = silence.at(static_cast<std::size_t>(r.rank));
+    result.unreachable.push_back({r.rank, r.host, tenths(heard)});
     spdlog::warn(
-        "stop: rank {} on {} not heard for {:.1f} s: stopping this rank alone; it ends itself "
-        "within "
-        "peer_timeout",
-        r, m_descriptor.ranks.at(i).host, silence.at(i));
+        "stop: rank {} on {} (last heard {:.1f} s ago) {}", r.rank, r.host, heard,
+        r.lost ? "was lost earlier" : "does not answer: it ends itself within peer_timeout");
+    // Still running, maybe: a launcher that ends the job on a rank's failure ends it too.
+    if (!r.lost) m_stopped_alone = true;
   }
-  m_stopping = true;
-  m_stopped_alone = true;
   return stop_reply(result);
 }
 

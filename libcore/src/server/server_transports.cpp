@@ -52,14 +52,14 @@ std::optional<PublishedEndpoint> ServerRank::start_fabric(bool several_hosts) {
 
 void ServerRank::refuse_loopback(std::size_t host_count, const std::string& fabric_ip) {
   const auto failure = caught([&] {
-    if (is_root()) {
-      const auto& control = m_control->address();
-      if (const auto lo = loopback_address_of(host_of(control)); !lo.empty()) {
-        throw UsageError(
-            fmt::format("rank 0's control address {} is loopback ({}) but the ranks span {} hosts: "
-                        "pass --listen with an address the other nodes reach",
-                        control, lo, host_count));
-      }
+    // Every rank's: rank 0 sends the others their parts.
+    const auto& control = m_control->address();
+    if (const auto lo = loopback_address_of(host_of(control)); !lo.empty()) {
+      throw UsageError(fmt::format(
+          "rank {}'s control address {} is loopback ({}) but the ranks span {} hosts: {}",
+          m_mpi.rank(), control, lo, host_count,
+          is_root() ? "pass --listen with an address the other nodes reach"
+                    : "make this host's name resolve to an address rank 0 reaches"));
     }
     if (fabric_ip.empty() || loopback_address_of(fabric_ip).empty()) return;
 #if DDSTAGE_HAVE_FABRIC

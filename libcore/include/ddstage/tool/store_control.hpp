@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -20,8 +21,8 @@ namespace ddstage {
 enum class RankState {
   up,             ///< answered (through rank 0)
   not_answering,  ///< the store did not answer, but this rank's lock is held (on this host)
-  /// rank 0 has not heard from it for peer_timeout, or the store did not answer and this
-  /// rank's lock is not held (on this host)
+  /// rank 0 marked it lost (store.yaml), has not heard from it for peer_timeout, or the store
+  /// did not answer and this rank's lock is not held (on this host)
   lost,
   unknown,  ///< the store did not answer and the rank runs on another host
 };
@@ -33,6 +34,8 @@ struct RankStatus {
   RankState state = RankState::unknown;
   uint64_t memory_used = 0;  ///< bytes of shard regions it holds
   double last_heard = -1;    ///< seconds since rank 0 last heard from it; -1: not reported
+  /// Bytes of the regions it holds (store.yaml), by tier: "memory", "nvme".
+  std::map<std::string, uint64_t> bytes_by_tier;
 };
 
 /// One dataset in a status report.
@@ -40,15 +43,21 @@ struct DatasetStatus {
   std::string name;
   std::filesystem::path index;
   uint64_t samples = 0;
-  std::vector<uint64_t> samples_per_rank;
-  std::vector<uint64_t> bytes_per_rank;
+  std::vector<uint64_t> samples_per_rank;  ///< by rank, over its regions
+  std::vector<uint64_t> bytes_per_rank;    ///< by rank, over its regions
+  int replicas = 1;                        ///< copies asked; replicas_per_node: one per host
+  std::string state;                       ///< "healthy", "degraded" or "lost" (Coverage::state)
+  std::vector<int> lost_ranks;             ///< lost ranks that held a region of it
+  uint64_t samples_short = 0;              ///< samples with fewer live copies than asked
+  uint64_t samples_lost = 0;               ///< samples with no live copy
 };
 
 struct StoreStatus {
   std::string control;
   std::string started;
-  /// Why the store is not healthy: rank 0 did not answer (answered is false), or a rank is
-  /// lost. Empty when healthy.
+  /// Why the store is not healthy: rank 0 did not answer (answered is false), a rank is silent
+  /// that rank 0 has not marked lost yet, or a dataset is degraded or lost. Empty when healthy
+  /// (a rank marked lost whose datasets were repaired leaves the store healthy).
   std::string error;
   bool answered = true;  ///< rank 0 answered the request
   /// The command the store was running when it answered ("load"): memory_used is then as of
@@ -65,6 +74,9 @@ struct LoadResult {
   uint64_t bytes = 0;
   double seconds = 0;  ///< slowest rank's load time
   bool verified = false;
+  /// What the store wants the user to know: e.g. copies that share a host (a node's loss can
+  /// cost several). Empty when nothing.
+  std::string warning;
 };
 
 /// How far a load has come, as rank 0 estimates it: its own shard's fraction done scaled to
@@ -83,6 +95,9 @@ struct LoadRequest {
   bool allow_stale = false;
   uint64_t mem_limit = 0;  ///< bytes per rank for this load; 0 = the server's --mem-limit
   unsigned streams = 0;    ///< reader threads per rank; 0 = the server's default
+  /// Copies of every sample, each on ranks of other hosts when there are enough;
+  /// replicas_per_node (0): one copy per host.
+  int replicas = 1;
   /// Called as the store reports progress (a few times a second). With or without it, the
   /// store sends a report at least every 5 s, and the request's timeout bounds the wait
   /// between reports rather than the whole load.
@@ -100,6 +115,9 @@ struct UnreachableRank {
 struct StopResult {
   std::vector<int> stopped;                  ///< ranks known to have ended (or to be ending)
   std::vector<UnreachableRank> unreachable;  ///< ranks that may still run
+  /// Ranks rank 0 could not reach that are proven gone (their lock on this host is free): lost
+  /// earlier, killed. Nothing of them runs.
+  std::vector<int> gone;
   /// Empty when rank 0 answered. Else why it did not: the ranks on this host were then ended
   /// by signal (those their lock proves to be this store's) and their files removed.
   std::string no_answer;
@@ -119,6 +137,10 @@ class StoreControl {
                         std::chrono::milliseconds peer_timeout = std::chrono::seconds(30));
 
   LoadResult load(const LoadRequest& request);
+  /// Brings the datasets short of copies (request.name; empty: all) back to their copies from
+  /// origin, on live ranks (request.index and replicas unused: the store knows them). One
+  /// result per dataset repaired; empty when nothing needed repair.
+  std::vector<LoadResult> repair(const LoadRequest& request);
   void unload(const std::string& name);
   StoreStatus status();
   /// Shuts every rank down; they remove their segments and rank 0 the descriptor. When rank 0
