@@ -159,7 +159,9 @@ LoadResult StoreControl::load(const LoadRequest& request) {
                                  .allow_stale = request.allow_stale,
                                  .mem_limit = request.mem_limit,
                                  .streams = request.streams,
-                                 .progress = true};
+                                 .progress = true,
+                                 .lazy = request.lazy,
+                                 .prefetch = request.prefetch};
   auto on_interim = [&](const Message& interim) {
     if (request.progress) request.progress(detail::progress_of(interim));
   };

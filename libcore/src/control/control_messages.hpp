@@ -25,11 +25,13 @@ struct LoadCommand {
   uint64_t mem_limit = 0;  ///< 0: the server's
   unsigned streams = 0;    ///< 0: the default (ShardLoadOptions)
   bool progress = false;   ///< send interim progress messages
+  bool lazy = false;       ///< stage each sample on first touch; the load returns at once
+  bool prefetch = false;   ///< lazy: also fill the rest in the background
 
   template <class Self, class Fields>
   static void fields(Self& self, Fields& f) {
     f(self.index, self.name, self.verify, self.replace, self.allow_stale, self.mem_limit,
-      self.streams, self.progress);
+      self.streams, self.progress, self.lazy, self.prefetch);
   }
 };
 

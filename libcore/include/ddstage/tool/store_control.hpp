@@ -83,6 +83,10 @@ struct LoadRequest {
   bool allow_stale = false;
   uint64_t mem_limit = 0;  ///< bytes per rank for this load; 0 = the server's --mem-limit
   unsigned streams = 0;    ///< reader threads per rank; 0 = the server's default
+  /// Return at once; each sample is staged from origin by its owner on first touch. A server
+  /// without lazy loads ignores it and loads whole: its regions are then not marked lazy.
+  bool lazy = false;
+  bool prefetch = false;  ///< lazy: also fill the rest in the background
   /// Called as the store reports progress (a few times a second). With or without it, the
   /// store sends a report at least every 5 s, and the request's timeout bounds the wait
   /// between reports rather than the whole load.
