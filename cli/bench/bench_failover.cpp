@@ -125,9 +125,9 @@ void run_bench_failover(const BenchFailoverOptions& opts, const CliContext& ctx)
       out.resize(reader.batch_bytes(name, batch_ids));
       reader.get_batch(name, batch_ids, out);
     } catch (const Error& e) {
-      failed = fmt::format("batch {} ({} after the signal) failed after {:.3f} s: {}", i,
-                           i - std::min(i, opts.before),
-                           std::chrono::duration<double>(Clock::now() - t0).count(), e.what());
+      failed = fmt::format("batch {} (the signal came before batch {}) failed after {:.3f} s: {}",
+                           i, opts.before, std::chrono::duration<double>(Clock::now() - t0).count(),
+                           e.what());
       break;
     }
     BatchTime t{std::chrono::duration<double>(Clock::now() - t0).count(), out.size()};
@@ -142,15 +142,17 @@ void run_bench_failover(const BenchFailoverOptions& opts, const CliContext& ctx)
   // A hung rank is let go again, to be stopped with its store; it may be marked lost by now.
   if (sig == SIGSTOP) send_signal(victim, SIGCONT);
 
-  BenchReport report("failover", "batch");
+  // A step is one batch: its latency is the whole get_batch.
+  BenchReport report("failover", "step");
   report.set_panels({{"batch, µs", {{"mean_us", "mean"}, {"max_us", "max"}}}});
   report.describe("dataset", fmt::format("{} ({} samples, {} copies), field {}", opts.dataset,
                                          index.samples(), entry.replicas, name));
-  report.describe("reader", fmt::format("batch {} (random ids), transport {}, failover_timeout {}, "
-                                        "read_timeout {}",
-                                        opts.batch, settings.get_string("transport"),
-                                        settings.get_string("failover_timeout"),
-                                        settings.get_string("read_timeout")));
+  report.describe(
+      "reader",
+      fmt::format("a step is a batch of {} random ids, transport {}, failover_timeout {}, "
+                  "read_timeout {}",
+                  opts.batch, settings.get_string("transport"),
+                  settings.get_string("failover_timeout"), settings.get_string("read_timeout")));
   report.describe("loss", fmt::format("SIG{} to rank {} (pid {}) before batch {} of {}",
                                       sig == SIGKILL ? "KILL" : "STOP", victim.rank, victim.pid,
                                       opts.before, steps));
@@ -173,9 +175,10 @@ void run_bench_failover(const BenchFailoverOptions& opts, const CliContext& ctx)
     const double read_timeout =
         std::chrono::duration<double>(settings.get_duration("read_timeout")).count();
     report.note(fmt::format(
-        "normal batch {:.2f} ms (median of {}); the batch that hit the lost rank {:.3f} s, "
-        "{:.0f}x; slowest after the signal {:.3f} s; after failover {:.2f} ms (median)",
-        base * 1e3, normal.size(), hit, base > 0 ? hit / base : 0.0, worst, median(after_s) * 1e3));
+        "normal batch {:.2f} ms (median of {}); the batch that hit the lost rank {:.2f} ms, "
+        "{:.1f}x; slowest after the signal {:.2f} ms; after failover {:.2f} ms (median)",
+        base * 1e3, normal.size(), hit * 1e3, base > 0 ? hit / base : 0.0, worst * 1e3,
+        median(after_s) * 1e3));
     report.note(fmt::format("target: within read_timeout ({:.1f} s): {}", read_timeout,
                             worst <= read_timeout ? "met" : "missed"));
   }
