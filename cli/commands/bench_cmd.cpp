@@ -19,11 +19,11 @@ void setup_bench(CLI::App& app, CliContext& ctx) {
   setup_bench_origin(*bench, ctx);
   setup_bench_store(*bench, ctx);
   setup_bench_fabric_raw(*bench, ctx);
+  setup_bench_failover(*bench, ctx);
   setup_bench_flatten(*bench, ctx);
   setup_bench_index(*bench, ctx);
   setup_bench_load(*bench, ctx);
   setup_bench_loader(*bench, ctx);
-  setup_bench_failover(*bench, ctx);
 }
 
 }  // namespace ddstage::cli
