@@ -1,5 +1,5 @@
-"""scripts/slow-origin: usage without root, its refusal (77) where it cannot throttle, and as
-root a real run: CMD runs in its own blkio cgroup with the read limit on the loop device that
+"""scripts/slow-origin: usage without root, its refusal (77) where it cannot throttle (not root,
+no loop device), and as root a real run: CMD runs in its own blkio cgroup with the read limit on the loop device that
 holds DIR, and afterwards nothing is left (cgroup, mount, loop device, DIR); CMD's exit status
 is the script's. bench-failover: usage, and bad counts refused."""
 import os
@@ -63,3 +63,20 @@ def test_throttled_run_leaves_nothing(tmp_path):
     assert not mnt.exists()
     assert str(mnt) not in Path("/proc/mounts").read_text()
     assert "slow-origin" not in run("losetup", "-a").stdout
+
+
+def test_no_loop_device_is_a_skip(tmp_path):
+    """Root in a container without loop devices: 77 with the reason, and nothing left behind
+    (its scratch image, DIR)."""
+    if os.geteuid() != 0 or not BLKIO.is_dir():
+        pytest.skip("needs root and cgroup-v1 blkio to get as far as losetup")
+    shim = tmp_path / "bin"
+    shim.mkdir()
+    (shim / "losetup").write_text("#!/bin/sh\necho 'losetup: cannot find an unused loop device' >&2\nexit 1\n")
+    (shim / "losetup").chmod(0o755)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "PATH": f"{shim}:{os.environ['PATH']}", "TMPDIR": str(scratch)}
+    proc = run(SLOW, "--bps", "1M", "--size", "8M", "--dir", tmp_path / "m", "--", "true", env=env)
+    assert proc.returncode == 77 and "no loop device" in proc.stderr, proc.stderr
+    assert not (tmp_path / "m").exists() and list(scratch.iterdir()) == []
