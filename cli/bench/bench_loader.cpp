@@ -1,6 +1,10 @@
 #include "bench/bench_loader.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <numeric>
@@ -15,8 +19,10 @@
 #include "ddstage/config.hpp"
 #include "ddstage/error.hpp"
 #include "ddstage/index.hpp"
+#include "ddstage/store_descriptor.hpp"
 #include "ddstage/tool/checksum.hpp"
 #include "ddstage/tool/origin_reader.hpp"
+#include "ddstage/tool/store_control.hpp"
 #include "support/progress_line.hpp"
 #include "support/store_access.hpp"
 #if DDSTAGE_HAVE_HDF5
@@ -122,6 +128,7 @@ class Hdf5Batches final : public BatchSource {
 struct ModeRun {
   std::string mode;
   std::string unavailable;
+  double staging = 0;  ///< seconds its load took before the loop started (full, lazy)
   TrainingLoopResult result;
 };
 
@@ -145,13 +152,21 @@ BatchCheck checksum_check(const Index& index, std::span<const uint32_t> fields) 
       };
 }
 
+bool is_staged(std::string_view mode) {
+  return mode == "full" || mode == "lazy";
+}
+
+/// The modes besides the store's, in the order asked, each once.
 std::vector<std::string> checked_compare(const BenchLoaderOptions& opts) {
   std::vector<std::string> modes;
   auto wanted = opts.compare;
   if (wanted.empty() && opts.store.empty()) wanted = {"origin", "hdf5"};
+  if (wanted.empty() && opts.dataset.empty()) wanted = {"full", "lazy"};
   for (const auto& m : wanted) {
-    if (m != "origin" && m != "hdf5")
-      throw UsageError(fmt::format("unknown --compare mode '{}' (origin, hdf5)", m));
+    if (m != "origin" && m != "hdf5" && !is_staged(m))
+      throw UsageError(fmt::format("unknown --compare mode '{}' (origin, hdf5, full, lazy)", m));
+    if (is_staged(m) && opts.store.empty())
+      throw UsageError(fmt::format("--compare {} loads into a store: give --store DIR", m));
     if (std::find(modes.begin(), modes.end(), m) == modes.end()) modes.push_back(m);
   }
   return modes;
@@ -162,7 +177,10 @@ void check_sources(const BenchLoaderOptions& opts) {
     throw UsageError(
         "give --store DIR --dataset NAME, or --index DATASET.ddx for origin modes only");
   }
-  if (!opts.store.empty() && opts.dataset.empty()) throw UsageError("--store needs --dataset NAME");
+  if (!opts.store.empty() && opts.dataset.empty() && opts.index.empty()) {
+    throw UsageError(
+        "--store needs --dataset NAME, or --index DATASET.ddx to load (--compare full,lazy)");
+  }
   if (opts.store.empty() && !opts.dataset.empty()) throw UsageError("--dataset needs --store DIR");
 }
 
@@ -176,9 +194,9 @@ std::vector<uint32_t> field_ids(const Index& index, const std::vector<std::strin
 }
 
 /// Runs the loop with progress on stderr when it is a terminal.
-ModeRun run_mode(std::string mode, const TrainingLoopOptions& loop, std::span<const uint64_t> ids,
-                 const BatchSourceFactory& sources, const BatchCheck& check,
-                 const Settings& settings) {
+TrainingLoopResult run_loop(const std::string& mode, const TrainingLoopOptions& loop,
+                            std::span<const uint64_t> ids, const BatchSourceFactory& sources,
+                            const BatchCheck& check, const Settings& settings) {
   ProgressLine line(fmt::format("loader {}", mode), settings);
   double shown = -1;
   auto progress = [&](uint64_t done, uint64_t bytes, double seconds) {
@@ -190,7 +208,7 @@ ModeRun run_mode(std::string mode, const TrainingLoopOptions& loop, std::span<co
           .seconds = seconds,
           .final = done == loop.steps});
   };
-  return {std::move(mode), "", run_training_loop(loop, ids, sources, check, progress)};
+  return run_training_loop(loop, ids, sources, check, progress);
 }
 
 double fraction(uint64_t n, uint64_t of) {
@@ -206,49 +224,118 @@ struct RunDescription {
   bool origin_modes = false;
 };
 
-/// A mode's cell: rows are samples, latencies the trainer's wait per step.
-BenchCell cell_of(const ModeRun& run, uint64_t per_epoch) {
-  const auto& r = run.result;
-  BenchCell c{
-      .dims = {{"mode", run.mode}}, .rows = r.samples, .bytes = r.bytes, .seconds = r.seconds};
-  c.ns_per_row = r.wait_ns;
-  c.extras = {
-      {"samples_per_s", static_cast<double>(r.samples) / r.seconds},
-      {"epoch_s", r.seconds / static_cast<double>(r.steps) * static_cast<double>(per_epoch)},
-      {"over_100ms", fraction(r.waits_over_short, r.steps)},
-      {"over_1s", fraction(r.waits_over_long, r.steps)},
-      {"mismatches", static_cast<double>(r.mismatches)}};
+std::string epoch_label(const EpochResult& e) {
+  return e.first_epoch == e.last_epoch ? std::to_string(e.first_epoch)
+                                       : fmt::format("{}-{}", e.first_epoch, e.last_epoch);
+}
+
+/// What a trainer sees of an epoch: the loop's figures, and for the first epoch the load that
+/// ran before it (a full load delays the first step by all of it).
+struct EpochFigures {
+  const EpochResult& e;
+  double staging = 0;  ///< seconds before the loop; only in the first epoch
+  uint64_t per_epoch = 0;
+
+  double first_step() const { return staging + e.first_wait; }
+  /// Seconds per whole epoch: a partial last epoch scaled up, epochs reported together averaged.
+  double epoch() const {
+    return staging + e.seconds / static_cast<double>(e.steps) * static_cast<double>(per_epoch);
+  }
+  double over_1s() const { return fraction(e.waits_over_long, e.steps); }
+};
+
+EpochFigures figures_of(const ModeRun& run, const EpochResult& e, uint64_t per_epoch) {
+  return {e, e.first_epoch == 1 ? run.staging : 0, per_epoch};
+}
+
+/// A mode's cell for an epoch: rows are samples, latencies the trainer's wait per step.
+BenchCell cell_of(const ModeRun& run, const EpochResult& e, uint64_t per_epoch) {
+  const auto f = figures_of(run, e, per_epoch);
+  BenchCell c{.dims = {{"mode", run.mode}, {"epoch", epoch_label(e)}},
+              .rows = e.samples,
+              .bytes = e.bytes,
+              .seconds = f.staging + e.seconds};
+  c.ns_per_row = e.wait_ns;
+  c.extras = {{"first_step_s", f.first_step()},
+              {"epoch_s", f.epoch()},
+              {"samples_per_s", static_cast<double>(e.samples) / c.seconds},
+              {"over_100ms", fraction(e.waits_over_short, e.steps)},
+              {"over_1s", f.over_1s()},
+              {"mismatches", static_cast<double>(e.mismatches)}};
+  if (is_staged(run.mode)) c.extras.emplace_back("staging_s", f.staging);
   return c;
 }
 
-/// An origin mode against the store: how much longer an epoch takes and how much worse the
-/// wait tail is, as extras of its cell and a note.
-void compare_with_store(BenchReport& report, BenchCell& cell, const ModeRun& run,
-                        const TrainingLoopResult& store) {
-  auto over = [](double a, double b) { return b > 0 ? a / b : 0.0; };
-  const auto& r = run.result;
-  const double epoch = over(r.seconds, store.seconds);
-  const double mean = over(r.wait_ns.mean(), store.wait_ns.mean());
-  const double p99 = over(static_cast<double>(r.wait_ns.percentile(0.99)),
-                          static_cast<double>(store.wait_ns.percentile(0.99)));
-  cell.extras.emplace_back("epoch_vs_store", epoch);
-  cell.extras.emplace_back("p99_vs_store", p99);
+double over(double a, double b) {
+  return b > 0 ? a / b : 0.0;
+}
+
+/// The same epochs of the baseline, or nullptr when it did not reach them.
+const EpochResult* same_epochs(const ModeRun& base, const EpochResult& e) {
+  for (const auto& b : base.result.epochs) {
+    if (b.first_epoch == e.first_epoch) return &b;
+  }
+  return nullptr;
+}
+
+/// A mode's epoch against the baseline's same epoch: how much longer the epoch, how much worse
+/// the wait tail, as extras of its cell and a note.
+void compare_with_base(BenchReport& report, BenchCell& cell, const ModeRun& run,
+                       const EpochResult& e, const ModeRun& base, uint64_t per_epoch) {
+  const EpochResult* b = same_epochs(base, e);
+  if (!b) return;
+  const auto fe = figures_of(run, e, per_epoch);
+  const auto fb = figures_of(base, *b, per_epoch);
+  const double epoch = over(fe.epoch(), fb.epoch());
+  const double p99 = over(static_cast<double>(e.wait_ns.percentile(0.99)),
+                          static_cast<double>(b->wait_ns.percentile(0.99)));
+  cell.extras.emplace_back(fmt::format("epoch_vs_{}", base.mode), epoch);
+  cell.extras.emplace_back(fmt::format("p99_vs_{}", base.mode), p99);
   report.note(fmt::format(
-      "{} vs store: epoch {:.2f}x as long, wait mean {:.1f}x, wait p99 {:.1f}x; steps waiting "
-      "> 1 s: {:.1f}% vs {:.1f}%",
-      run.mode, epoch, mean, p99, 100 * fraction(r.waits_over_long, r.steps),
-      100 * fraction(store.waits_over_long, store.steps)));
+      "{} vs {}, epoch {}: first step {:.2f} s vs {:.2f} s, epoch {:.2f}x as long, wait mean "
+      "{:.1f}x, wait p99 {:.1f}x; steps waiting > 1 s: {:.1f}% vs {:.1f}%",
+      run.mode, base.mode, epoch_label(e), fe.first_step(), fb.first_step(), epoch,
+      over(e.wait_ns.mean(), b->wait_ns.mean()), p99, 100 * fe.over_1s(), 100 * fb.over_1s()));
+}
+
+const ModeRun* measured(const std::vector<ModeRun>& runs, std::string_view mode) {
+  for (const auto& run : runs) {
+    if (run.mode == mode && run.unavailable.empty()) return &run;
+  }
+  return nullptr;
+}
+
+/// Issue 17's acceptance line: from the second epoch a lazy load reads from the store alone, so
+/// its wait per step must match a fully loaded store's within noise.
+void note_lazy_acceptance(BenchReport& report, const std::vector<ModeRun>& runs) {
+  const ModeRun* lazy = measured(runs, "lazy");
+  const ModeRun* full = measured(runs, "full");
+  if (!full) full = measured(runs, "store");
+  if (!lazy || !full) return;
+  const EpochResult* l = lazy->result.epochs.size() > 1 ? &lazy->result.epochs[1] : nullptr;
+  const EpochResult* f = l ? same_epochs(*full, *l) : nullptr;
+  if (!f) {
+    report.note("lazy epoch 2 vs the full store: not measured, the run has one epoch (--steps)");
+    return;
+  }
+  report.note(fmt::format(
+      "lazy epoch {} vs the full store ({}): wait mean {:.2f}x, p99 {:.2f}x; steps waiting > 1 "
+      "s: {:.1f}% vs {:.1f}% (issue 17: equal within noise)",
+      epoch_label(*l), full->mode, over(l->wait_ns.mean(), f->wait_ns.mean()),
+      over(static_cast<double>(l->wait_ns.percentile(0.99)),
+           static_cast<double>(f->wait_ns.percentile(0.99))),
+      100 * fraction(l->waits_over_long, l->steps), 100 * fraction(f->waits_over_long, f->steps)));
 }
 
 BenchReport loader_report(const BenchLoaderOptions& opts, const RunDescription& d,
                           const std::vector<ModeRun>& runs) {
   BenchReport report("loader", "step");
   // What decides between the modes (ddstage-bench(1)): the wait tail and the share of steps
-  // that stall the trainer, then what that costs an epoch.
+  // that stall the trainer, then what that costs an epoch and its first step.
   report.set_panels(
       {{"wait per step, µs", {{"mean_us", "mean"}, {"p99_us", "p99"}}},
        {"steps waiting longer, %", {{"over_100ms", "> 100 ms"}, {"over_1s", "> 1 s"}}, 100, false},
-       {"epoch, seconds", {{"epoch_s", "epoch"}}}});
+       {"seconds", {{"first_step_s", "first step"}, {"epoch_s", "epoch"}}}});
   report.describe("dataset", fmt::format("{} ({} samples), fields {}", d.dataset, d.samples,
                                          fmt::join(d.fields, ",")));
   report.describe(
@@ -262,27 +349,32 @@ BenchReport loader_report(const BenchLoaderOptions& opts, const RunDescription& 
                                         opts.prefetch, opts.threads));
   if (d.origin_modes) {
     report.describe("origin files",
-                    d.cold ? "read cold: dropped from the page cache before each origin mode"
+                    d.cold ? "read cold: dropped from the page cache before each mode reading "
+                             "them (origin, hdf5, full, lazy)"
                            : "read warm: page cache kept (--warm)");
   }
   report.describe(
       "latencies",
-      "the trainer's wait for each step's batch; over_*: fraction of steps waiting longer");
-  const bool with_store = !runs.empty() && runs.front().mode == "store";
+      "the trainer's wait for each step's batch; over_*: fraction of steps waiting longer; "
+      "first_step_s and epoch_s of epoch 1 include the load before it (full, lazy: staging_s)");
+  const ModeRun* base = measured(runs, "store");
+  if (!base) base = measured(runs, "full");
   for (const auto& run : runs) {
     if (!run.unavailable.empty()) {
       report.describe(run.mode, "n/a: " + run.unavailable);
       continue;
     }
-    auto cell = cell_of(run, d.per_epoch);
-    if (with_store && run.mode != "store")
-      compare_with_store(report, cell, run, runs.front().result);
-    report.add(std::move(cell));
+    for (const auto& e : run.result.epochs) {
+      auto cell = cell_of(run, e, d.per_epoch);
+      if (base && &run != base) compare_with_base(report, cell, run, e, *base, d.per_epoch);
+      report.add(std::move(cell));
+    }
   }
+  note_lazy_acceptance(report, runs);
   return report;
 }
 
-/// The store's dataset, or without a store the index alone.
+/// The store (when given), the dataset it holds (when named), else the index alone.
 struct Sources {
   std::optional<Client> client;
   std::optional<Dataset> dataset;
@@ -292,8 +384,8 @@ struct Sources {
 
 Sources open_sources(const BenchLoaderOptions& opts, const Settings& settings) {
   Sources s;
-  if (!opts.store.empty()) {
-    s.client.emplace(opts.store, settings);
+  if (!opts.store.empty()) s.client.emplace(opts.store, settings);
+  if (!opts.dataset.empty()) {
     s.dataset.emplace(s.client->open(opts.dataset));
   } else {
     s.own_index.emplace(Index::open(opts.index));
@@ -310,6 +402,103 @@ std::string hdf5_unavailable(const Index& index) {
 #endif
 }
 
+/// A dataset loaded for one staged mode, unloaded when the mode is done, however it ends.
+class BenchDataset {
+ public:
+  BenchDataset(StoreControl& control, std::string name)
+      : m_control(control), m_name(std::move(name)) {}
+  BenchDataset(const BenchDataset&) = delete;
+  BenchDataset& operator=(const BenchDataset&) = delete;
+  ~BenchDataset() {
+    try {
+      m_control.unload(m_name);
+    } catch (const std::exception& e) {
+      spdlog::warn("could not unload the bench's dataset {}: {}", m_name, e.what());
+    }
+  }
+  const std::string& name() const { return m_name; }
+
+ private:
+  StoreControl& m_control;
+  std::string m_name;
+};
+
+/// Why a load asked to be lazy is not: a server without lazy loads ignores the request's key
+/// and loads whole, which store.yaml shows as regions not marked lazy.
+std::string not_lazy(const std::filesystem::path& store, const std::string& name) {
+  const auto regions = StoreDescriptor::read(store).dataset(name).regions;
+  if (std::any_of(regions.begin(), regions.end(), [](const auto& r) { return r.lazy; })) return {};
+  return "the store loaded it whole: its server does not stage lazily (load --lazy)";
+}
+
+/// What every mode shares: the loop, its ids, the check, where the origin files are.
+struct LoaderRun {
+  const BenchLoaderOptions& opts;
+  const Settings& settings;
+  const Index& index;
+  std::span<const uint32_t> fields;
+  std::span<const uint64_t> ids;
+  TrainingLoopOptions loop;
+  BatchCheck check;
+  std::vector<std::filesystem::path> origin_files;
+  bool allow_stale = false;
+};
+
+ModeRun run_store(const LoaderRun& r, std::string mode, const Dataset& dataset,
+                  double staging = 0) {
+  auto result = run_loop(
+      mode, r.loop, r.ids, [&] { return std::make_unique<StoreBatches>(dataset, r.fields); },
+      r.check, r.settings);
+  return {std::move(mode), "", staging, std::move(result)};
+}
+
+/// full: the index loaded whole, then the loop; lazy: a lazy load (back at once), then the
+/// loop, its first epoch staged by first touch. Each under a name of its own, unloaded after.
+ModeRun run_staged(const LoaderRun& r, const std::string& mode, const Client& client) {
+  auto control = store_control(r.opts.store, r.settings);
+  const bool lazy = mode == "lazy";
+  if (!r.opts.warm) drop_cached_pages(r.origin_files);
+  const auto t0 = std::chrono::steady_clock::now();
+  const LoadRequest request{.index = r.index.dir(),
+                            .name = fmt::format("ddstage-bench-loader-{}-{}", ::getpid(), mode),
+                            .allow_stale = r.allow_stale,
+                            .lazy = lazy};
+  std::optional<BenchDataset> loaded;
+  try {
+    control.load(request);
+    loaded.emplace(control, request.name);
+  } catch (const Error& e) {
+    // A server that refuses a lazy load (one that knows the key but not this case): the run
+    // goes on without the mode, as without HDF5.
+    if (!lazy) throw;
+    return {mode, fmt::format("the store refused a lazy load: {}", e.what()), 0, {}};
+  }
+  const double staging =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (lazy) {
+    if (auto why = not_lazy(r.opts.store, loaded->name()); !why.empty())
+      return {mode, std::move(why), 0, {}};
+  }
+  const Dataset dataset = client.open(loaded->name());
+  return run_store(r, mode, dataset, staging);
+}
+
+ModeRun run_origin(const LoaderRun& r, const std::string& mode, std::mutex& hdf5_library) {
+  if (auto why = mode == "hdf5" ? hdf5_unavailable(r.index) : ""; !why.empty())
+    return {mode, std::move(why), 0, {}};
+  if (!r.opts.warm) drop_cached_pages(r.origin_files);
+  BatchSourceFactory factory = [&]() -> std::unique_ptr<BatchSource> {
+    return std::make_unique<OriginBatches>(r.index, r.fields, r.allow_stale);
+  };
+#if DDSTAGE_HAVE_HDF5
+  if (mode == "hdf5")
+    factory = [&] { return std::make_unique<Hdf5Batches>(r.index, r.fields, hdf5_library); };
+#else
+  (void)hdf5_library;
+#endif
+  return {mode, "", 0, run_loop(mode, r.loop, r.ids, factory, r.check, r.settings)};
+}
+
 }  // namespace
 
 void run_bench_loader(const BenchLoaderOptions& opts, const CliContext& ctx) {
@@ -323,50 +512,42 @@ void run_bench_loader(const BenchLoaderOptions& opts, const CliContext& ctx) {
   const auto fields = field_ids(index, opts.fields);
   const auto ids = shuffled_batches(index.samples(), opts.batch, opts.steps, opts.seed);
   if (!compare.empty() && !allow_stale) index.check_all_fresh();
-  const TrainingLoopOptions loop{
-      .batch = opts.batch,
-      .steps = opts.steps,
-      .compute = std::chrono::nanoseconds(static_cast<int64_t>(opts.compute_ms * 1e6)),
-      .prefetch = opts.prefetch,
-      .threads = opts.threads};
-  const auto check = checksum_check(index, fields);
+  const uint64_t per_epoch = index.samples() / opts.batch;
+  const LoaderRun run{
+      .opts = opts,
+      .settings = settings,
+      .index = index,
+      .fields = fields,
+      .ids = ids,
+      .loop = {.batch = opts.batch,
+               .steps = opts.steps,
+               .compute = std::chrono::nanoseconds(static_cast<int64_t>(opts.compute_ms * 1e6)),
+               .prefetch = opts.prefetch,
+               .threads = opts.threads,
+               .per_epoch = per_epoch},
+      .check = checksum_check(index, fields),
+      .origin_files = index_files(index, {FileKind::source, FileKind::pack}),
+      .allow_stale = allow_stale};
   std::vector<ModeRun> runs;
-  if (sources.dataset) {
-    const Dataset& dataset = *sources.dataset;
-    runs.push_back(run_mode(
-        "store", loop, ids, [&] { return std::make_unique<StoreBatches>(dataset, fields); }, check,
-        settings));
-  }
-  const auto origin_files = index_files(index, {FileKind::source, FileKind::pack});
-  [[maybe_unused]] std::mutex hdf5_library;
+  if (sources.dataset) runs.push_back(run_store(run, "store", *sources.dataset));
+  std::mutex hdf5_library;
   for (const auto& mode : compare) {
-    if (auto why = mode == "hdf5" ? hdf5_unavailable(index) : ""; !why.empty()) {
-      runs.push_back({mode, std::move(why), {}});
-      continue;
-    }
-    if (!opts.warm) drop_cached_pages(origin_files);
-    BatchSourceFactory factory = [&]() -> std::unique_ptr<BatchSource> {
-      return std::make_unique<OriginBatches>(index, fields, allow_stale);
-    };
-#if DDSTAGE_HAVE_HDF5
-    if (mode == "hdf5")
-      factory = [&] { return std::make_unique<Hdf5Batches>(index, fields, hdf5_library); };
-#endif
-    runs.push_back(run_mode(mode, loop, ids, factory, check, settings));
+    runs.push_back(is_staged(mode) ? run_staged(run, mode, *sources.client)
+                                   : run_origin(run, mode, hdf5_library));
   }
   RunDescription desc{.dataset = sources.dataset ? opts.dataset : index.dir().string(),
                       .samples = index.samples(),
-                      .per_epoch = index.samples() / opts.batch,
+                      .per_epoch = per_epoch,
                       .cold = !opts.warm,
                       .origin_modes = !compare.empty()};
   for (uint32_t f : fields) desc.fields.push_back(index.fields()[f].name);
   const auto report = loader_report(opts, desc, runs);
   report.print();
-  for (const auto& run : runs) {
-    if (run.result.mismatches) {
-      spdlog::error("{}: {} rows returned bytes that do not match the index", run.mode,
-                    run.result.mismatches);
-    }
+  for (const auto& r : runs) {
+    uint64_t mismatches = 0;
+    for (const auto& e : r.result.epochs) mismatches += e.mismatches;
+    if (mismatches)
+      spdlog::error("{}: {} rows returned bytes that do not match the index", r.mode, mismatches);
   }
   report.write(opts.outputs);
 }
@@ -374,17 +555,21 @@ void run_bench_loader(const BenchLoaderOptions& opts, const CliContext& ctx) {
 void setup_bench_loader(CLI::App& bench, CliContext& ctx) {
   auto opts = std::make_shared<BenchLoaderOptions>();
   auto* sub = bench.add_subcommand(
-      "loader", "A training loop's DataLoader wait per step: store vs origin, same ids");
+      "loader",
+      "A training loop's DataLoader wait per step and epoch: store, loaded whole or lazily, vs "
+      "origin, same ids");
   sub->add_option("--store", opts->store,
                   "The store directory (default with --dataset: DDSTAGE_STORE)");
   sub->add_option("--dataset", opts->dataset, "The loaded dataset");
   sub->add_option("--index", opts->index,
-                  "DATASET.ddx: without a store, run the origin modes only");
+                  "DATASET.ddx: without a store, run the origin modes only; with --store and no "
+                  "--dataset, the index that full and lazy load");
   sub->add_option("--field", opts->fields,
                   "Fields to read per step, comma-separated (default: all)")
       ->delimiter(',');
   sub->add_option("--compare", opts->compare,
-                  "Origin modes to run too: origin (index + pread), hdf5 (HDF5 API)")
+                  "Modes to run too: origin (index + pread), hdf5 (HDF5 API), full (load, then "
+                  "train), lazy (load --lazy, then train)")
       ->delimiter(',');
   sub->add_option("--batch", opts->batch, "Samples per step")
       ->capture_default_str()

@@ -138,27 +138,45 @@ TrainingLoopResult run_training_loop(const TrainingLoopOptions& options,
                                      const BatchSourceFactory& sources, const BatchCheck& check,
                                      const StepProgress& progress) {
   TrainingLoopResult r;
+  const uint64_t per_epoch = options.per_epoch ? options.per_epoch : options.steps;
   std::vector<std::byte> batch;
+  uint64_t bytes = 0;
   const auto start = Clock::now();
+  auto epoch_start = start;
   Prefetcher loader(options, ids, sources);
   for (uint64_t step = 0; step < options.steps; ++step) {
+    const uint64_t epoch = step / per_epoch;  // 0-based
+    const bool first_of_epoch = step % per_epoch == 0;
     const auto asked = Clock::now();
+    if (first_of_epoch && step) epoch_start = asked;
+    if (first_of_epoch && epoch <= options.epochs_apart) {
+      r.epochs.push_back({.first_epoch = epoch + 1, .last_epoch = epoch + 1});
+    }
+    EpochResult& e = r.epochs.back();
+    e.last_epoch = epoch + 1;
     loader.take(step, batch);
     const auto got = Clock::now();
     const auto wait = got - asked;
-    r.wait_ns.record(
+    if (first_of_epoch && epoch == e.first_epoch - 1)
+      e.first_wait = std::chrono::duration<double>(wait).count();
+    e.wait_ns.record(
         static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(wait).count()));
-    r.waits_over_short += wait > stall_short;
-    r.waits_over_long += wait > stall_long;
+    e.waits_over_short += wait > stall_short;
+    e.waits_over_long += wait > stall_long;
     const auto step_ids = ids.subspan(step * options.batch, options.batch);
-    r.mismatches += check(step_ids, batch);
-    r.bytes += batch.size();
+    e.mismatches += check(step_ids, batch);
+    e.bytes += batch.size();
+    e.steps += 1;
+    e.samples += options.batch;
+    bytes += batch.size();
     std::this_thread::sleep_until(got + options.compute);
-    progress(step + 1, r.bytes, std::chrono::duration<double>(Clock::now() - start).count());
+    const auto done = Clock::now();
+    // An epoch's time runs from its own start; epochs reported together add theirs up.
+    if (step + 1 == options.steps || (step + 1) % per_epoch == 0)
+      e.seconds += std::chrono::duration<double>(done - epoch_start).count();
+    progress(step + 1, bytes, std::chrono::duration<double>(done - start).count());
   }
   r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  r.steps = options.steps;
-  r.samples = options.steps * options.batch;
   return r;
 }
 

@@ -1,6 +1,7 @@
 #include "commands/bench_cmd.hpp"
 
 #include "bench/bench_fabric_raw.hpp"
+#include "bench/bench_failover.hpp"
 #include "bench/bench_flatten.hpp"
 #include "bench/bench_index.hpp"
 #include "bench/bench_load.hpp"
@@ -19,6 +20,7 @@ void setup_bench(CLI::App& app, CliContext& ctx) {
   setup_bench_origin(*bench, ctx);
   setup_bench_store(*bench, ctx);
   setup_bench_fabric_raw(*bench, ctx);
+  setup_bench_failover(*bench, ctx);
   setup_bench_flatten(*bench, ctx);
   setup_bench_index(*bench, ctx);
   setup_bench_load(*bench, ctx);

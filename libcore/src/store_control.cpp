@@ -171,7 +171,9 @@ LoadResult StoreControl::load(const LoadRequest& request) {
                                  .mem_limit = request.mem_limit,
                                  .streams = request.streams,
                                  .progress = true,
-                                 .replicas = request.replicas};
+                                 .replicas = request.replicas,
+                                 .lazy = request.lazy,
+                                 .prefetch = request.prefetch};
   auto on_interim = [&](const Message& interim) {
     if (request.progress) request.progress(detail::progress_of(interim));
   };

@@ -191,26 +191,37 @@ def bench_loader(ddstage, out_json, *args):
     return proc.stdout, json.loads(out_json.read_text())
 
 
-def check_loader(result, modes, unavailable=(), batch=8, steps=20):
-    """Every requested mode is a cell, in order, or, when it cannot run, an n/a line of the run's
-    description. Each cell ran the requested steps of `batch` samples with no mismatched row,
-    ordered wait percentiles and stall fractions in [0, 1]; every mode read the same bytes (the
-    same ids)."""
+def check_loader(result, modes, unavailable=(), batch=8, epochs=((1, 15), (2, 5))):
+    """Every requested mode is a cell per epoch ((epoch, steps): 20 steps of 15 an epoch by
+    default), in order, or, when it cannot run, an n/a line of the run's description. Each cell
+    ran its epoch's steps of `batch` samples with no mismatched row, ordered wait percentiles,
+    stall fractions in [0, 1], a first step no later than its epoch's end; every mode read the
+    same bytes per epoch (the same ids). Returns {mode: {epoch: cell}}."""
     assert result["schema"] == SCHEMA and result["bench"] == "loader" and result["unit"] == "step"
-    cells = {c["dims"]["mode"]: c for c in result["cells"]}
+    cells = {}
+    for c in result["cells"]:
+        cells.setdefault(c["dims"]["mode"], {})[c["dims"]["epoch"]] = c
     assert list(cells) == modes
     for mode in unavailable:
         assert result["run"][mode].startswith("n/a: "), result["run"]
-    for c in cells.values():
-        assert c["calls"] == steps and c["rows"] == steps * batch, c
-        assert c["mismatches"] == 0, c
-        assert 0 <= c["min_us"] <= c["p50_us"] <= c["p99_us"] <= c["p999_us"] <= c["max_us"], c
-        assert c["min_us"] <= c["mean_us"] <= c["max_us"], c
-        assert 0 <= c["over_1s"] <= c["over_100ms"] <= 1, c
-        # Every step sleeps its compute time (1 ms) after its batch arrives.
-        assert c["seconds"] >= steps * 0.001 and c["samples_per_s"] > 0 and c["epoch_s"] > 0, c
-    assert len({c["bytes"] for c in cells.values()}) == min(len(cells), 1)
+    for by_epoch in cells.values():
+        assert list(by_epoch) == [str(e) for e, _ in epochs]
+        for (_, steps), c in zip(epochs, by_epoch.values()):
+            assert c["calls"] == steps and c["rows"] == steps * batch, c
+            assert c["mismatches"] == 0, c
+            assert 0 <= c["min_us"] <= c["p50_us"] <= c["p99_us"] <= c["p999_us"] <= c["max_us"], c
+            assert c["min_us"] <= c["mean_us"] <= c["max_us"], c
+            assert 0 <= c["over_1s"] <= c["over_100ms"] <= 1, c
+            # Every step sleeps its compute time (1 ms) after its batch arrives.
+            assert c["seconds"] >= steps * 0.001 and c["samples_per_s"] > 0 and c["epoch_s"] > 0, c
+            assert 0 <= c["first_step_s"] <= c["seconds"], c
+    for e, _ in epochs:
+        assert len({by_epoch[str(e)]["bytes"] for by_epoch in cells.values()}) == min(len(cells), 1)
     return cells
+
+
+def total(cells, figure):
+    return sum(c[figure] for c in cells.values())
 
 
 @pytest.fixture(scope="module")
@@ -236,18 +247,19 @@ def test_bench_loader_store_vs_origin(ddstage, serve, loader_data, tmp_path):
     run = result["run"]
     assert run["dataset"].endswith("fields x,y") and "1.33 epochs of 15" in run["loop"]
     assert run["origin files"].startswith("read cold")
-    assert cells["store"]["bytes"] == 20 * 8 * (64 * 4 + 8)
-    assert "epoch_vs_store" not in cells["store"]
-    assert all(cells[m]["epoch_vs_store"] > 0 and cells[m]["p99_vs_store"] > 0 for m in ("origin", "hdf5"))
-    assert [n.split(" vs ")[0] for n in result["notes"]] == ["origin", "hdf5"]
-    for word in ("store", "origin", "hdf5", "read cold", "vs store", "over_1s"):
+    assert total(cells["store"], "bytes") == 20 * 8 * (64 * 4 + 8)
+    assert not any("epoch_vs_store" in c or "staging_s" in c for c in cells["store"].values())
+    assert all(c["epoch_vs_store"] > 0 and c["p99_vs_store"] > 0
+               for m in ("origin", "hdf5") for c in cells[m].values())
+    assert [n.split(", epoch")[0] for n in result["notes"]] == ["origin vs store"] * 2 + ["hdf5 vs store"] * 2
+    for word in ("store", "origin", "hdf5", "read cold", "vs store", "over_1s", "first_step_s", "epoch"):
         assert word in stdout, word
     # One field, read warm.
     stdout, result = bench_loader(ddstage, tmp_path / "x.json", "--store", store.dir, "--dataset", "rows",
                                   "--field", "y", "--compare", "origin", "--warm")
     cells = check_loader(result, ["store", "origin"])
     assert result["run"]["dataset"].endswith("fields y") and "read warm" in stdout
-    assert cells["origin"]["bytes"] == 20 * 8 * 8
+    assert total(cells["origin"], "bytes") == 20 * 8 * 8
     store.stop()
 
 
@@ -266,6 +278,39 @@ def test_bench_loader_files_source(ddstage, serve, loader_data, tmp_path):
     store.stop()
 
 
+def test_bench_loader_full_and_lazy(ddstage, serve, loader_data, tmp_path):
+    """full and lazy load the dataset's index under names of their own, train from it, and
+    unload it. full's epoch 1 waits for the load (staging_s, in its first step and epoch);
+    against the store, per epoch. lazy runs where the server stages lazily (then the acceptance
+    line: lazy epoch 2 vs full) and is otherwise a `lazy: n/a: why` line. bench failover refuses
+    a dataset held once."""
+    store = serve(ranks=0)
+    ddstage.ok("load", "--store", store.dir, loader_data["rows"], "--name", "rows")
+    stdout, result = bench_loader(ddstage, tmp_path / "l.json", "--store", store.dir, "--dataset", "rows",
+                                  "--compare", "full,lazy")
+    lazy_ran = any(c["dims"]["mode"] == "lazy" for c in result["cells"])
+    cells = check_loader(result, ["store", "full", "lazy"] if lazy_ran else ["store", "full"],
+                         unavailable=[] if lazy_ran else ["lazy"])
+    for mode in cells:
+        if mode == "store":
+            continue
+        first, second = cells[mode]["1"], cells[mode]["2"]
+        assert first["staging_s"] > 0 and first["first_step_s"] >= first["staging_s"], first
+        assert first["epoch_s"] >= first["staging_s"] and second["staging_s"] == 0, (first, second)
+        assert first["epoch_vs_store"] > 0 and second["p99_vs_store"] > 0
+    acceptance = [n for n in result["notes"] if n.startswith("lazy epoch 2 vs the full store (full)")]
+    if lazy_ran:
+        assert len(acceptance) == 1 and "mean" in acceptance[0], result["notes"]
+    else:
+        assert acceptance == [] and "lazy: n/a: " in stdout, stdout
+        assert result["run"]["lazy"] in stdout
+    descriptor = yaml.safe_load((Path(store.dir) / "store.yaml").read_text())
+    assert [d["name"] for d in descriptor.get("datasets") or []] == ["rows"]
+    proc = ddstage.run("bench", "failover", "--store", store.dir, "--dataset", "rows")
+    assert_usage_error(proc, "held once", "--replicas")
+    store.stop()
+
+
 def test_bench_loader_index_only(ddstage, loader_data, tmp_path):
     """Without a store, --index runs the origin modes (both by default), with no ratios; the
     CSV has a line per mode; the plot is drawn, or refused up front without gnuplot."""
@@ -280,7 +325,8 @@ def test_bench_loader_index_only(ddstage, loader_data, tmp_path):
     check_loader(result, ["origin", "hdf5"])
     assert result["notes"] == []
     lines = csv.read_text().splitlines()
-    assert lines[0].startswith("mode,rows,bytes") and [l.split(",")[0] for l in lines[1:]] == ["origin", "hdf5"]
+    assert lines[0].startswith("mode,epoch,rows,bytes")
+    assert [l.split(",")[:2] for l in lines[1:]] == [[m, e] for m in ("origin", "hdf5") for e in ("1", "2")]
     assert "<svg" in plot.read_text()
     _, result = bench_loader(ddstage, tmp_path / "f.json", "--index", loader_data["files"], "--compare", "hdf5")
     check_loader(result, [], unavailable=["hdf5"])
@@ -292,11 +338,12 @@ def test_bench_loader_index_only(ddstage, loader_data, tmp_path):
     (["--steps", 0], ["--steps"]),
     (["--prefetch", 0], ["--prefetch"]),
     (["--compare", "origin,tape"], ["tape"]),
+    (["--compare", "lazy"], ["lazy", "--store"]),
     (["--field", "z"], ["z"]),
     (["--store", "/nonexistent"], ["--dataset"]),
     ([], ["--index"]),
     (["--plot", "out.txt"], [".png or .svg"]),
-], ids=["batch-0", "batch-too-big", "steps-0", "prefetch-0", "unknown-mode", "unknown-field",
+], ids=["batch-0", "batch-too-big", "steps-0", "prefetch-0", "unknown-mode", "staged-without-store", "unknown-field",
         "missing-dataset", "no-source", "plot-format"])
 def test_bench_loader_bad_input(ddstage, loader_data, tmp_path, args, words):
     """Bad input: exit 2, one line naming the problem, no JSON written."""

@@ -94,8 +94,9 @@ def test_bench_flatten_csv_and_plot(ddstage, tree, tmp_path):
 @needs_gnuplot
 def test_bench_load_and_loader_plots(ddstage, serve, tree, tmp_path):
     """bench load --csv: one line per step (the copy to /dev/shm included), the load's bytes
-    those of the rows; --plot as bars. bench loader against the store: its plot shows the wait's
-    mean and p99 and the share of steps waiting > 1 s, with the ratios to the store."""
+    those of the rows; --plot as bars. bench loader against the store: its plot shows per mode and epoch the
+    wait's mean and p99, the share of steps waiting > 1 s, the first step's and the epoch's
+    seconds, with the ratios to the store's first epoch."""
     ddx = flatten(ddstage, tmp_path / "t.ddx", tree)
     store = serve(ranks=0)
     out_csv, svg = tmp_path / "l.csv", tmp_path / "l.svg"
@@ -111,10 +112,11 @@ def test_bench_load_and_loader_plots(ddstage, serve, tree, tmp_path):
     svg = tmp_path / "loader.svg"
     ddstage.ok("bench", "loader", "--store", store.dir, "--dataset", "t", "--compare", "origin", "--batch", 4,
                "--steps", 12, "--compute-ms", 0, "--plot", svg)
-    texts = assert_bars(svg, "store", ["origin"], ["wait per step, µs", "epoch, seconds"])
+    # A bar per mode and epoch (40 samples: 10 steps an epoch, then 2), ratios to the store's first.
+    texts = assert_bars(svg, "store 1", ["store 2", "origin 1", "origin 2"], ["wait per step, µs", "seconds"])
     assert "steps waiting longer, %" in texts
     legends = series_colours(svg)
-    assert {"mean", "p99", "> 100 ms", "> 1 s"} <= set(legends), legends
+    assert {"mean", "p99", "> 100 ms", "> 1 s", "first step", "epoch"} <= set(legends), legends
     assert legends["mean"] != legends["p99"] and legends["> 100 ms"] != legends["> 1 s"]
     store.stop()
 

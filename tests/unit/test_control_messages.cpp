@@ -78,8 +78,15 @@ TEST_CASE("a load request reads back as the command every rank executes", "[cont
   CHECK(command.load.mem_limit == 1 << 20);
   CHECK(command.load.streams == 2);
   CHECK(command.load.progress);
+  CHECK_FALSE(command.load.lazy);
   // Left out: the server's default.
   CHECK(detail::command_of(detail::load_request({.index = "/d/x.ddx"})).load.streams > 0);
+  // lazy and prefetch go on the wire only when asked: a full load's request stays as it was.
+  CHECK_FALSE(detail::load_request(load)["lazy"]);
+  const auto lazy = detail::command_of(
+      detail::load_request({.index = "/d/x.ddx", .lazy = true, .prefetch = true}));
+  CHECK(lazy.load.lazy);
+  CHECK(lazy.load.prefetch);
   CHECK(detail::command_of(detail::unload_request("x")).dataset == "x");
 }
 

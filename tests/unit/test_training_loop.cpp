@@ -61,13 +61,45 @@ TEST_CASE("training loop: batches arrive in order for any threads and prefetch",
   const auto r = run_training_loop(
       options, ids, [] { return std::make_unique<IdBatches>(); }, wrong_ids,
       [&](uint64_t done, uint64_t, double) { CHECK(done == ++last_step); });
-  CHECK(r.mismatches == 0);
-  CHECK(r.steps == 300);
-  CHECK(r.samples == 300 * 7);
-  CHECK(r.bytes == 300 * 7 * sizeof(uint64_t));
-  CHECK(r.wait_ns.count() == 300);
-  CHECK(r.waits_over_long <= r.waits_over_short);
+  REQUIRE(r.epochs.size() == 1);
+  const auto& e = r.epochs[0];
+  CHECK(e.mismatches == 0);
+  CHECK(e.steps == 300);
+  CHECK(e.samples == 300 * 7);
+  CHECK(e.bytes == 300 * 7 * sizeof(uint64_t));
+  CHECK(e.wait_ns.count() == 300);
+  CHECK(e.waits_over_long <= e.waits_over_short);
   CHECK(last_step == 300);
+}
+
+TEST_CASE("training loop: epochs reported apart, then the rest as one, partial last one included",
+          "[training_loop]") {
+  // 100 samples in batches of 7: 14 steps an epoch; 50 steps are 3 whole epochs and 8 steps.
+  const auto ids = shuffled_batches(100, 7, 50, 2);
+  const TrainingLoopOptions options{.batch = 7,
+                                    .steps = 50,
+                                    .compute = std::chrono::nanoseconds(0),
+                                    .prefetch = 2,
+                                    .threads = 2,
+                                    .per_epoch = 14,
+                                    .epochs_apart = 2};
+  const auto r = run_training_loop(
+      options, ids, [] { return std::make_unique<IdBatches>(); }, wrong_ids, no_progress);
+  REQUIRE(r.epochs.size() == 3);
+  const std::vector<std::pair<uint64_t, uint64_t>> spans{{1, 1}, {2, 2}, {3, 4}};
+  const std::vector<uint64_t> steps{14, 14, 22};
+  double seconds = 0;
+  for (std::size_t i = 0; i < 3; ++i) {
+    const auto& e = r.epochs[i];
+    CHECK(std::pair(e.first_epoch, e.last_epoch) == spans[i]);
+    CHECK(e.steps == steps[i]);
+    CHECK(e.wait_ns.count() == steps[i]);
+    CHECK(e.samples == steps[i] * 7);
+    CHECK(e.mismatches == 0);
+    CHECK(e.first_wait * 1e9 <= static_cast<double>(e.wait_ns.max()) + 1);
+    seconds += e.seconds;
+  }
+  CHECK(seconds <= r.seconds);
 }
 
 TEST_CASE("training loop: a worker's error ends the loop and reaches the trainer",

@@ -26,6 +26,8 @@ constexpr const char* key_allow_stale = "allow_stale";
 constexpr const char* key_mem_limit = "mem_limit";
 constexpr const char* key_streams = "streams";
 constexpr const char* key_progress = "progress";  ///< a load request's wish; an interim's bytes
+constexpr const char* key_lazy = "lazy";
+constexpr const char* key_prefetch = "prefetch";
 constexpr const char* key_total = "total";
 constexpr const char* key_samples = "samples";
 constexpr const char* key_bytes = "bytes";
@@ -104,7 +106,9 @@ LoadCommand load_command_of(const Message& request) {
                    .mem_limit = optional_field<uint64_t>(request, key_mem_limit, 0),
                    .streams = optional_field(request, key_streams, ShardLoadOptions{}.streams),
                    .progress = optional_field(request, key_progress, false),
-                   .replicas = optional_field(request, key_replicas, 1)};
+                   .replicas = optional_field(request, key_replicas, 1),
+                   .lazy = optional_field(request, key_lazy, false),
+                   .prefetch = optional_field(request, key_prefetch, false)};
   check_load_streams(load.streams);
   if (load.replicas < 0)
     throw UsageError(fmt::format("load request with {} replicas", load.replicas));
@@ -145,6 +149,9 @@ Message load_request(const LoadCommand& load) {
   if (load.streams) m[key_streams] = load.streams;
   m[key_progress] = load.progress;
   m[key_replicas] = load.replicas;
+  // Only when asked: a full load's request stays what servers before lazy loads know.
+  if (load.lazy) m[key_lazy] = true;
+  if (load.prefetch) m[key_prefetch] = true;
   return m;
 }
 

@@ -28,11 +28,13 @@ struct LoadCommand {
   bool progress = false;   ///< send interim progress messages
   /// Copies to keep: 1 or more, or replicas_per_node (0) for one per node.
   int replicas = 1;
+  bool lazy = false;      ///< stage each sample on first touch; the load returns at once
+  bool prefetch = false;  ///< lazy: also fill the rest in the background
 
   template <class Self, class Fields>
   static void fields(Self& self, Fields& f) {
     f(self.index, self.name, self.verify, self.replace, self.allow_stale, self.mem_limit,
-      self.streams, self.progress, self.replicas);
+      self.streams, self.progress, self.replicas, self.lazy, self.prefetch);
   }
 };
 

@@ -98,6 +98,10 @@ struct LoadRequest {
   /// Copies of every sample, each on ranks of other hosts when there are enough;
   /// replicas_per_node (0): one copy per host.
   int replicas = 1;
+  /// Return at once; each sample is staged from origin by its owner on first touch. A server
+  /// without lazy loads ignores it and loads whole: its regions are then not marked lazy.
+  bool lazy = false;
+  bool prefetch = false;  ///< lazy: also fill the rest in the background
   /// Called as the store reports progress (a few times a second). With or without it, the
   /// store sends a report at least every 5 s, and the request's timeout bounds the wait
   /// between reports rather than the whole load.
