@@ -34,6 +34,8 @@ struct LoadOptions {
   bool json = false;
   std::string replicas = "1";
   bool repair = false;
+  bool lazy = false;
+  bool prefetch = false;
 };
 
 /// --replicas: a count of copies, or "node" for one per host.
@@ -78,12 +80,16 @@ void run_load(const LoadOptions& opts, const CliContext& ctx) {
         "the store loaded (--name picks one dataset)");
   if (!opts.repair && opts.index.empty())
     throw UsageError("load needs a dataset (DATASET.ddx), or --repair");
+  if (opts.prefetch && !opts.lazy) throw UsageError("--prefetch fills a --lazy load: add --lazy");
   const auto settings = ctx.resolve_settings();
   auto control = store_control(store_dir(opts.store, settings), settings);
   LoadRequest request{opts.index,       opts.name,
                       opts.verify,      opts.replace,
                       opts.allow_stale, parse_mem_limit(opts.mem_limit),
                       opts.streams,     opts.repair ? 1 : parse_replicas(opts.replicas)};
+  // A repair fills its new regions whole or lazily as asked, whatever the load did.
+  request.lazy = opts.lazy;
+  request.prefetch = opts.prefetch;
   const ProgressLine line("load", settings);
   const auto t0 = std::chrono::steady_clock::now();
   auto elapsed = [&] {
@@ -112,6 +118,13 @@ void run_load(const LoadOptions& opts, const CliContext& ctx) {
       continue;
     }
     const double rate = static_cast<double>(r.bytes) / std::max(r.seconds, 1e-9);
+    if (opts.lazy) {
+      ctx.note("{} '{}': {} samples, {}, staged on first touch{}\n",
+               opts.repair ? "repaired" : "loaded", r.name, r.samples,
+               human_bytes(static_cast<double>(r.bytes)),
+               opts.prefetch ? " and filled in the background" : "");
+      continue;
+    }
     ctx.note("{} '{}': {} samples, {} in {:.2f} s ({}/s){}\n", opts.repair ? "repaired" : "loaded",
              r.name, r.samples, human_bytes(static_cast<double>(r.bytes)), r.seconds,
              human_bytes(rate), r.verified ? ", checksums verified" : "");
@@ -136,7 +149,13 @@ void setup_load(CLI::App& app, CliContext& ctx) {
   sub->add_flag("--repair", opts->repair,
                 "Instead of loading a dataset: bring every dataset short of copies (or --name) "
                 "back to its copies, read from origin onto live ranks");
-  sub->add_flag("--verify", opts->verify, "Check every sample's checksum while loading");
+  sub->add_flag("--lazy", opts->lazy,
+                "Return at once: each sample is read from origin by its rank the first time a "
+                "reader asks for it, and kept there for later reads");
+  sub->add_flag("--prefetch", opts->prefetch,
+                "With --lazy: each rank also fills the rest of its regions in the background");
+  sub->add_flag("--verify", opts->verify,
+                "Check every sample's checksum while loading (with --lazy: as it is staged)");
   sub->add_flag("--replace", opts->replace,
                 "Replace a loaded dataset of the same name (once the new one is loaded)");
   sub->add_flag("--allow-stale", opts->allow_stale, "Load sources that changed after flattening");

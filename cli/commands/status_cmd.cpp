@@ -56,7 +56,10 @@ void print_status_json(const StoreStatus& s) {
         .field("state", d.state)
         .field("replicas", d.replicas)
         .field("samples_short", d.samples_short)
-        .field("samples_lost", d.samples_lost);
+        .field("samples_lost", d.samples_lost)
+        .field("lazy", d.lazy)
+        .field("staged", d.staged)
+        .field("origin_reads", d.origin_reads);
     j.key("lost_ranks").begin_array();
     for (int r : d.lost_ranks) j.value(r);
     j.end_array().key("samples_per_rank").begin_array();
@@ -95,6 +98,10 @@ void print_status_text(const StoreStatus& s) {
       fmt::print("    lost ranks: {}; {} sample(s) short of copies, {} without any{}\n",
                  fmt::join(d.lost_ranks, " "), d.samples_short, d.samples_lost,
                  d.samples_lost ? "" : " (`ddstage load --repair` restores them)");
+    }
+    if (d.lazy) {
+      fmt::print("    lazy: {} sample(s) staged over its copies, {} read from origin\n", d.staged,
+                 d.origin_reads);
     }
     fmt::print("    samples per rank: {}\n    bytes per rank:   {}\n",
                fmt::join(d.samples_per_rank, " "), fmt::join(bytes, "  "));

@@ -17,6 +17,7 @@
 
 #include "control/control_channel.hpp"
 #include "control/control_messages.hpp"
+#include "control/stage_messages.hpp"
 #include "ddstage/error.hpp"
 #include "ddstage/index.hpp"
 #include "ddstage/tool/file_descriptor.hpp"
@@ -59,6 +60,26 @@ DatasetStatus dataset_status(const StoreDataset& d, const std::vector<bool>& liv
   s.samples_short = cover.samples_short;
   s.samples_lost = cover.samples_lost;
   return s;
+}
+
+/// How far a lazily staged dataset is: each live owner of a lazy region says, asked with an
+/// empty stage request (a rank that does not answer is left out: it is lost, or soon will be).
+void add_staging(DatasetStatus& s, const StoreDataset& d, const std::vector<bool>& live,
+                 const StoreDescriptor& store, std::chrono::milliseconds timeout) {
+  for (const auto& g : d.regions) {
+    if (!g.lazy) continue;
+    s.lazy = true;
+    const auto r = static_cast<std::size_t>(g.rank);
+    if (!live.at(r) || store.ranks.at(r).control.empty()) continue;
+    try {
+      const auto reply = detail::request_stage(store.ranks[r].control, store.token, d.name,
+                                               g.segment, {}, timeout);
+      s.staged += reply.staged;
+      s.origin_reads += reply.origin_reads;
+    } catch (const Error& e) {
+      spdlog::debug("status: rank {} did not say how far '{}' is staged: {}", r, d.name, e.what());
+    }
+  }
 }
 
 /// The only proof that a rank runs: its lock on this node is held.
@@ -249,6 +270,7 @@ StoreStatus StoreControl::status() {
     for (const auto& g : d.regions)
       status.ranks.at(static_cast<std::size_t>(g.rank)).bytes_by_tier[g.tier] += g.bytes;
     status.datasets.push_back(dataset_status(d, live, hosts));
+    add_staging(status.datasets.back(), d, live, m_descriptor, m_timeout);
     const auto& ds = status.datasets.back();
     if (status.error.empty() && ds.state != "healthy") {
       status.error = fmt::format("dataset '{}' is {}: {} sample(s) short of copies, {} without any",

@@ -120,14 +120,15 @@ void touch(const fs::path& path, std::chrono::seconds by = 1s) {
   fs::last_write_time(path, fs::last_write_time(path) + by);
 }
 
-/// A rank's control socket as the owner of region 1 of dataset "d" runs it: every request goes
+/// A rank's control socket as the owner of region "/r1" of dataset "d" runs it: every request goes
 /// to its stage workers.
 class OwnerDesk {
  public:
   OwnerDesk(LazyRegion& region, detail::StageWorkersOptions options)
       : m_workers(
-            [&region](const std::string& dataset, uint64_t r) -> std::shared_ptr<LazyRegion> {
-              if (dataset != "d" || r != 1) return nullptr;
+            [&region](const std::string& dataset,
+                      const std::string& segment) -> std::shared_ptr<LazyRegion> {
+              if (dataset != "d" || segment != "/r1") return nullptr;
               return {std::shared_ptr<LazyRegion>(), &region};  // the test owns it
             },
             options),
@@ -140,8 +141,8 @@ class OwnerDesk {
           }
         }) {}
 
-  detail::StageReply stage(uint64_t region, std::span<const uint64_t> ids) {
-    return detail::request_stage(m_server.address(), token, "d", region, ids, 10s);
+  detail::StageReply stage(const std::string& segment, std::span<const uint64_t> ids) {
+    return detail::request_stage(m_server.address(), token, "d", segment, ids, 10s);
   }
 
  private:
@@ -266,22 +267,22 @@ TEST_CASE("readers stage through the owner's control socket", "[lazy][control]")
   OwnerDesk owner(lazy.region, {.threads = 2, .max_queued = max_queued});
   const std::vector<uint64_t> ids{110, 300, 301};
   if (max_queued == 0) {
-    CHECK_THROWS_WITH(owner.stage(1, ids), Contains("0 stage requests waiting"));
+    CHECK_THROWS_WITH(owner.stage("/r1", ids), Contains("0 stage requests waiting"));
     CHECK(lazy.region.staged() == 0);
     return;
   }
 
-  auto reply = owner.stage(1, ids);
+  auto reply = owner.stage("/r1", ids);
   CHECK(reply.staged == 30);
   CHECK(reply.origin_reads == 30);
   CHECK_FALSE(reply.complete);
   require_origin_rows(index, lazy.bytes, ids);
 
-  CHECK_THROWS_WITH(owner.stage(2, ids), Contains("no region 2 of dataset 'd'"));
-  CHECK_THROWS_AS(owner.stage(1, std::vector<uint64_t>{457}), UsageError);
+  CHECK_THROWS_WITH(owner.stage("/r2", ids), Contains("no region /r2 of dataset 'd'"));
+  CHECK_THROWS_AS(owner.stage("/r1", std::vector<uint64_t>{457}), UsageError);
   touch(dir / "src/g.bin");
-  CHECK_THROWS_WITH(owner.stage(1, std::vector<uint64_t>{200}), Contains("g.bin"));
-  CHECK_THROWS_AS(owner.stage(1, std::vector<uint64_t>{200}), StaleError);
+  CHECK_THROWS_WITH(owner.stage("/r1", std::vector<uint64_t>{200}), Contains("g.bin"));
+  CHECK_THROWS_AS(owner.stage("/r1", std::vector<uint64_t>{200}), StaleError);
   touch(dir / "src/g.bin", -1s);
 
   std::vector<std::jthread> readers;
@@ -290,11 +291,11 @@ TEST_CASE("readers stage through the owner's control socket", "[lazy][control]")
       auto all = all_ids();
       std::shuffle(all.begin(), all.end(), std::mt19937_64(t));
       for (std::size_t i = 0; i < all.size(); i += 100)
-        owner.stage(1, std::span(all).subspan(i, std::min<std::size_t>(100, all.size() - i)));
+        owner.stage("/r1", std::span(all).subspan(i, std::min<std::size_t>(100, all.size() - i)));
     });
   }
   readers.clear();
-  reply = owner.stage(1, {});
+  reply = owner.stage("/r1", {});
   CHECK(reply.complete);
   CHECK(reply.origin_reads == range.count());
   require_loaded_once(index, lazy);

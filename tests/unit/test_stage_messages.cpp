@@ -23,7 +23,7 @@ detail::StageCommand over_the_wire(const Message& request) {
 }
 
 Message with_ids(const std::string& ids) {
-  Message m = detail::stage_request("d", 0, {});
+  Message m = detail::stage_request("d", "/s0", {});
   m["ids"] = ids;
   return m;
 }
@@ -32,14 +32,14 @@ Message with_ids(const std::string& ids) {
 
 TEST_CASE("a stage request reads back sorted and without repeats", "[stage][messages]") {
   const std::vector<uint64_t> ids{9, 5, 1, 2, 3, 100, 9, 4, 18446744073709551615ull};
-  const Message request = detail::stage_request("train", 7, ids);
+  const Message request = detail::stage_request("train", "/s7", ids);
   CHECK(request["ids"].as<std::string>() == "1-5,9,100,18446744073709551615");
   const auto command = over_the_wire(request);
   CHECK(command.dataset == "train");
-  CHECK(command.region == 7);
+  CHECK(command.segment == "/s7");
   CHECK(command.ids == std::vector<uint64_t>{1, 2, 3, 4, 5, 9, 100, 18446744073709551615ull});
 
-  CHECK(over_the_wire(detail::stage_request("train", 0, {})).ids.empty());
+  CHECK(over_the_wire(detail::stage_request("train", "/s0", {})).ids.empty());
   CHECK(over_the_wire(with_ids("12")).ids == std::vector<uint64_t>{12});
 }
 
@@ -53,8 +53,8 @@ TEST_CASE("an ill-formed stage request is refused", "[stage][messages]") {
   CHECK_THROWS_WITH(over_the_wire(with_ids(too_many)), Catch::Contains("more than"));
   CHECK(over_the_wire(with_ids("0-" + std::to_string(detail::max_stage_ids - 1))).ids.size() ==
         detail::max_stage_ids);
-  Message no_region = detail::stage_request("d", 0, {});
-  no_region.remove("region");
+  Message no_region = detail::stage_request("d", "/s0", {});
+  no_region.remove("segment");
   CHECK_THROWS_AS(detail::stage_command_of(no_region), UsageError);
 }
 
@@ -63,7 +63,7 @@ TEST_CASE("a batch of 4096 random ids is a small stage request", "[stage][messag
   std::uniform_int_distribution<uint64_t> id(0, 10'000'000 - 1);
   std::vector<uint64_t> ids(4096);
   for (auto& i : ids) i = id(random);
-  const Message request = detail::stage_request("train", 0, ids);
+  const Message request = detail::stage_request("train", "/s0", ids);
   const std::string frame = detail::encode_frame(request, std::string(detail::token_chars, 'a'));
   CHECK(frame.size() < 40'000);  // ~8 digits and a comma an id
   CHECK(frame.size() * 100 < detail::max_message_bytes);

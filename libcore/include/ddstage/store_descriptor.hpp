@@ -55,9 +55,9 @@ struct StoreDataset {
   uint64_t index_fingerprint = 0;  ///< Index::fingerprint() of what was loaded
   int replicas = 1;                ///< copies asked for; 0: one per node (load --replicas node)
   /// Every copy's regions; together they hold every sample at least once (checked on read).
-  /// While the dataset is loaded, regions are only appended (a repair), never reordered or
-  /// dropped: readers name a region by its position (stage requests) and notice a replace by
-  /// a segment they opened going missing.
+  /// While the dataset is loaded, a repair appends regions and drops lost ranks' ones; no other
+  /// region goes: readers notice a replace by a live rank's segment they opened going missing,
+  /// and name a region by its segment.
   std::vector<StoreRegion> regions;
 };
 

@@ -96,10 +96,11 @@ struct PublishedRegion {
   std::string segment;
   std::string tier;  ///< "memory" or the tier's kind ("nvme")
   std::optional<PublishedFabric> fabric;
+  bool lazy = false;  ///< staged on first touch (load --lazy)
 
   template <class Self, class Fields>
   static void fields(Self& self, Fields& f) {
-    f(self.span, self.bytes, self.segment, self.tier, self.fabric);
+    f(self.span, self.bytes, self.segment, self.tier, self.fabric, self.lazy);
   }
 };
 

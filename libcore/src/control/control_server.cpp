@@ -201,11 +201,12 @@ class FrontDesk {
 }  // namespace
 
 ControlServer::ControlServer(const std::string& listen, std::string token, FrontAnswer answer,
-                             ControlServerLimits limits)
+                             ControlServerLimits limits, Divert divert)
     : m_listener(listen),
       m_token(std::move(token)),
       m_answer(std::move(answer)),
       m_limits(limits),
+      m_divert(std::move(divert)),
       m_thread([this](std::stop_token stop) { run(stop); }) {}
 
 std::optional<ControlRequest> ControlServer::next(milliseconds timeout) {
@@ -223,6 +224,7 @@ void ControlServer::done() {
 }
 
 void ControlServer::hand_over(ControlRequest request) {
+  if (m_divert && m_divert(request)) return;
   bool busy = false;
   {
     std::lock_guard lock(m_mutex);

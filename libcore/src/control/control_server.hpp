@@ -42,10 +42,14 @@ class ControlServer {
   /// nullopt to queue the request for next().
   using FrontAnswer = std::function<std::optional<Message>(const Message& request, bool busy)>;
 
+  /// Called first, on the front desk's thread, for every authenticated request: true when it
+  /// took the request (moved it out) to answer elsewhere, such as a pool of its own.
+  using Divert = std::function<bool(ControlRequest& request)>;
+
   /// Listens on `listen` (see ControlListener) and starts reading requests. Only requests
   /// whose header carries `token` are read beyond their header.
   ControlServer(const std::string& listen, std::string token, FrontAnswer answer,
-                ControlServerLimits limits = {});
+                ControlServerLimits limits = {}, Divert divert = {});
   ControlServer(const ControlServer&) = delete;
   ControlServer& operator=(const ControlServer&) = delete;
 
@@ -65,6 +69,7 @@ class ControlServer {
   std::string m_token;
   FrontAnswer m_answer;
   ControlServerLimits m_limits;
+  Divert m_divert;
   std::mutex m_mutex;
   std::condition_variable m_ready;
   std::deque<ControlRequest> m_queue;

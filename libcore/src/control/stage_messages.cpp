@@ -19,7 +19,7 @@ namespace {
 // The keys, each written here once.
 constexpr const char* key_op = "op";
 constexpr const char* key_name = "name";
-constexpr const char* key_region = "region";
+constexpr const char* key_segment = "segment";
 constexpr const char* key_ids = "ids";
 constexpr const char* key_complete = "complete";
 constexpr const char* key_staged = "staged";
@@ -80,22 +80,23 @@ std::vector<uint64_t> ids_of(std::string_view text) {
 
 }  // namespace
 
-Message stage_request(const std::string& dataset, uint64_t region, std::span<const uint64_t> ids) {
+Message stage_request(const std::string& dataset, const std::string& segment,
+                      std::span<const uint64_t> ids) {
   Message m;
   m[key_op] = stage_op;
   m[key_name] = dataset;
-  m[key_region] = region;
+  m[key_segment] = segment;
   m[key_ids] = id_ranges({ids.begin(), ids.end()});
   return m;
 }
 
 StageCommand stage_command_of(const Message& request) {
   const auto dataset = converted<std::string>(request, key_name);
-  const auto region = converted<uint64_t>(request, key_region);
+  const auto segment = converted<std::string>(request, key_segment);
   const auto ids = converted<std::string>(request, key_ids);
-  if (!dataset || !region || !ids)
-    throw UsageError("stage request without a valid name, region and ids");
-  return {*dataset, *region, ids_of(*ids)};
+  if (!dataset || !segment || !ids)
+    throw UsageError("stage request without a valid name, segment and ids");
+  return {*dataset, *segment, ids_of(*ids)};
 }
 
 Message stage_reply(const StageReply& reply) {
@@ -119,9 +120,9 @@ StageReply stage_reply_of(const Message& reply) {
 Message answer_stage(const Message& request, const FindLazyRegion& find) {
   try {
     const StageCommand command = stage_command_of(request);
-    const auto region = find(command.dataset, command.region);
+    const auto region = find(command.dataset, command.segment);
     if (!region) {
-      throw UsageError(fmt::format("this rank stages no region {} of dataset '{}'", command.region,
+      throw UsageError(fmt::format("this rank stages no region {} of dataset '{}'", command.segment,
                                    command.dataset));
     }
     region->stage(command.ids);
@@ -132,15 +133,15 @@ Message answer_stage(const Message& request, const FindLazyRegion& find) {
 }
 
 StageReply request_stage(const std::string& control, std::string_view token,
-                         const std::string& dataset, uint64_t region, std::span<const uint64_t> ids,
-                         std::chrono::milliseconds timeout) {
+                         const std::string& dataset, const std::string& segment,
+                         std::span<const uint64_t> ids, std::chrono::milliseconds timeout) {
   StageReply reply;
   // One request even for no ids: it asks how far the region is.
   std::size_t at = 0;
   do {
     const auto part = ids.subspan(at, std::min(max_stage_ids, ids.size() - at));
     const Message answer =
-        control_request(control, token, stage_request(dataset, region, part), timeout);
+        control_request(control, token, stage_request(dataset, segment, part), timeout);
     if (const auto failure = failure_of(answer)) failure->raise();
     reply = stage_reply_of(answer);
     at += part.size();

@@ -28,7 +28,9 @@ inline constexpr std::size_t max_stage_ids = 1u << 20;
 /// A stage request as the owner executes it.
 struct StageCommand {
   std::string dataset;
-  uint64_t region = 0;        ///< which of the dataset's regions (store.yaml's list) the ids are in
+  /// The region the ids are in, by its segment (store.yaml's name): stable while positions in
+  /// store.yaml's list are not (a repair drops a lost rank's regions).
+  std::string segment;
   std::vector<uint64_t> ids;  ///< ascending, no repeats; may be empty (asks how far it is)
 };
 
@@ -41,7 +43,8 @@ struct StageReply {
 
 /// {op: stage, name, region, ids}: ids in any order, repeats allowed; they travel sorted, as
 /// ranges ("0-9,12,40-41"), so a batch of 4096 random ids of a million is about 30 KB.
-Message stage_request(const std::string& dataset, uint64_t region, std::span<const uint64_t> ids);
+Message stage_request(const std::string& dataset, const std::string& segment,
+                      std::span<const uint64_t> ids);
 /// UsageError for a request without a dataset or region, or with an ill-formed id list or one
 /// of more than max_stage_ids ids.
 StageCommand stage_command_of(const Message& request);
@@ -50,11 +53,11 @@ Message stage_reply(const StageReply& reply);
 /// Error when the reply lacks a field.
 StageReply stage_reply_of(const Message& reply);
 
-/// The lazily staged region `region` of dataset on this rank, or null when it has none: shared,
+/// The lazily staged region of dataset in `segment` on this rank, or null when it has none: shared,
 /// so that an unload while a stage request runs frees the region (and the memory under it)
 /// only once that request is done with it.
-using FindLazyRegion =
-    std::function<std::shared_ptr<LazyRegion>(const std::string& dataset, uint64_t region)>;
+using FindLazyRegion = std::function<std::shared_ptr<LazyRegion>(const std::string& dataset,
+                                                                 const std::string& segment)>;
 
 /// The owner's whole answer to a stage request (op "stage"): parses it, finds its region, stages
 /// the ids and replies; any failure becomes an error reply carrying its class (a StaleError
@@ -67,7 +70,7 @@ Message answer_stage(const Message& request, const FindLazyRegion& find);
 /// bounded by timeout. Throws the error the owner sent, of its class, or Error naming the
 /// address when it does not answer.
 StageReply request_stage(const std::string& control, std::string_view token,
-                         const std::string& dataset, uint64_t region, std::span<const uint64_t> ids,
-                         std::chrono::milliseconds timeout);
+                         const std::string& dataset, const std::string& segment,
+                         std::span<const uint64_t> ids, std::chrono::milliseconds timeout);
 
 }  // namespace ddstage::detail

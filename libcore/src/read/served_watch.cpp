@@ -93,7 +93,7 @@ void ServedWatch::stage(uint32_t g, std::span<const uint64_t> ids) {
   StageReply reply;
   try {
     // A first touch reads origin: bounded like a control request, not like a read.
-    reply = request_stage(rank.control, m_data.token, m_data.name, g, m_unstaged,
+    reply = request_stage(rank.control, m_data.token, m_data.name, region.info.segment, m_unstaged,
                           m_data.table.settings.get_duration("control_timeout"));
   } catch (const Error& e) {
     // What the owner found wrong with the data (a changed source, a bad checksum) stands; any
@@ -232,8 +232,11 @@ std::string why_withdrawn(const ServedDataset& data) {
   }
   for (const auto& d : now.datasets) {
     if (d.name != data.name) continue;
+    // A repair drops the regions of ranks lost since: those may go, any other may not.
     const auto listed = [&](const ServedRegion& mine) {
-      return std::any_of(d.regions.begin(), d.regions.end(),
+      const auto r = static_cast<std::size_t>(mine.info.rank);
+      return (r < now.ranks.size() && now.ranks[r].lost) ||
+             std::any_of(d.regions.begin(), d.regions.end(),
                          [&](const StoreRegion& g) { return g.segment == mine.info.segment; });
     };
     if (std::all_of(data.regions.begin(), data.regions.end(), listed)) return {};

@@ -122,10 +122,18 @@ std::vector<PublishedRegion> ServerRank::fill_regions(
       const double f = of ? static_cast<double>(done) / static_cast<double>(of) : 1.0;
       progress(before + static_cast<uint64_t>(f * static_cast<double>(need)), total);
     };
-    LoadedShard shard{std::move(tracked), ShardRange{span.first, span.last},
-                      std::move(reservations[k]),
-                      load_shard(index, ShardRange{span.first, span.last}, segment, options)};
-    published.push_back({span, need, segment, tier, register_fabric(shard)});
+    const ShardRange range{span.first, span.last};
+    // A lazy region is laid out empty: its rows come from origin as readers ask for them.
+    LoadedShard shard{std::move(tracked), range, std::move(reservations[k]),
+                      command.load.lazy ? ShmSegment::create(segment, need)
+                                        : load_shard(index, range, segment, options)};
+    if (command.load.lazy) {
+      shard.lazy = LazyRegions::Entry(
+          m_lazy, command.dataset, segment, Index::open(command.load.index),
+          ShardLayout(index, range), shard.segment.writable(),
+          {.allow_stale = command.load.allow_stale, .verify = command.load.verify});
+    }
+    published.push_back({span, need, segment, tier, register_fabric(shard), command.load.lazy});
     shards.push_back(std::move(shard));
     before += need;
   }
@@ -202,6 +210,7 @@ std::vector<StoreRegion> ServerRank::stage(const std::string& name, const LoadCo
                          .segment = r.segment,
                          .bytes = r.bytes,
                          .tier = r.tier,
+                         .lazy = r.lazy,
                          .fabric = r.fabric.has_value(),
                          .fabric_key = r.fabric ? r.fabric->key : 0,
                          .fabric_base = r.fabric ? r.fabric->base : 0});

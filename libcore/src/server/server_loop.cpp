@@ -97,6 +97,19 @@ void ServerRank::serve_others() {
   }
 }
 
+ControlServer::Divert ServerRank::stage_divert() {
+  m_stage_workers.emplace([this](const std::string& dataset, const std::string& segment) {
+    return m_lazy.find(dataset, segment);
+  });
+  // Stage requests come from readers, on any rank's socket, and may read origin for a while:
+  // they never wait behind a command nor hold up heartbeats and status.
+  return [this](ControlRequest& request) {
+    if (op_of(request.message) != "stage") return false;
+    m_stage_workers->submit(std::move(request));
+    return true;
+  };
+}
+
 std::optional<Message> ServerRank::front_desk(const Message& request, bool busy) {
   // Unchecked YAML from the peer: a missing key must not throw on the front desk's thread.
   const auto op = op_of(request);

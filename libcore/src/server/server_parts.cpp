@@ -40,7 +40,11 @@ PartReply ServerRank::part(const PartCommand& command,
     if (!command.add) m_loaded.erase(command.dataset);
     if (pending) {
       auto& held = m_loaded[command.dataset];
-      for (auto& shard : pending.mapped()) held.push_back(std::move(shard));
+      for (auto& shard : pending.mapped()) {
+        // Served from now on: the background fill may start (load --lazy --prefetch).
+        if (shard.lazy && command.load.prefetch) shard.lazy.region().start_prefetch();
+        held.push_back(std::move(shard));
+      }
     }
   } else if (command.op == "abort") {
     m_pending.erase(command.dataset);

@@ -21,6 +21,7 @@
 
 #include "control/control_messages.hpp"
 #include "control/control_server.hpp"
+#include "control/stage_workers.hpp"
 #include "ddstage/config.hpp"
 #include "ddstage/index.hpp"
 #include "ddstage/store_descriptor.hpp"
@@ -34,6 +35,7 @@
 #include "peer_watch.hpp"
 #include "rank_exit.hpp"
 #include "server/launcher_watch.hpp"
+#include "server/lazy_regions.hpp"
 #include "server/load_reporter.hpp"
 #include "transport/transport_registry.hpp"
 #if DDSTAGE_HAVE_FABRIC
@@ -51,6 +53,9 @@ struct LoadedShard {
 #if DDSTAGE_HAVE_FABRIC
   std::optional<FabricRegistration> fabric;  // after segment: deregistered before unmapping
 #endif
+  /// A region staged on first touch (load --lazy): last, so that no stage request writes into
+  /// the segment any more once it goes.
+  LazyRegions::Entry lazy;
 };
 
 /// What rank 0 tells every rank once it serves.
@@ -153,6 +158,9 @@ class ServerRank {
   /// Rank 0's front desk: heartbeats and status requests are answered at once, idle or busy (a
   /// status from the last record); the rest wait their turn.
   std::optional<Message> front_desk(const Message& request, bool busy);
+  /// Starts this rank's stage workers; the hook that hands them its control socket's stage
+  /// requests.
+  ControlServer::Divert stage_divert();
 
   // Parts: rank 0 sends, every rank executes.
   /// This rank's part of a command. progress(done, total) follows a check or a fill.
@@ -235,6 +243,7 @@ class ServerRank {
   std::optional<TierSet> m_tiers;  // before the shards: outlives every reservation
   RankExit::Tracked m_tier_record_name;
   TierRecord m_tier_record;
+  LazyRegions m_lazy;  // before the shards, whose entries list themselves here
   /// By dataset name, the regions served, and those filled but not committed yet.
   std::map<std::string, std::vector<LoadedShard>> m_loaded;
   std::map<std::string, std::vector<LoadedShard>> m_pending;
@@ -257,7 +266,11 @@ class ServerRank {
   /// Set once MPI is finalised, in a job of several ranks (a store of one is often started
   /// without a launcher, by a shell that may end before it).
   std::optional<LauncherWatch> m_launcher;
-  // Every rank: rank 0's takes clients and heartbeats, the others' take rank 0's parts.
+  /// Every rank: answers readers' stage requests for its lazy regions, off the control thread.
+  /// After the shards: in-flight requests end before any region goes.
+  std::optional<StageWorkers> m_stage_workers;
+  // Every rank: rank 0's takes clients and heartbeats, the others' take rank 0's parts; both
+  // hand stage requests to m_stage_workers.
   std::optional<ControlServer> m_control;  // after what its thread reads: stops first
 };
 

@@ -79,9 +79,10 @@ std::string ServerRank::start_rank0() {
         if (!m_serving) lost(fmt::format("lost {} ({})", rank_label(rank), why));
         mark_lost(rank, why);
       });
-  m_control.emplace(m_options.listen, m_token, [this](const Message& request, bool busy) {
-    return front_desk(request, busy);
-  });
+  m_control.emplace(
+      m_options.listen, m_token,
+      [this](const Message& request, bool busy) { return front_desk(request, busy); },
+      ControlServerLimits{}, stage_divert());
   return random_token().substr(0, 12);
 }
 
@@ -132,8 +133,10 @@ void ServerRank::prepare_serving(const Startup& startup) {
           m_tier_record = TierRecord(m_store_id, m_mpi.rank(), *m_tiers);
           if (is_root()) return;
           // Nothing but rank 0's parts comes here; the front desk queues them all.
-          m_control.emplace(listen_beside(startup.control), m_token,
-                            [](const Message&, bool) { return std::nullopt; });
+          m_control.emplace(
+              listen_beside(startup.control), m_token,
+              [](const Message&, bool) { return std::nullopt; }, ControlServerLimits{},
+              stage_divert());
         }),
         [this](int rank) { return rank_label(rank) + ": "; });
 }

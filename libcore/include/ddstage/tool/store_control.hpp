@@ -50,6 +50,11 @@ struct DatasetStatus {
   std::vector<int> lost_ranks;             ///< lost ranks that held a region of it
   uint64_t samples_short = 0;              ///< samples with fewer live copies than asked
   uint64_t samples_lost = 0;               ///< samples with no live copy
+  /// Staged on first touch (load --lazy): samples staged so far over its live regions (a
+  /// sample counts once per copy), and how many of them were read from origin.
+  bool lazy = false;
+  uint64_t staged = 0;
+  uint64_t origin_reads = 0;
 };
 
 struct StoreStatus {
