@@ -95,9 +95,10 @@ void print_status_text(const StoreStatus& s) {
     fmt::print("  {}: {} samples from {}, {} (copies: {})\n", d.name, d.samples, d.index.string(),
                d.state, copies);
     if (d.state != "healthy") {
-      fmt::print("    lost ranks: {}; {} sample(s) short of copies, {} without any{}\n",
-                 fmt::join(d.lost_ranks, " "), d.samples_short, d.samples_lost,
-                 d.samples_lost ? "" : " (`ddstage load --repair` restores them)");
+      fmt::print(
+          "    lost ranks: {}; {} sample(s) short of copies, {} without any (`ddstage load "
+          "--repair` restores them from origin)\n",
+          fmt::join(d.lost_ranks, " "), d.samples_short, d.samples_lost);
     }
     if (d.lazy) {
       fmt::print("    lazy: {} sample(s) staged over its copies, {} read from origin\n", d.staged,

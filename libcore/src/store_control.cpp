@@ -207,7 +207,9 @@ std::vector<LoadResult> StoreControl::repair(const LoadRequest& request) {
                                     .allow_stale = request.allow_stale,
                                     .mem_limit = request.mem_limit,
                                     .streams = request.streams,
-                                    .progress = true};
+                                    .progress = true,
+                                    .lazy = request.lazy,
+                                    .prefetch = request.prefetch};
   auto on_interim = [&](const Message& interim) {
     if (request.progress) request.progress(detail::progress_of(interim));
   };
@@ -270,7 +272,9 @@ StoreStatus StoreControl::status() {
     for (const auto& g : d.regions)
       status.ranks.at(static_cast<std::size_t>(g.rank)).bytes_by_tier[g.tier] += g.bytes;
     status.datasets.push_back(dataset_status(d, live, hosts));
-    add_staging(status.datasets.back(), d, live, m_descriptor, m_timeout);
+    // Asked of each owner in turn: a rank that does not answer soon costs little.
+    add_staging(status.datasets.back(), d, live, m_descriptor,
+                std::min(m_timeout, std::chrono::milliseconds(2000)));
     const auto& ds = status.datasets.back();
     if (status.error.empty() && ds.state != "healthy") {
       status.error = fmt::format("dataset '{}' is {}: {} sample(s) short of copies, {} without any",

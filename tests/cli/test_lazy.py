@@ -17,9 +17,7 @@ SAMPLES = 300
 @pytest.fixture
 def rows(ddstage, gen, tmp_path):
     """300 files of 1-9 KB, one per sample, each its own checksum block (so each sample is staged
-    on its own). Skips first while load lacks --lazy."""
-    if "--lazy" not in ddstage.ok("load", "--help").stdout:
-        pytest.skip("ddstage load has no --lazy yet (the server wiring of issue 17's lazy staging)")
+    on its own)."""
     gen.ok("files", tmp_path / "tree", "--samples", SAMPLES, "--min-bytes", "1000", "--max-bytes", "9000")
     return flatten(ddstage, tmp_path / "rows.ddx", tmp_path / "tree")
 

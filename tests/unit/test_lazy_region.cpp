@@ -2,11 +2,14 @@
 // read from origin once whoever asks (concurrent stages, a racing prefetch), a source changed
 // meanwhile is refused and stages nothing, and a reader asking over the control socket gets
 // the owner's answer or its error.
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <random>
 #include <thread>
 #include <vector>
@@ -20,6 +23,7 @@
 #include "ddstage/tool/shard_layout.hpp"
 #include "ddstage/tool/shard_loader.hpp"
 #include "lazy_region.hpp"
+#include "server/lazy_regions.hpp"
 #include "test_support.hpp"
 
 using namespace ddstage;
@@ -299,4 +303,30 @@ TEST_CASE("readers stage through the owner's control socket", "[lazy][control]")
   CHECK(reply.complete);
   CHECK(reply.origin_reads == range.count());
   require_loaded_once(index, lazy);
+}
+
+TEST_CASE("a rank's lazy region outlives its entry while a stage request holds it", "[lazy]") {
+  test::TempDir dir;
+  const auto index = write_dataset(dir);
+  const ShardLayout layout(index, range);
+  const std::string name = "/ddstage-test-" + std::to_string(::getpid()) + "-lazy-entry";
+  detail::LazyRegions regions;
+  auto entry = std::make_optional<detail::LazyRegions::Entry>(
+      regions, "d", ShmSegment::create(name, layout.total_bytes()), Index::open(dir / "d.ddx"),
+      layout, LazyRegionOptions{});
+  CHECK(regions.find("other", name) == nullptr);
+  auto held = regions.find("d", name);  // a stage request in flight
+  REQUIRE(held);
+  entry.reset();  // an unload: it returns at once, nothing unmapped under the request
+  CHECK(regions.find("d", name) == nullptr);
+  CHECK(ShmSegment::try_open_read_only(name).has_value());
+  held->stage(std::vector<uint64_t>{200, 300});
+  require_origin_rows(index,
+                      [&] {
+                        const auto open = ShmSegment::open_read_only(name);
+                        return std::vector<std::byte>(open.bytes().begin(), open.bytes().end());
+                      }(),
+                      {200, 300});
+  held.reset();  // the request done: the segment goes with it
+  CHECK_FALSE(ShmSegment::try_open_read_only(name).has_value());
 }

@@ -1,31 +1,32 @@
 #include "server/lazy_regions.hpp"
 
-#include <chrono>
-#include <thread>
 #include <utility>
 
 namespace ddstage::detail {
 namespace {
 
-/// A region and the index it points into, alive together.
+/// A region, the segment it writes into and the index it reads by, alive together; destroyed
+/// region first (its prefetch joined), segment last.
 struct Holder {
-  Holder(Index index_, const ShardLayout& layout, std::span<std::byte> bytes,
-         LazyRegionOptions options)
-      : index(std::move(index_)), region(index, layout, bytes, options) {}
+  Holder(ShmSegment segment_, Index index_, const ShardLayout& layout, LazyRegionOptions options)
+      : segment(std::move(segment_)),
+        index(std::move(index_)),
+        region(index, layout, segment.writable(), options) {}
+  ShmSegment segment;
   Index index;
   LazyRegion region;
 };
 
 }  // namespace
 
-LazyRegions::Entry::Entry(LazyRegions& regions, const std::string& dataset,
-                          const std::string& segment, Index index, const ShardLayout& layout,
-                          std::span<std::byte> bytes, LazyRegionOptions options)
-    : m_regions(&regions), m_segment(segment) {
-  auto holder = std::make_shared<Holder>(std::move(index), layout, bytes, options);
+LazyRegions::Entry::Entry(LazyRegions& regions, const std::string& dataset, ShmSegment segment,
+                          Index index, const ShardLayout& layout, LazyRegionOptions options)
+    : m_regions(&regions), m_segment(segment.name()) {
+  auto holder = std::make_shared<Holder>(std::move(segment), std::move(index), layout, options);
+  m_bytes = holder->segment.bytes();
   m_region = std::shared_ptr<LazyRegion>(holder, &holder->region);
   std::lock_guard lock(regions.m_mutex);
-  regions.m_listed[segment] = {dataset, m_region};
+  regions.m_listed[m_segment] = {dataset, m_region};
 }
 
 LazyRegions::Entry& LazyRegions::Entry::operator=(Entry&& other) noexcept {
@@ -34,6 +35,7 @@ LazyRegions::Entry& LazyRegions::Entry::operator=(Entry&& other) noexcept {
     m_regions = std::exchange(other.m_regions, nullptr);
     m_segment = std::move(other.m_segment);
     m_region = std::move(other.m_region);
+    m_bytes = std::exchange(other.m_bytes, {});
   }
   return *this;
 }
@@ -48,11 +50,10 @@ void LazyRegions::Entry::release() noexcept {
     std::lock_guard lock(m_regions->m_mutex);
     m_regions->m_listed.erase(m_segment);
   }
-  // Unlisted: no new stage request finds it. One still staging holds its own reference and
-  // writes into the segment until it returns; a first touch reads origin, so this is bounded by
-  // how long one read of a batch's samples takes.
-  while (m_region.use_count() > 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  m_region.reset();  // stops the prefetch
+  // Unlisted: no new stage request finds it. One still staging keeps the holder, segment
+  // included, until it returns; the last reference stops the prefetch, then unmaps.
+  m_region.reset();
+  m_bytes = {};
 }
 
 std::shared_ptr<LazyRegion> LazyRegions::find(const std::string& dataset,

@@ -25,6 +25,12 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+Error lost_during_load(const std::string& rank) {
+  return Error(ErrorKind::runtime, fmt::format("{} was lost during the load; nothing was loaded: "
+                                               "load again to place its regions elsewhere",
+                                               rank));
+}
+
 uint64_t region_bytes(const Index& index, const RegionSpan& span) {
   return ShardLayout(index, ShardRange{span.first, span.last}).total_bytes();
 }
@@ -53,7 +59,7 @@ uint64_t ServerRank::memory_used() const {
   uint64_t used = 0;
   for (const auto* held : {&m_loaded, &m_pending}) {
     for (const auto& [name, shards] : *held)
-      for (const auto& shard : shards) used += shard.segment.bytes().size();
+      for (const auto& shard : shards) used += shard.bytes().size();
   }
   return used;
 }
@@ -91,7 +97,7 @@ std::vector<TierSet::Reservation> ServerRank::reserve(const PartCommand& command
 std::optional<PublishedFabric> ServerRank::register_fabric([[maybe_unused]] LoadedShard& shard) {
 #if DDSTAGE_HAVE_FABRIC
   if (!m_fabric) return std::nullopt;
-  shard.fabric.emplace(*m_fabric, shard.segment.bytes());
+  shard.fabric.emplace(*m_fabric, shard.bytes());
   return PublishedFabric{shard.fabric->info().key, shard.fabric->info().base};
 #else
   return std::nullopt;
@@ -124,13 +130,13 @@ std::vector<PublishedRegion> ServerRank::fill_regions(
     };
     const ShardRange range{span.first, span.last};
     // A lazy region is laid out empty: its rows come from origin as readers ask for them.
-    LoadedShard shard{std::move(tracked), range, std::move(reservations[k]),
-                      command.load.lazy ? ShmSegment::create(segment, need)
-                                        : load_shard(index, range, segment, options)};
+    LoadedShard shard{
+        std::move(tracked), range, std::move(reservations[k]),
+        command.load.lazy ? ShmSegment() : load_shard(index, range, segment, options)};
     if (command.load.lazy) {
       shard.lazy = LazyRegions::Entry(
-          m_lazy, command.dataset, segment, Index::open(command.load.index),
-          ShardLayout(index, range), shard.segment.writable(),
+          m_lazy, command.dataset, ShmSegment::create(segment, need),
+          open_as_rank0_saw(command, m_mpi.rank()), ShardLayout(index, range),
           {.allow_stale = command.load.allow_stale, .verify = command.load.verify});
     }
     published.push_back({span, need, segment, tier, register_fabric(shard), command.load.lazy});
@@ -180,18 +186,21 @@ std::vector<StoreRegion> ServerRank::stage(const std::string& name, const LoadCo
   // A rank lost since its check would leave its regions out: the load would start degraded.
   const auto live = live_hosts();
   for (const auto& [rank, part] : parts) {
-    if (live.at(static_cast<std::size_t>(rank)).empty())
-      throw Error(ErrorKind::runtime,
-                  fmt::format("{} was lost during the load; nothing was "
-                              "loaded: load again to place its regions elsewhere",
-                              rank_label(rank)));
+    if (live.at(static_cast<std::size_t>(rank)).empty()) throw lost_during_load(rank_label(rank));
   }
   turn_to("fill");
   const auto filled = on_ranks(parts, m_peer_timeout, progress);
-  if (filled.failure) {
+  // A rank lost since its fill's reply is one whose regions nobody could read.
+  std::optional<int> lost_since;
+  const auto still = live_hosts();
+  for (const auto& [rank, part] : parts)
+    if (!part.regions.empty() && still.at(static_cast<std::size_t>(rank)).empty())
+      lost_since = rank;
+  if (filled.failure || lost_since) {
     turn_to("abort");
     on_ranks(parts, m_peer_timeout);
-    raise_failure(filled);
+    if (filled.failure) raise_failure(filled);
+    throw lost_during_load(rank_label(*lost_since));
   }
 
   // Commit: a rank lost now leaves its new regions published with it lost (the dataset is then

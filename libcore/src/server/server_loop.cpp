@@ -20,6 +20,9 @@ Message guarded(const std::function<Message()>& run) {
     return error_reply({.type = ErrorClass::usage,
                         .kind = ErrorKind::usage,
                         .text = "malformed control request: " + e.msg});
+  } catch (const std::exception& e) {
+    // Out of memory, threads or descriptors: the request fails, the store serves on.
+    return error_reply({.text = e.what()});
   }
 }
 

@@ -125,6 +125,9 @@ Message ServerRank::guarded_part(
     return part_reply(part(command, progress));
   } catch (const Error& e) {
     return error_reply(ErrorRecord::of(e));
+  } catch (const std::exception& e) {
+    // Out of memory, threads or descriptors: the part fails, the rank serves on.
+    return error_reply({.text = e.what()});
   }
 }
 

@@ -44,18 +44,21 @@
 
 namespace ddstage::detail {
 
-/// One region of a dataset on this rank.
+/// One region of a dataset on this rank: in `segment`, or, staged on first touch (load
+/// --lazy), in the segment `lazy` shares with the stage requests filling it.
 struct LoadedShard {
   RankExit::Tracked tracked;  // before segment: forgotten once the segment is unlinked
   ShardRange range;
   TierSet::Reservation reservation;  // before segment: its bytes count until it is gone
   ShmSegment segment;
-#if DDSTAGE_HAVE_FABRIC
-  std::optional<FabricRegistration> fabric;  // after segment: deregistered before unmapping
-#endif
-  /// A region staged on first touch (load --lazy): last, so that no stage request writes into
-  /// the segment any more once it goes.
   LazyRegions::Entry lazy;
+#if DDSTAGE_HAVE_FABRIC
+  std::optional<FabricRegistration> fabric;  // last: deregistered before the memory goes
+#endif
+
+  std::span<const std::byte> bytes() const noexcept {
+    return lazy ? lazy.bytes() : segment.bytes();
+  }
 };
 
 /// What rank 0 tells every rank once it serves.
