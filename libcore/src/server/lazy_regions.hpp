@@ -11,7 +11,6 @@
 #include "ddstage/index.hpp"
 #include "ddstage/tool/shard_layout.hpp"
 #include "ddstage/tool/shm_segment.hpp"
-#include "ddstage/tool/shm_segment.hpp"
 #include "lazy_region.hpp"
 
 namespace ddstage::detail {
