@@ -60,6 +60,13 @@ void print_status_json(const StoreStatus& s) {
         .field("lazy", d.lazy)
         .field("staged", d.staged)
         .field("origin_reads", d.origin_reads);
+    // Which samples, as [first, last) pairs: a dataset of millions stays a few ranges.
+    for (const auto& [key, ranges] :
+         {std::pair{"short_ranges", &d.short_ranges}, std::pair{"lost_ranges", &d.lost_ranges}}) {
+      j.key(key).begin_array();
+      for (const auto& r : *ranges) j.begin_array().value(r.first).value(r.last).end_array();
+      j.end_array();
+    }
     j.key("lost_ranks").begin_array();
     for (int r : d.lost_ranks) j.value(r);
     j.end_array().key("samples_per_rank").begin_array();
@@ -70,6 +77,18 @@ void print_status_json(const StoreStatus& s) {
   }
   j.end_array().end_object();
   fmt::print("{}\n", j.str());
+}
+
+/// Ranges as `ddstage read --ids` takes them ("0-99,250-299"), the first 8 and a count after.
+std::string id_ranges(const std::vector<ShardRange>& ranges) {
+  std::string out;
+  for (std::size_t i = 0; i < ranges.size() && i < 8; ++i) {
+    const auto& r = ranges[i];
+    out += (i ? "," : "") + (r.count() == 1 ? fmt::format("{}", r.first)
+                                            : fmt::format("{}-{}", r.first, r.last - 1));
+  }
+  if (ranges.size() > 8) out += fmt::format(" and {} more ranges", ranges.size() - 8);
+  return out;
 }
 
 void print_status_text(const StoreStatus& s) {
@@ -96,9 +115,10 @@ void print_status_text(const StoreStatus& s) {
                d.state, copies);
     if (d.state != "healthy") {
       fmt::print(
-          "    lost ranks: {}; {} sample(s) short of copies, {} without any (`ddstage load "
+          "    lost ranks: {}; {} sample(s) short of copies ({}), {} without any{} (`ddstage load "
           "--repair` restores them from origin)\n",
-          fmt::join(d.lost_ranks, " "), d.samples_short, d.samples_lost);
+          fmt::join(d.lost_ranks, " "), d.samples_short, id_ranges(d.short_ranges), d.samples_lost,
+          d.lost_ranges.empty() ? "" : " (" + id_ranges(d.lost_ranges) + ")");
     }
     if (d.lazy) {
       fmt::print("    lazy: {} sample(s) staged over its copies, {} read from origin\n", d.staged,

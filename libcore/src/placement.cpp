@@ -243,9 +243,17 @@ Coverage coverage(std::span<const PlacedRange> held, const std::vector<bool>& li
       on_hosts.insert(host_of(held[g].rank));
     }
     const std::size_t copies = replicas == replicas_per_node ? on_hosts.size() : holders.size();
-    const uint64_t count = placement.stretch(s).count();
-    if (copies < target) out.samples_short += count;
-    if (copies == 0) out.samples_lost += count;
+    const ShardRange stretch = placement.stretch(s);
+    const auto add = [&](std::vector<ShardRange>& ranges, uint64_t& total) {
+      total += stretch.count();
+      if (!ranges.empty() && ranges.back().last == stretch.first) {
+        ranges.back().last = stretch.last;
+      } else {
+        ranges.push_back(stretch);
+      }
+    };
+    if (copies < target) add(out.short_ranges, out.samples_short);
+    if (copies == 0) add(out.lost_ranges, out.samples_lost);
   }
   return out;
 }

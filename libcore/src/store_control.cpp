@@ -59,6 +59,8 @@ DatasetStatus dataset_status(const StoreDataset& d, const std::vector<bool>& liv
   s.lost_ranks = cover.lost_ranks;
   s.samples_short = cover.samples_short;
   s.samples_lost = cover.samples_lost;
+  s.short_ranges = cover.short_ranges;
+  s.lost_ranges = cover.lost_ranges;
   return s;
 }
 

@@ -92,6 +92,10 @@ def test_a_lost_rank_costs_one_copy_and_repair_restores_it(ddstage, gen, serve, 
     assert [r["state"] for r in st["ranks"]] == ["up", "lost", "up"], st
     assert ds["state"] == "degraded" and ds["lost_ranks"] == [1], ds
     assert ds["samples_short"] == held_by_1 > 0 and ds["samples_lost"] == 0, ds
+    # Which samples: exactly those rank 1 held a copy of.
+    short = {s for a, b in ds["short_ranges"] for s in range(a, b)}
+    assert short == {s for s, h in enumerate(holders) if 1 in h} and ds["lost_ranges"] == [], ds
+    assert sum(b - a for a, b in one["lost_ranges"]) == one["samples_lost"], one
     assert store.proc.poll() is None, "the job ended with rank 1:\n" + store.output()
     assert_reads_match(ddstage, store, index)
 

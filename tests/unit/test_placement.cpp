@@ -107,9 +107,15 @@ TEST_CASE("coverage: healthy, degraded after a loss, lost when every copy is gon
   CHECK(one.lost_ranks == std::vector<int>{1});
   CHECK(one.samples_short == 20);  // rank 1 held 2 shards of 10
   CHECK(one.samples_lost == 0);
+  uint64_t listed = 0;
+  for (const auto& r : one.short_ranges) listed += r.count();
+  CHECK(listed == 20);
+  CHECK(one.lost_ranges.empty());
   const auto two = coverage(regions, live_but(3, {1, 2}), hosts, 2, 30);
   CHECK(std::string(two.state()) == "lost");
   CHECK(two.samples_lost == 10);
+  REQUIRE(two.lost_ranges.size() == 1);
+  CHECK(two.lost_ranges[0].count() == 10);
 }
 
 TEST_CASE("a repair brings every sample back to its copies on live ranks", "[placement]") {

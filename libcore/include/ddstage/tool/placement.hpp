@@ -52,6 +52,10 @@ struct Coverage {
   uint64_t samples_short = 0;   ///< samples with fewer live copies than asked (lost ones too)
   uint64_t samples_lost = 0;    ///< samples with no live copy at all
   std::vector<int> lost_ranks;  ///< ranks holding a region of the dataset that are lost
+  /// Which samples are short of copies, and which have none: [first, last) ranges in order,
+  /// adjacent ones merged.
+  std::vector<ShardRange> short_ranges;
+  std::vector<ShardRange> lost_ranges;
   /// "healthy", "degraded" (some sample short of copies, none lost) or "lost".
   const char* state() const noexcept;
 };

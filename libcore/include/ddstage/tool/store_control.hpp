@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "ddstage/store_descriptor.hpp"
+#include "ddstage/tool/shard_plan.hpp"
 #include "ddstage/tool/store_cleanup.hpp"
 
 namespace ddstage {
@@ -50,6 +51,8 @@ struct DatasetStatus {
   std::vector<int> lost_ranks;             ///< lost ranks that held a region of it
   uint64_t samples_short = 0;              ///< samples with fewer live copies than asked
   uint64_t samples_lost = 0;               ///< samples with no live copy
+  std::vector<ShardRange> short_ranges;    ///< which: [first, last) ranges, in order
+  std::vector<ShardRange> lost_ranges;
   /// Staged on first touch (load --lazy): samples staged so far over its live regions (a
   /// sample counts once per copy), and how many of them were read from origin.
   bool lazy = false;
