@@ -2,8 +2,9 @@
 // send rank 0's control port, taken apart in the order the front desk does (control_server.cpp):
 // the fixed header, the token, the length, then the YAML body. The input is the whole stream,
 // so it can hold several frames; the first refusal drops the connection, as the server does.
-// Each decoded body then goes through every typed reader of control_messages.cpp, as the
-// server reads a request and the client a reply: each may refuse it, none may crash.
+// Each decoded body then goes through every typed reader of control_messages.cpp and
+// stage_messages.cpp, as a rank reads a request or a part and a client a reply: each may refuse
+// it, none may crash.
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -12,6 +13,7 @@
 
 #include "control/control_frame.hpp"
 #include "control/control_messages.hpp"
+#include "control/stage_messages.hpp"
 #include "fuzz_support.hpp"
 
 namespace {
@@ -34,6 +36,13 @@ void read_typed(const ddstage::detail::Message& message) {
   });
   expect_clean([&] { status_of(message); });
   expect_clean([&] { stop_result_of(message, {0, 1, 2, 3}); });
+  expect_clean([&] { repair_results_of(message); });
+  // What a rank's own socket reads: rank 0's parts (wire structs in YAML's binary scalar) and
+  // readers' stage requests; and what rank 0 and readers read back.
+  expect_clean([&] { part_command_of(message); });
+  expect_clean([&] { part_reply_of(message); });
+  expect_clean([&] { stage_command_of(message); });
+  expect_clean([&] { stage_reply_of(message); });
 }
 
 }  // namespace
