@@ -113,7 +113,7 @@ std::vector<fs::path> collect_sources(const std::vector<std::string>& sources,
   return files;
 }
 
-bool detect(const FlattenRequest& request) {
+bool detect_files(const FlattenRequest& request) {
   const auto& first = request.sources.front();
   std::error_code ec;
   return first.starts_with('@') || fs::is_directory(first, ec);
@@ -147,7 +147,7 @@ class Prefetcher {
   std::size_t m_next = 0;
 };
 
-void flatten(const FlattenRequest& request, IndexWriter& writer) {
+void flatten_files(const FlattenRequest& request, IndexWriter& writer) {
   const auto files = collect_sources(request.sources, writer);
   writer.define({FieldInfo{.name = "data",
                            .dtype = DType::bytes,
@@ -181,8 +181,8 @@ Format files_format() {
                 .help =
                     "plain files: directories (recursive, sorted), files or @list.txt; "
                     "each file is one sample",
-                .detect = &detail::detect,
-                .flatten = &detail::flatten};
+                .detect = &detail::detect_files,
+                .flatten = &detail::flatten_files};
 }
 
 }  // namespace ddstage::formats

@@ -62,11 +62,11 @@ std::string describe_object(hid_t root, const std::string& name) {
                   path, contents.empty() ? "nothing" : contents));
 }
 
-bool detect(const FlattenRequest& request) {
+bool detect_hdf5(const FlattenRequest& request) {
   return !request.sources.empty() && looks_like_hdf5(request.sources.front());
 }
 
-void flatten(const FlattenRequest& request, IndexWriter& writer) {
+void flatten_hdf5(const FlattenRequest& request, IndexWriter& writer) {
   silence_hdf5_errors();
   if (request.sources.empty()) throw UsageError("no source given");
   if (!request.groups.empty()) {
@@ -122,8 +122,8 @@ Format hdf5_format() {
   return {
       .name = "hdf5",
       .help = "HDF5 files: rows of datasets (--field, --ragged) or one sample per group (--groups)",
-      .detect = &detail::detect,
-      .flatten = &detail::flatten};
+      .detect = &detail::detect_hdf5,
+      .flatten = &detail::flatten_hdf5};
 }
 
 }  // namespace ddstage::formats

@@ -297,7 +297,7 @@ bool starts_like_npz(std::string_view head) {
   return head.size() >= name_at + length && head.substr(name_at, length).ends_with(npy_suffix);
 }
 
-bool detect(const FlattenRequest& request) {
+bool detect_npy(const FlattenRequest& request) {
   const auto& first = request.sources.front();
   std::error_code ec;
   if (first.ends_with(".npy") || first.ends_with(".npz")) return !fs::is_directory(first, ec);
@@ -308,7 +308,7 @@ bool detect(const FlattenRequest& request) {
   return head.starts_with(npy_magic) || starts_like_npz(head);
 }
 
-void flatten(const FlattenRequest& request, IndexWriter& writer) {
+void flatten_npy(const FlattenRequest& request, IndexWriter& writer) {
   // Ignoring them would index something else than the user asked for, silently.
   if (!request.groups.empty() || !request.ragged.empty()) {
     throw UsageError(
@@ -371,8 +371,8 @@ Format npy_format() {
                     "NumPy .npy files (format 1.0-3.0) and .npz archives: each file or "
                     "archive member is a field named after its stem (or --field "
                     "NAME=PATH), sample i is row i of every array",
-                .detect = &detail::detect,
-                .flatten = &detail::flatten};
+                .detect = &detail::detect_npy,
+                .flatten = &detail::flatten_npy};
 }
 
 }  // namespace ddstage::formats

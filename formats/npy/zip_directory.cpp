@@ -23,7 +23,7 @@ constexpr uint64_t local_bytes = 30;
 // zipfile (numpy's reader) looks for the end record this far from the end of the file.
 constexpr uint64_t max_tail = end_bytes + (1u << 16);
 
-[[noreturn]] void invalid(const std::string& name, const std::string& reason) {
+[[noreturn]] void invalid_zip(const std::string& name, const std::string& reason) {
   throw UsageError(fmt::format("{} is not a valid zip archive: {}", name, reason), {.file = name});
 }
 
@@ -34,7 +34,7 @@ class Fields {
       : m_bytes(bytes), m_name(name) {}
   uint64_t get(uint64_t at, unsigned width) const {
     if (at > m_bytes.size() || width > m_bytes.size() - at)
-      invalid(m_name, "a record is cut short");
+      invalid_zip(m_name, "a record is cut short");
     uint64_t value = 0;
     for (unsigned i = width; i-- > 0;)
       value = (value << 8) | std::to_integer<uint64_t>(m_bytes[at + i]);
@@ -45,7 +45,7 @@ class Fields {
   uint64_t u64(uint64_t at) const { return get(at, 8); }
   std::string_view text(uint64_t at, uint64_t length) const {
     if (at > m_bytes.size() || length > m_bytes.size() - at)
-      invalid(m_name, "a record is cut short");
+      invalid_zip(m_name, "a record is cut short");
     return {reinterpret_cast<const char*>(m_bytes.data()) + at, length};
   }
 
@@ -77,7 +77,8 @@ std::vector<std::byte> read(const ReadAt& read_at, uint64_t offset, uint64_t len
 /// the tail; a zip64 end record lies right before the zip64 locator, which lies right before the
 /// end record; the directory lies right before those, wherever its recorded offset says.
 Directory find_directory(uint64_t file_size, const ReadAt& read_at, const std::string& name) {
-  if (file_size < end_bytes) invalid(name, "it is too short to hold an end of central directory");
+  if (file_size < end_bytes)
+    invalid_zip(name, "it is too short to hold an end of central directory");
   const uint64_t tail_offset = file_size - std::min(file_size, max_tail);
   const auto tail = read(read_at, tail_offset, file_size - tail_offset);
   const Fields tail_fields(tail, name);
@@ -93,9 +94,9 @@ Directory find_directory(uint64_t file_size, const ReadAt& read_at, const std::s
       }
     }
   }
-  if (!end) invalid(name, "it has no end of central directory record");
+  if (!end) invalid_zip(name, "it has no end of central directory record");
   const Fields e(std::span<const std::byte>(tail).subspan(*end), name);
-  if (e.u16(4) != 0 || e.u16(6) != 0) invalid(name, "it spans several disks");
+  if (e.u16(4) != 0 || e.u16(6) != 0) invalid_zip(name, "it spans several disks");
   Directory d{.entries = e.u16(10), .size = e.u32(12), .offset = e.u32(16)};
   const uint64_t end_offset = tail_offset + *end;
   // Where the directory ends: the end record, or the zip64 end record before it. Zip64 fields
@@ -105,25 +106,25 @@ Directory find_directory(uint64_t file_size, const ReadAt& read_at, const std::s
     const auto locator = read(read_at, end_offset - zip64_locator_bytes, zip64_locator_bytes);
     const Fields l(locator, name);
     if (l.u32(0) == zip64_locator_signature) {
-      if (l.u32(4) != 0 || l.u32(16) > 1) invalid(name, "it spans several disks");
+      if (l.u32(4) != 0 || l.u32(16) > 1) invalid_zip(name, "it spans several disks");
       if (end_offset < zip64_locator_bytes + zip64_end_bytes)
-        invalid(name, "its zip64 end record lies outside the archive");
+        invalid_zip(name, "its zip64 end record lies outside the archive");
       directory_end = end_offset - zip64_locator_bytes - zip64_end_bytes;
       const auto record = read(read_at, directory_end, zip64_end_bytes);
       const Fields z(record, name);
       if (z.u32(0) != zip64_end_signature)
-        invalid(name, "its zip64 locator follows no zip64 end record");
-      if (z.u32(16) != 0 || z.u32(20) != 0) invalid(name, "it spans several disks");
+        invalid_zip(name, "its zip64 locator follows no zip64 end record");
+      if (z.u32(16) != 0 || z.u32(20) != 0) invalid_zip(name, "it spans several disks");
       d = {.entries = z.u64(32), .size = z.u64(40), .offset = z.u64(48)};
     }
   }
-  if (d.size > directory_end) invalid(name, "its central directory lies outside the archive");
+  if (d.size > directory_end) invalid_zip(name, "its central directory lies outside the archive");
   const uint64_t recorded = d.offset;
   d.offset = directory_end - d.size;
   d.shift = d.offset - recorded;
   if (d.entries > d.size / central_bytes)
-    invalid(name, fmt::format("its central directory of {} bytes cannot hold {} members", d.size,
-                              d.entries));
+    invalid_zip(name, fmt::format("its central directory of {} bytes cannot hold {} members",
+                                  d.size, d.entries));
   return d;
 }
 
@@ -136,13 +137,13 @@ void apply_zip64_extra(const Fields& f, uint64_t at, uint64_t length, ZipMember&
     const uint16_t id = f.u16(at);
     const uint16_t size = f.u16(at + 2);
     if (size > end - at - 4)
-      invalid(name, fmt::format("member '{}' has a cut extra field", m.name));
+      invalid_zip(name, fmt::format("member '{}' has a cut extra field", m.name));
     if (id == 0x0001) {
       uint64_t p = at + 4;
       for (uint64_t* value : {&m.size, &m.compressed_size, &m.header_offset}) {
         if (*value != 0xffffffff) continue;
         if (p + 8 > at + 4 + size)
-          invalid(name, fmt::format("member '{}' has a zip64 field too short", m.name));
+          invalid_zip(name, fmt::format("member '{}' has a zip64 field too short", m.name));
         *value = f.u64(p);
         p += 8;
       }
@@ -153,7 +154,7 @@ void apply_zip64_extra(const Fields& f, uint64_t at, uint64_t length, ZipMember&
 
 ZipMember parse_central(const Fields& f, uint64_t& at, const std::string& name) {
   if (f.u32(at) != central_signature)
-    invalid(name, "a central directory entry has a bad signature");
+    invalid_zip(name, "a central directory entry has a bad signature");
   ZipMember m{.flags = f.u16(at + 8),
               .method = f.u16(at + 10),
               .crc32 = f.u32(at + 16),
@@ -166,7 +167,7 @@ ZipMember parse_central(const Fields& f, uint64_t& at, const std::string& name) 
   m.name = f.text(at + central_bytes, name_length);
   if (std::any_of(m.name.begin(), m.name.end(),
                   [](char c) { return static_cast<unsigned char>(c) < 0x20; }))
-    invalid(name, "a member name has control characters");
+    invalid_zip(name, "a member name has control characters");
   f.text(at + central_bytes + name_length, uint64_t{extra_length} + comment_length);
   apply_zip64_extra(f, at + central_bytes + name_length, extra_length, m, name);
   at += central_bytes + name_length + extra_length + comment_length;
@@ -181,17 +182,18 @@ void locate_data(ZipMember& m, const Directory& d, const ReadAt& read_at, const 
   const uint64_t directory_offset = d.offset;
   if (m.header_offset > directory_offset ||
       directory_offset - m.header_offset < local_bytes + m.name.size())
-    invalid(name, where() + " has its local header outside the archive");
+    invalid_zip(name, where() + " has its local header outside the archive");
   const auto header = read(read_at, m.header_offset, local_bytes + m.name.size());
   const Fields l(header, name);
-  if (l.u32(0) != local_signature) invalid(name, where() + " has no local header at its offset");
+  if (l.u32(0) != local_signature)
+    invalid_zip(name, where() + " has no local header at its offset");
   if (l.u16(8) != m.method)
-    invalid(name, where() + " has a local header that disagrees on the compression method");
+    invalid_zip(name, where() + " has a local header that disagrees on the compression method");
   if (l.text(local_bytes, l.u16(26)) != m.name)
-    invalid(name, where() + " has a local header with another name");
+    invalid_zip(name, where() + " has a local header with another name");
   m.data_offset = m.header_offset + local_bytes + l.u16(26) + l.u16(28);
   if (m.data_offset > directory_offset || m.compressed_size > directory_offset - m.data_offset)
-    invalid(name, where() + " runs past the start of the central directory");
+    invalid_zip(name, where() + " runs past the start of the central directory");
 }
 
 }  // namespace
@@ -208,8 +210,8 @@ std::vector<ZipMember> read_zip_directory(uint64_t file_size, const ReadAt& read
     locate_data(members.back(), d, read_at, name);
   }
   if (at != d.size) {
-    invalid(name, fmt::format("its central directory has {} bytes after its {} members",
-                              d.size - at, d.entries));
+    invalid_zip(name, fmt::format("its central directory has {} bytes after its {} members",
+                                  d.size - at, d.entries));
   }
   // zipfile (numpy.load) refuses a member whose data runs into the next local header: members
   // that share bytes are a zip bomb's trick, never what numpy writes.
@@ -221,7 +223,7 @@ std::vector<ZipMember> read_zip_directory(uint64_t file_size, const ReadAt& read
   uint64_t next = d.offset;
   for (const ZipMember* m : by_offset) {
     if (m->data_offset > next || m->compressed_size > next - m->data_offset)
-      invalid(name, fmt::format("member '{}' overlaps the next member", m->name));
+      invalid_zip(name, fmt::format("member '{}' overlaps the next member", m->name));
     next = m->header_offset;
   }
   return members;

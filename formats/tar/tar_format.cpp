@@ -46,7 +46,7 @@ std::vector<std::byte> head_of(const std::string& path) {
   return head;
 }
 
-bool detect(const FlattenRequest& request) {
+bool detect_tar(const FlattenRequest& request) {
   const auto& first = request.sources.front();
   std::error_code ec;
   if (first.starts_with('@') || !fs::is_regular_file(first, ec)) return false;
@@ -157,7 +157,7 @@ MappedFile map_archive(const TarShard& shard, const Archive& archive) {
   return map;
 }
 
-void flatten(const FlattenRequest& request, IndexWriter& writer) {
+void flatten_tar(const FlattenRequest& request, IndexWriter& writer) {
   check_request(request);
   const fs::path scratch =
       request.scratch_dir.empty() ? fs::temp_directory_path() : request.scratch_dir;
@@ -224,8 +224,8 @@ Format tar_format() {
                 .help =
                     "tar shards (ustar, pax, GNU; .tar.gz/.bz2/.xz/.zst decoded into packs): "
                     "each member is a sample, or each key's members under --webdataset",
-                .detect = &detail::detect,
-                .flatten = &detail::flatten};
+                .detect = &detail::detect_tar,
+                .flatten = &detail::flatten_tar};
 }
 
 }  // namespace ddstage::formats
