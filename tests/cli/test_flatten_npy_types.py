@@ -416,8 +416,8 @@ def test_load_and_read_store_structured(ddstage, tmp_path):
         got = ddstage.ok("read", "--store", store.dir, "--dataset", "t", "--ids", "3,0,36",
                          "--field", "records", binary=True).stdout
         assert got == rows(arrays["records"], [3, 0, 36])
-        # The module is not built with sanitizers: the ASan run skips here (cli.unsanitized
-        # runs this test in the Release build).
+        # The module is not built with sanitizers: an ASan run skips here (the Release run of
+        # this file reads it).
         pydir = python_package_dir()
         proc = subprocess.run([sys.executable, "-c", PY_CHECK, str(store.dir),
                                str(tmp_path / "t.npz")], capture_output=True, text=True,
