@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "bench/bench_clock.hpp"
 #include "bench/bench_report.hpp"
 #include "bench/page_cache.hpp"
 #include "commands/flatten_cmd.hpp"
@@ -27,10 +28,6 @@ struct BenchFlattenOptions {
   BenchOutputs outputs;
   bool warm = false;
 };
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 struct FlattenRun {
   double seconds = 0;

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "bench/bench_clock.hpp"
 #include "ddstage/error.hpp"
 #include "ddstage/index.hpp"
 #include "ddstage/tool/file_descriptor.hpp"
@@ -19,10 +20,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 /// Asks the kernel to drop index.bin's and manifest.yaml's cached pages: "cold-ish" (no root
 /// cache drop, and the directory entries stay cached).

@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "bench/bench_clock.hpp"
 #include "bench/bench_report.hpp"
 #include "bench/page_cache.hpp"
 #include "ddstage/error.hpp"
@@ -54,10 +55,6 @@ struct LoadFigures {
   }
   double load_mbs() const { return static_cast<double>(load.bytes) / load.seconds / 1e6; }
 };
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 /// Why a copy of `bytes` into /dev/shm must not run, or empty. Whole files can be many times
 /// the rows a load holds (an HDF5 file indexed in place with other large fields): the copy

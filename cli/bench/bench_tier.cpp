@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "bench/bench_clock.hpp"
 #include "bench/bench_report.hpp"
 #include "bench/synthetic_dataset.hpp"
 #include "ddstage/error.hpp"
@@ -42,10 +43,6 @@ struct BenchTierOptions {
   std::vector<std::string> caches{"warm", "cold"};
   BenchOutputs outputs;
 };
-
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 /// A scratch directory of this run under `parent`, removed with what is in it.
 class ScratchDir {
