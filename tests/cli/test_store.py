@@ -509,6 +509,59 @@ def test_fabric_hung_rank_times_out(ddstage, serve, datasets, progress):
     store.stop()
 
 
+def whole_read_seconds(ddstage, args, env, runs=3):
+    """The slowest of a few whole `ddstage ARGS` runs, start to exit: what a time bound here is a
+    multiple of, measured on this machine as loaded as it is now."""
+    slowest = 0.0
+    for _ in range(runs):
+        t0 = time.monotonic()
+        ddstage.ok(*args, binary=True, env=env)
+        slowest = max(slowest, time.monotonic() - t0)
+    return slowest
+
+
+@pytest.mark.busy
+def test_fabric_read_ends_by_sigterm(ddstage, serve, datasets, tmp_path):
+    """A `ddstage read` over libfabric waiting on a hung rank dies by SIGTERM (143 in a shell),
+    within twice a whole read's time. Debian's libfabric loads libinfinipath, whose SIGTERM
+    handler exited 1 (or deadlocked in exit handlers); libcore puts the process's own back."""
+    store = serve(2, args=["--transport", "fabric"], env=FABRIC_ENV)
+    ddstage.ok("load", "--store", store.dir, datasets["files"], "--name", "f")
+    owned = status(ddstage, store.dir)["datasets"][0]["samples_per_rank"]
+    args = ["read", "--store", store.dir, "--dataset", "f", "--ids", f"0,{owned[0]}"]
+    baseline = whole_read_seconds(ddstage, args, READ_FABRIC)
+    pids = store.pids()
+    os.kill(pids[1], signal.SIGSTOP)
+    try:
+        with open(tmp_path / "read.err", "w+") as err:
+            proc = subprocess.Popen([ddstage.path, *map(str, args)], stdout=subprocess.DEVNULL, stderr=err,
+                                    env={**os.environ, **READ_FABRIC, "DDSTAGE_READ_TIMEOUT": "1h"})
+            try:
+                deadline = time.monotonic() + 3 * baseline
+                while "libfabric.so" not in Path(f"/proc/{proc.pid}/maps").read_text():
+                    assert proc.poll() is None and time.monotonic() < deadline, "the read never loaded libfabric"
+                    time.sleep(0.01)
+                # A whole read's time after the load, it has long been waiting on rank 1.
+                time.sleep(baseline)
+                assert proc.poll() is None, "the read did not wait on the stopped rank"
+                t0 = time.monotonic()
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    rc = proc.wait(timeout=2 * baseline)
+                except subprocess.TimeoutExpired:
+                    pytest.fail(f"SIGTERM did not end the read within {2 * baseline:.2f} s (2 whole reads)")
+                took = time.monotonic() - t0
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait(timeout=30)
+            err.seek(0)
+            assert rc == -signal.SIGTERM, f"exited {rc} after {took:.2f} s:\n{err.read()}"
+    finally:
+        os.kill(pids[1], signal.SIGCONT)
+    store.stop()
+
+
 def test_fabric_transport_errors(ddstage, serve, datasets):
     """Reading over libfabric from a store that serves none, and a bad --transport, are usage
     errors that say what to do."""

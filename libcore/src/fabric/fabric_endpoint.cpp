@@ -3,11 +3,15 @@
 #include <rdma/fi_domain.h>
 #include <rdma/fi_eq.h>
 
+#include "signal_dispositions.hpp"
+
 namespace ddstage::detail {
 
 FabricEndpoint::FabricEndpoint(const fi_info& info, Wait wait)
     : m_info(fabric_api().dupinfo(&info)), m_provider(provider_name(info)) {
   if (!m_info) throw std::bad_alloc();
+  // A provider may start its hardware's libraries in any of these opens.
+  const SignalDispositions kept("opening a " + m_provider + " endpoint");
   fid_fabric* fabric = nullptr;
   fabric_check(fabric_api().fabric(m_info->fabric_attr, &fabric, nullptr), "fi_fabric", m_provider);
   m_fabric.reset(fabric);

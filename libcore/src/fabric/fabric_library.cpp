@@ -9,6 +9,7 @@
 
 #include "ddstage/error.hpp"
 #include "shared_library.hpp"
+#include "signal_dispositions.hpp"
 
 namespace ddstage::detail {
 namespace {
@@ -63,6 +64,11 @@ const FabricLibrary* loaded() noexcept {
 }  // namespace
 
 const FabricApi& fabric_api() {
+  if (const FabricLibrary* l = loaded()) return l->api();
+  // Its dependencies' constructors install signal handlers (signal_dispositions.hpp). Taken
+  // before call_once: a thread that waits for the load while holding a guard of its own would
+  // otherwise wait for the loading thread, which waits for that guard.
+  const SignalDispositions kept(std::string("loading ") + library_name);
   std::call_once(load_once, [] {
     try {
       library.store(new FabricLibrary(), std::memory_order_release);

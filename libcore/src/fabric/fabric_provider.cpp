@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "fabric/fabric_options.hpp"
+#include "signal_dispositions.hpp"
 
 namespace ddstage::detail {
 namespace {
@@ -29,6 +30,8 @@ InfoPtr query_providers() {
   // Each reader owns its domain; the server serialises its progress thread and registrations.
   hints->domain_attr->threading = FI_THREAD_DOMAIN;
   fi_info* list = nullptr;
+  // The first call initialises every provider, which may load their libraries.
+  const SignalDispositions kept("fi_getinfo");
   const int rc = fabric_api().getinfo(FI_VERSION(1, 17), nullptr, nullptr, 0, hints.get(), &list);
   if (rc == -FI_ENODATA) return {};
   fabric_check(rc, "fi_getinfo", "");
