@@ -18,6 +18,19 @@ function(ddstage_is_implicit_link_directory directory out)
   set(${out} FALSE PARENT_SCOPE)
 endfunction()
 
+# target, built and installed, finds libraries in directory, an absolute path outside this
+# build (a library found installed), unless the loader looks there anyway.
+function(ddstage_runpath target directory)
+  ddstage_is_implicit_link_directory(${directory} implicit)
+  if(implicit)
+    return()
+  endif()
+  set_property(TARGET ${target} APPEND PROPERTY BUILD_RPATH ${directory})
+  set_property(TARGET ${target} APPEND PROPERTY INSTALL_RPATH ${directory})
+  # RUNPATH, not RPATH: LD_LIBRARY_PATH still comes first, as it did for the linked library.
+  target_link_options(${target} PRIVATE LINKER:--enable-new-dtags)
+endfunction()
+
 # target: installed into destination (relative to the prefix, or absolute).
 function(ddstage_install_rpath target destination)
   if(NOT DDSTAGE_SHARED)
