@@ -3,9 +3,15 @@ system's site packages, for numpy and setuptools), no package index; then that v
 outside the source tree and with no PYTHONPATH, imports the installed ddstage and reads a batch
 from a store served by the build's CLI, compared with numpy's view of the source array.
 
+Both of setup.py's paths, one test each (ctest runs them apart, pytest -k):
+- against_the_installed: the module alone against the libddstage in CMAKE_PREFIX_PATH (ctest:
+  the prefix install.reader_app installs this build into), which the venv's module then loads;
+- from_source: DDSTAGE_PIP_FROM_SOURCE=1, libcore built again and linked in statically.
+
 ctest sets DDSTAGE_BIN and DDSTAGE_GEN. The store is started first, so that a CLI built
 without MPI (which cannot serve) skips the test before the minutes of building."""
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -20,21 +26,29 @@ from local_mpi import MPI_ENV  # noqa: E402
 
 BIN = os.environ.get("DDSTAGE_BIN", "ddstage")
 GEN = os.environ.get("DDSTAGE_GEN", "ddstage-gen")
-# The suite's CPU budget: only what this test needs (a client reading over shared memory) is
-# built, in the fewest translation units, without MPI, HDF5 or GPU runtimes (libfabric stays, as
-# in a plain `pip install .`). Build type None (Debian's: no optimisation flags) and precompiled
-# standard headers take the build from ~210 s of CPU in Release to about half of that: this test
-# proves the packaging, not the optimiser. Coming after setup.py's own -D, they also show that
-# CMAKE_ARGS has the last word.
-CMAKE_ARGS = ("-DDDSTAGE_WITH_MPI=OFF -DDDSTAGE_WITH_HDF5=OFF -DDDSTAGE_WITH_CUDA=OFF -DDDSTAGE_WITH_HIP=OFF "
-              "-DCMAKE_BUILD_TYPE=None -DDDSTAGE_PCH=ON")
-BUILD_TIMEOUT_S = 600  # under ctest's TIMEOUT, so that pytest says which step hung
+# The suite's CPU budget: build type None (Debian's: no optimisation flags), as this test proves
+# the packaging, not the optimiser. Coming after setup.py's own -D, it also shows that CMAKE_ARGS
+# has the last word.
+MODULE_CMAKE_ARGS = "-DCMAKE_BUILD_TYPE=None"
+# From source, only what this test needs (a client reading over shared memory) is built, in the
+# fewest translation units, without MPI, HDF5 or GPU runtimes (libfabric stays, as in a plain
+# `pip install .`); precompiled standard headers take the build from ~210 s of CPU in Release to
+# about half of that.
+SOURCE_CMAKE_ARGS = ("-DDDSTAGE_WITH_MPI=OFF -DDDSTAGE_WITH_HDF5=OFF -DDDSTAGE_WITH_CUDA=OFF "
+                     "-DDDSTAGE_WITH_HIP=OFF -DCMAKE_BUILD_TYPE=None -DDDSTAGE_PCH=ON")
+# Under ctest's TIMEOUTs, so that pytest says which step hung. From source, the build runs niced
+# beside other work (scripts/test), off the critical path: it gets the room to be slow.
+MODULE_BUILD_TIMEOUT_S = 240
+SOURCE_BUILD_TIMEOUT_S = 1500
 READER = textwrap.dedent("""
     import sys
     import numpy as np
     import ddstage
     store, source = sys.argv[1:]
     print(ddstage.__file__)
+    # The libddstage.so this process loaded, if any (a module built from source has none).
+    with open("/proc/self/maps") as maps:
+        print(next((line.split()[-1] for line in maps if "/libddstage.so" in line), "none"))
     ids = [7, 0, 299, 150, 7]
     got = ddstage.Client(store).open("rows").get_batch("v", ids)
     want = np.load(source, mmap_mode="r")[ids]
@@ -44,10 +58,20 @@ READER = textwrap.dedent("""
 """)
 
 
-def run(*args, timeout=120, **kwargs):
-    proc = subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout, **kwargs)
-    assert proc.returncode == 0, f"{args} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
-    return proc.stdout
+def run(*args, timeout=120, stderr=subprocess.PIPE, **kwargs):
+    # In a session of its own: on a timeout, what it started goes too (pip's compilers would
+    # outlive a SIGKILLed pip and go on taking the CPU from the tests after this one).
+    with subprocess.Popen([str(a) for a in args], stdout=subprocess.PIPE, stderr=stderr, text=True,
+                          start_new_session=True, **kwargs) as proc:
+        try:
+            out, err = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            pytest.fail(f"{args} still ran after {timeout} s (killed, with what it started):\n"
+                        f"{out[-20000:]}\n{err or ''}")
+    assert proc.returncode == 0, f"{args} exited {proc.returncode}:\n{out}\n{err or ''}"
+    return out
 
 
 @pytest.fixture
@@ -79,8 +103,9 @@ def served(tmp_path):
             proc.wait(timeout=30)
 
 
-def test_pip_install_into_a_venv_reads_a_batch(tmp_path, served):
-    store, source = served
+def pip_install(tmp_path, timeout, **env_vars):
+    """pip install -v of the source tree into a fresh venv, with env_vars set: the venv, and the
+    environment and output of pip."""
     venv = tmp_path / "venv"
     made = subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", venv], capture_output=True,
                           text=True, timeout=120)
@@ -95,17 +120,63 @@ def test_pip_install_into_a_venv_reads_a_batch(tmp_path, served):
     # setup.py's CMake build and pip's own scratch inside this test's directory.
     (tmp_path / "tmp").mkdir()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env.update(CMAKE_ARGS=CMAKE_ARGS, TMPDIR=str(tmp_path / "tmp"), PIP_DISABLE_PIP_VERSION_CHECK="1")
+    env.update(TMPDIR=str(tmp_path / "tmp"), PIP_DISABLE_PIP_VERSION_CHECK="1", **env_vars)
     # Nothing in the source tree, nor setuptools' build/lib.* in a CMake build/ there.
     watched = [p for p in (SOURCE, SOURCE / "python", SOURCE / "python" / "ddstage", SOURCE / "build") if p.is_dir()]
     before = {p: set(os.listdir(p)) for p in watched}
-    run(python, "-m", "pip", "install", "--no-build-isolation", "--no-index", "--no-cache-dir", SOURCE,
-        cwd=tmp_path, env=env, timeout=BUILD_TIMEOUT_S)
+    # -v: pip passes on setup.py's output (on its stderr), which says which path it took and what
+    # CMake compiled.
+    out = run(python, "-m", "pip", "install", "-v", "--no-build-isolation", "--no-index", "--no-cache-dir", SOURCE,
+              cwd=tmp_path, env=env, timeout=timeout, stderr=subprocess.STDOUT)
     for path, names in before.items():
         assert set(os.listdir(path)) == names, f"pip left {set(os.listdir(path)) - names} in {path}"
+    return venv, env, out
 
+
+def read_batch(tmp_path, venv, env, served):
+    """The venv's Python reads a batch from the store: the libddstage.so it loaded, or "none"."""
     reader = tmp_path / "read_batch.py"
     reader.write_text(READER)
-    out = run(python, reader, store, source, cwd=tmp_path, env=env).splitlines()
+    out = run(venv / "bin" / "python", reader, *served, cwd=tmp_path, env=env).splitlines()
     assert Path(out[0]).is_relative_to(venv), f"imported {out[0]}, not the venv's ddstage"
     assert out[-1] == "batch ok (5, 4, 3)"
+    return out[1]
+
+
+def runpath(venv):
+    """The entries of the RUNPATH (or RPATH) of the module pip installed into venv."""
+    modules = list(venv.glob("lib/python*/site-packages/ddstage/_ddstage*.so"))
+    assert len(modules) == 1, f"not one module installed: {modules}"
+    dynamic = run("readelf", "-d", modules[0])
+    paths = re.findall(r"\((?:RUNPATH|RPATH)\)\s+Library r(?:un)?path: \[(.*)\]", dynamic)
+    return [entry for path in paths for entry in path.split(":")]
+
+
+def test_pip_install_against_the_installed_libddstage(tmp_path, served):
+    prefix = os.environ.get("CMAKE_PREFIX_PATH", "")
+    assert Path(prefix).is_absolute(), (
+        f"CMAKE_PREFIX_PATH is {prefix!r}, not the prefix of an installed ddstage (ctest sets the one "
+        "install.reader_app installs into)")
+    prefix = Path(prefix).resolve()
+    venv, env, out = pip_install(tmp_path, MODULE_BUILD_TIMEOUT_S, CMAKE_ARGS=MODULE_CMAKE_ARGS)
+    took = re.search(r"^\s*ddstage: building the module against the installed libddstage (\S+)$", out, re.M)
+    assert took, f"setup.py did not take the path of an installed libddstage:\n{out}"
+    assert Path(took[1]).resolve().is_relative_to(prefix), f"built against {took[1]}, not the one in {prefix}"
+    # The module, and nothing of libcore, was compiled.
+    assert "ddstage_python.dir" in out and "ddstage_core.dir" not in out, out
+    # Its RUNPATH, with no LD_LIBRARY_PATH set by this test, finds the library it was built against,
+    # and names no empty entry (the current directory), as a build tree's RUNPATH would.
+    entries = runpath(venv)
+    assert str(Path(took[1]).parent) in entries and "" not in entries, f"the module's RUNPATH is {entries}"
+    loaded = read_batch(tmp_path, venv, env, served)
+    assert Path(loaded).is_relative_to(prefix), f"the module loaded {loaded}, not the libddstage in {prefix}"
+
+
+def test_pip_install_from_source(tmp_path, served):
+    venv, env, out = pip_install(tmp_path, SOURCE_BUILD_TIMEOUT_S, CMAKE_ARGS=SOURCE_CMAKE_ARGS,
+                                 DDSTAGE_PIP_FROM_SOURCE="1")
+    assert re.search(r"^\s*ddstage: .*building libcore too", out, re.M), f"setup.py did not build libcore:\n{out}"
+    assert "ddstage_core.dir" in out, out
+    assert "" not in runpath(venv), f"the module's RUNPATH is {runpath(venv)}"
+    loaded = read_batch(tmp_path, venv, env, served)
+    assert loaded == "none", f"a module with libcore linked in loaded {loaded} as well"
