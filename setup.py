@@ -69,13 +69,13 @@ class CMakeBuild(build_ext):
         common = [f"-DPython3_EXECUTABLE={sys.executable}", "-DCMAKE_BUILD_TYPE=Release",
                   "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON", *shlex.split(os.environ.get("CMAKE_ARGS", ""))]
         if os.environ.get("DDSTAGE_PIP_FROM_SOURCE", "0") not in ("", "0"):
-            say("DDSTAGE_PIP_FROM_SOURCE is set: building libcore too (several minutes)")
+            say("DDSTAGE_PIP_FROM_SOURCE is set: building libcore too (many minutes)")
             build = self.configure_project(common)
         else:
             build = self.configure_module(common)
             if build is None:
                 say(f"no installed libddstage {cmake_version()} or compatible found (CMAKE_PREFIX_PATH, "
-                    "ddstage_DIR): building libcore too (several minutes)")
+                    "ddstage_DIR): building libcore too (many minutes)")
                 build = self.configure_project(common)
         jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL") or str(os.cpu_count() or 1)
         subprocess.run(["cmake", "--build", str(build), "--target", "ddstage_python", "--parallel", jobs],
@@ -100,7 +100,7 @@ class CMakeBuild(build_ext):
         print(proc.stdout, end="", flush=True)
         if proc.returncode != 0:
             sys.exit(f"ddstage: configuring the module against the libddstage in {cached(build, 'ddstage_DIR')} "
-                     f"failed (see above); DDSTAGE_PIP_FROM_SOURCE=1 builds libcore instead")
+                     "failed (see above); DDSTAGE_PIP_FROM_SOURCE=1 builds libcore instead")
         say(f"building the module against the installed libddstage {cached(build, 'DDSTAGE_PYTHON_LIBDDSTAGE')}")
         return build
 
