@@ -9,7 +9,7 @@
 namespace ddstage::detail {
 namespace {
 
-std::recursive_mutex guarded;
+std::recursive_mutex guarded_sections;
 
 // Linux's SA_RESTORER, which glibc keeps out of its headers: it sets the flag on every
 // disposition it installs (its return trampoline) and the kernel reports it, while a signal no
@@ -29,7 +29,7 @@ bool same(const struct sigaction& a, const struct sigaction& b) {
 }  // namespace
 
 SignalDispositions::SignalDispositions(std::string what)
-    : m_lock(guarded), m_what(std::move(what)) {
+    : m_lock(guarded_sections), m_what(std::move(what)) {
   for (int sig = 1; sig < NSIG; ++sig) {
     m_readable[sig] = sigaction(sig, nullptr, &m_saved[sig]) == 0;
   }

@@ -13,14 +13,12 @@ namespace ddstage::detail {
 namespace {
 
 // The keys, each written here once.
-constexpr const char* key_op = "op";
 constexpr const char* key_ok = "ok";
 constexpr const char* key_error = "error";
 constexpr const char* key_kind = "kind";
 constexpr const char* key_class = "class";
 constexpr const char* key_errno = "errno";
 constexpr const char* key_index = "index";
-constexpr const char* key_name = "name";
 constexpr const char* key_verify = "verify";
 constexpr const char* key_replace = "replace";
 constexpr const char* key_allow_stale = "allow_stale";

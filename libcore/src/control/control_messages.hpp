@@ -15,6 +15,11 @@
 
 namespace ddstage::detail {
 
+/// The keys the store's own messages and the stage messages (stage_messages.hpp) share: a
+/// request's operation, and the dataset it names.
+inline constexpr const char* key_op = "op";
+inline constexpr const char* key_name = "name";
+
 /// A load as the ranks execute it: every option explicit (a request leaves out what it does not
 /// change; the server fills in its defaults).
 struct LoadCommand {

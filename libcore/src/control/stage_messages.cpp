@@ -17,8 +17,6 @@ namespace ddstage::detail {
 namespace {
 
 // The keys, each written here once.
-constexpr const char* key_op = "op";
-constexpr const char* key_name = "name";
 constexpr const char* key_segment = "segment";
 constexpr const char* key_ids = "ids";
 constexpr const char* key_complete = "complete";

@@ -9,7 +9,7 @@ namespace ddstage::detail {
 namespace {
 
 /// Exclusive prefix sums of counts into displs.
-void prefix(const std::vector<int>& counts, std::vector<int>& displs) {
+void exclusive_prefix_sums(const std::vector<int>& counts, std::vector<int>& displs) {
   int at = 0;
   for (std::size_t r = 0; r < counts.size(); ++r) {
     displs[r] = at;
@@ -62,7 +62,7 @@ void CollectiveExchange::send_requests(const ShardMap& map, uint32_t field,
     m_req_ids[i] = static_cast<uint64_t>(map.plan->owner(ids[i]));
     ++m_ask_count[m_req_ids[i]];
   }
-  prefix(m_ask_count, m_ask_displ);
+  exclusive_prefix_sums(m_ask_count, m_ask_displ);
   std::fill(m_got.begin(), m_got.end(), 0);
   uint64_t at = 0;
   for (std::size_t i = 0; i < ids.size(); ++i) {
@@ -74,7 +74,7 @@ void CollectiveExchange::send_requests(const ShardMap& map, uint32_t field,
   }
   mpi_check(MPI_Alltoall(m_ask_count.data(), 1, MPI_INT, m_req_count.data(), 1, MPI_INT, m_comm),
             "MPI_Alltoall");
-  prefix(m_req_count, m_req_displ);
+  exclusive_prefix_sums(m_req_count, m_req_displ);
   m_req_ids.resize(static_cast<std::size_t>(m_req_displ.back() + m_req_count.back()));
   mpi_check(
       MPI_Alltoallv(m_ask_ids.data(), m_ask_count.data(), m_ask_displ.data(), MPI_UINT64_T,
