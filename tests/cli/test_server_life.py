@@ -1,9 +1,12 @@
 """A server rank's whole life under real mpiexec jobs (2-3 ranks on 2 cores): every way out a
 rank can see (a signal, a lost peer, a stop) frees its memory, whatever its main thread is
-blocked in; what a SIGKILL leaves is only the killed rank's, and its peers sweep it on their
-way out. Control replies (stop, status, heartbeat) are checked at the protocol level, so these
+blocked in; what a SIGKILL leaves is only the killed rank's: its peers sweep it on their way
+out, and `ddstage clean` what the last of them leaves when mpiexec's SIGKILL cuts it short.
+Control replies (stop, status, heartbeat) are checked at the protocol level, so these
 tests do not depend on how the CLI prints them."""
+import fcntl
 import os
+import re
 import signal
 import socket
 import struct
@@ -81,7 +84,46 @@ def lock_pid(path):
         return ""
 
 
-def assert_nothing_left(store, pids):
+def lock_held(path):
+    """Whether some process holds that rank lock now: ours is refused while it does."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def rank_of_file(store, name):
+    return int(re.fullmatch(re.escape(store.prefix) + r"-.*r(\d+)(\.lock|\.tiers)?", name).group(1))
+
+
+def assert_nothing_left(ddstage, store, pids, launcher_may_kill=()):
+    """No segment, lock, libfabric queue or store.yaml of the store is left.
+
+    launcher_may_kill: ranks that could not run (SIGSTOP) when mpiexec ended the job. OpenMPI
+    4.1's kill sequence (SIGCONT, SIGTERM, SIGKILL) moves on to the next signal as soon as a
+    child's exit cuts its wait short, so another rank's exit, moments after the SIGTERM, can
+    SIGKILL such a rank before its way out is done. That is no exit a rank can see; what it
+    leaves the design has found by name and owner: exactly that rank's files, its lock (which
+    its way out removes last) among them and held by no one, and store.yaml when it was rank 0,
+    which `ddstage clean --store` removes as a dead rank's."""
+    left = store_files(store)
+    if left:
+        out = store.output()
+        cut_short = sorted({rank_of_file(store, name) for name in left})
+        assert set(cut_short) <= set(launcher_may_kill), f"ranks {cut_short} left {left}:\n{out}"
+        for rank in cut_short:
+            lock = f"{store.prefix}-r{rank}.lock"
+            assert lock in left, f"rank {rank} removed its lock, yet left {left} behind:\n{out}"
+            assert not lock_held(Path("/dev/shm") / lock), f"rank {rank}'s lock is held: {left}"
+        cleaned = ddstage.ok("clean", "--store", store.dir).stdout
+        assert all(f" /dev/shm/{name} " in cleaned for name in left), (left, cleaned)
     assert store_files(store) == [], store.output()
     assert fabric_queues(pids) == []
     assert not (store.dir / "store.yaml").exists()
@@ -133,7 +175,7 @@ def test_every_rank_holds_a_lock_and_sigterm_to_an_idle_rank_frees_it(ddstage, s
     proc = ddstage.ok("stop", "--store", store.dir)
     assert "stopped ranks 0,2" in proc.stdout, proc.stdout
     wait_gone(store, pids, 5 + SLACK_S)
-    assert_nothing_left(store, pids)
+    assert_nothing_left(ddstage, store, pids)
 
 
 def test_sigterm_during_a_load_frees_the_segment_being_filled(ddstage, serve, big):
@@ -162,7 +204,7 @@ def test_sigterm_during_a_load_frees_the_segment_being_filled(ddstage, serve, bi
         assert store.proc.poll() is None, store.output()
         ddstage.ok("stop", "--store", store.dir)
         wait_gone(store, pids, 5 + SLACK_S)
-        assert_nothing_left(store, pids)
+        assert_nothing_left(ddstage, store, pids)
     finally:
         if load.poll() is None:
             load.kill()
@@ -176,7 +218,7 @@ def test_sigint_to_a_one_rank_store_exits_0_and_frees_everything(ddstage, serve,
     assert len(store_files(store)) == 2
     store.proc.send_signal(signal.SIGINT)
     assert store.proc.wait(timeout=5 + SLACK_S) == 0, store.output()
-    assert_nothing_left(store, pids)
+    assert_nothing_left(ddstage, store, pids)
 
 
 # ---- peers lost without a signal -------------------------------------------------------------
@@ -189,12 +231,13 @@ def test_sigkill_of_rank_1_leaves_nothing_once_the_others_are_gone(ddstage, serv
     pids = store.pids()
     os.kill(pids[1], signal.SIGKILL)
     wait_gone(store, pids, 3 + SLACK_S)
-    assert_nothing_left(store, pids)
+    assert_nothing_left(ddstage, store, pids)
 
 
 def test_a_stopped_rank_0_ends_the_rest_within_peer_timeout(ddstage, serve, small):
     """SIGSTOP: no signal, no exit; only the heartbeats notice. Rank 0 is the coordinator: the
-    other ranks, hearing nothing from it for peer_timeout, free their memory and end."""
+    other ranks, hearing nothing from it for peer_timeout, free their memory and end; mpiexec
+    then ends rank 0, possibly by SIGKILL before it is done (assert_nothing_left)."""
     store = serve(3, env=PEER_TIMEOUT)
     ddstage.ok("load", "--store", store.dir, small, "--name", "s")
     pids = store.pids()
@@ -203,7 +246,8 @@ def test_a_stopped_rank_0_ends_the_rest_within_peer_timeout(ddstage, serve, smal
         wait_gone(store, pids, 3 + SLACK_S)
         out = store.output()
         assert "lost rank 0 on" in out and "freeing this rank's memory and ending" in out, out
-        assert_nothing_left(store, pids)
+        assert rank_files(store, 1) == [] and rank_files(store, 2) == [], out
+        assert_nothing_left(ddstage, store, pids, launcher_may_kill=(0,))
     finally:
         if pid_alive(pids[0]):
             os.kill(pids[0], signal.SIGCONT)
@@ -229,7 +273,7 @@ def test_a_stopped_rank_is_marked_lost_and_never_taken_back(ddstage, serve, smal
     assert store.proc.poll() is None and pid_alive(pids[0]) and pid_alive(pids[2]), out
     ddstage.ok("stop", "--store", store.dir)
     wait_gone(store, pids, 5 + SLACK_S)
-    assert_nothing_left(store, pids)
+    assert_nothing_left(ddstage, store, pids)
 
 
 # ---- the control protocol ---------------------------------------------------------------------
@@ -257,7 +301,7 @@ def test_stop_of_a_healthy_store_names_every_rank_stopped(ddstage, serve, small)
     assert not (store.dir / "store.yaml").exists()  # before the reply
     assert store.proc.wait(timeout=30) == 0, store.output()
     assert wait_dead(pids)
-    assert_nothing_left(store, pids)
+    assert_nothing_left(ddstage, store, pids)
 
 
 def test_stop_with_a_stopped_rank_is_honest_and_quick(ddstage, serve, small):
@@ -277,7 +321,7 @@ def test_stop_with_a_stopped_rank_is_honest_and_quick(ddstage, serve, small):
         assert lost["rank"] == 2 and lost["host"] and lost["last_heard"] >= 3, reply
         assert not (store.dir / "store.yaml").exists()
         wait_gone(store, pids, 10 + SLACK_S)
-        assert_nothing_left(store, pids)
+        assert_nothing_left(ddstage, store, pids, launcher_may_kill=(2,))
     finally:
         if pid_alive(pids[2]):
             os.kill(pids[2], signal.SIGCONT)
@@ -496,4 +540,4 @@ def test_ranks_end_and_free_everything_when_mpiexec_is_killed(ddstage, serve, sm
     os.killpg(store.proc.pid, signal.SIGKILL)
     store.proc.wait(timeout=30)
     assert wait_dead(pids, timeout=5 + SLACK_S), store.output()
-    assert_nothing_left(store, pids)
+    assert_nothing_left(ddstage, store, pids)
