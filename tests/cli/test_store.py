@@ -17,6 +17,7 @@ import yaml
 from conftest import (assert_runtime_error, assert_usage_error, flatten, random_spec, read_bytes)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: shared helpers
+from deadlines import STARTUPS  # noqa: E402
 from local_mpi import MPI_ENV, pid_alive  # noqa: E402
 
 START_TIMEOUT_S = 60
@@ -34,12 +35,15 @@ class Store:
         self.log = open(self.dir.parent / f"{self.dir.name}.log", "w+")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
                                      env={**os.environ, **MPI_ENV, **(env or {})}, start_new_session=True)
-        deadline = time.monotonic() + START_TIMEOUT_S
+        started = time.monotonic()
         while not (self.dir / "store.yaml").exists():
             if self.proc.poll() is not None:
                 raise AssertionError(f"serve exited {self.proc.returncode}:\n{self.output()}")
-            assert time.monotonic() < deadline, "serve did not write store.yaml in time:\n" + self.output()
+            assert time.monotonic() < started + START_TIMEOUT_S, \
+                "serve did not write store.yaml in time:\n" + self.output()
             time.sleep(0.05)
+        # The baseline a test's deadlines scale with: how fast this machine starts a job now.
+        self.start_s = time.monotonic() - started
         self.descriptor = yaml.safe_load((self.dir / "store.yaml").read_text())
         self.prefix = "ddstage-" + self.descriptor["id"]
 
@@ -57,6 +61,11 @@ class Store:
 
     def segments(self):
         return sorted(p.name for p in Path("/dev/shm").glob(self.prefix + "-*"))
+
+    def within(self, configured_s=0.0):
+        """A deadline: a configured wait (timeouts, OpenMPI's kill sequence) plus what ending and
+        reaping processes costs this machine now, scaled by this job's start-up."""
+        return configured_s + STARTUPS * self.start_s
 
     def pids(self):
         return [r["pid"] for r in yaml.safe_load((self.dir / "store.yaml").read_text())["ranks"]]
