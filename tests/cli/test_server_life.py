@@ -110,13 +110,14 @@ def rank_of_file(store, name):
 def assert_nothing_left(ddstage, store, pids, launcher_may_kill=()):
     """No segment, lock, libfabric queue or store.yaml of the store is left.
 
-    launcher_may_kill: ranks that could not run (SIGSTOP) when mpiexec ended the job. OpenMPI
-    4.1's kill sequence (SIGCONT, SIGTERM, SIGKILL) moves on to the next signal as soon as a
-    child's exit cuts its wait short, so another rank's exit, moments after the SIGTERM, can
-    SIGKILL such a rank before its way out is done. That is no exit a rank can see; what it
-    leaves the design has found by name and owner: exactly that rank's files, its lock (which
-    its way out removes last) among them and held by no one, and store.yaml when it was rank 0,
-    which `ddstage clean --store` removes as a dead rank's."""
+    launcher_may_kill: ranks that mpiexec had to end. OpenMPI 4.1's kill sequence (SIGCONT,
+    SIGTERM, SIGKILL) moves on to the next signal as soon as a child's exit cuts its wait short,
+    so another rank's exit, moments after the SIGTERM, can SIGKILL such a rank before its way
+    out is done. That is no exit a rank can see; what it leaves the design has `clean` find by
+    name and owner: exactly that rank's files, its lock (which its way out removes last) among
+    them and held by no one, and store.yaml when it was rank 0. `clean --dry-run` must name
+    them all as a dead rank's; the test then removes them (clean itself would also remove other
+    stores' leftovers on this machine, which are not the test's)."""
     left = store_files(store)
     if left:
         out = store.output()
@@ -126,8 +127,17 @@ def assert_nothing_left(ddstage, store, pids, launcher_may_kill=()):
             lock = f"{store.prefix}-r{rank}.lock"
             assert lock in left, f"rank {rank} removed its lock, yet left {left} behind:\n{out}"
             assert not lock_held(Path("/dev/shm") / lock), f"rank {rank}'s lock is held: {left}"
-        cleaned = ddstage.ok("clean", "--store", store.dir).stdout
-        assert all(f" /dev/shm/{name} " in cleaned for name in left), (left, cleaned)
+        plan = ddstage.ok("clean", "--dry-run", "--store", store.dir).stdout
+        store_id = store.prefix[len("ddstage-"):]
+        found = [re.fullmatch(r"would remove .+? (/\S+) \(.*; store (\w+) rank (\d+)\)", line)
+                 for line in plan.splitlines()]
+        ours = [Path(m.group(1)) for m in found if m and m.group(2) == store_id]
+        assert sorted(p.name for p in ours if p.name.startswith(store.prefix)) == left, plan
+        if (store.dir / "store.yaml").exists():
+            assert f"would remove {store.dir}/store.yaml" in plan, plan
+            ours.append(store.dir / "store.yaml")
+        for path in ours:
+            path.unlink()
     assert store_files(store) == [], store.output()
     assert fabric_queues(pids) == []
     assert not (store.dir / "store.yaml").exists()
