@@ -135,10 +135,14 @@ def test_wait_is_not_fooled_by_a_dead_stores_descriptor(ddstage, serve, datasets
                          "does not answer", "ddstage stop --store")
     took = time.monotonic() - t0
     assert took < store.within(wait_s + CONTROL_TIMEOUT_S), f"wait gave up after {took:.1f} s"
-    waiting = subprocess.Popen([ddstage.path, "wait", "--store", store.dir, "--timeout", "60s"],
+    waiting_s = 60
+    waiting = subprocess.Popen([ddstage.path, "wait", "--store", store.dir, "--timeout", f"{waiting_s}s"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        time.sleep(1)
+        # Polling the dead store's descriptor: asleep between its looks, not ended.
+        wait_until(lambda: waiting.poll() is not None or
+                   Path(f"/proc/{waiting.pid}/wchan").read_text() == "hrtimer_nanosleep",
+                   waiting_s, "wait never waited")
         assert waiting.poll() is None, waiting.communicate()
         again = Store(ddstage, store.dir, 2)
         try:
