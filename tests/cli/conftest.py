@@ -33,6 +33,13 @@ for _key in ("DDSTAGE_BIN", "DDSTAGE_GEN"):
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 
 
+def pytest_configure(config):
+    # ctest -L busy runs these with a CPU hog on every core (issue 31): failure detection,
+    # failover and a store's life cycle, whose deadlines scale with what each test measures.
+    config.addinivalue_line("markers", "busy: a failure-detection, failover or life-cycle test that must hold "
+                                       "with every core busy")
+
+
 class Tool:
     def __init__(self, path):
         self.path = path

@@ -23,12 +23,14 @@ from conftest import assert_runtime_error, assert_usage_error, flatten, read_byt
 from test_store import Store, datasets, read_store, serve, wait_dead  # noqa: F401 (fixtures)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: shared helpers
+from deadlines import LAUNCHER_TEARDOWN_S, heartbeat_interval, wait_until  # noqa: E402
 from local_mpi import MPI_ENV, VADER_DIR, pid_alive  # noqa: E402
 
 SHM = Path("/dev/shm")
 CLONE_NEWNS = 0x00020000
 # Where waiting matters: a store that does not answer is given up on in seconds.
-FAST = {"DDSTAGE_CONTROL_TIMEOUT": "3s"}
+CONTROL_TIMEOUT_S = 3
+FAST = {"DDSTAGE_CONTROL_TIMEOUT": f"{CONTROL_TIMEOUT_S}s"}
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -76,8 +78,7 @@ def rewrite(path, **changes):
 def imposter():
     """A live process, not a store's rank, whose command line says "ddstage"."""
     proc = subprocess.Popen(["bash", "-c", "exec -a ddstage-imposter sleep 120"])
-    time.sleep(0.2)
-    assert "ddstage" in Path(f"/proc/{proc.pid}/cmdline").read_text()
+    wait_until(lambda: "ddstage" in Path(f"/proc/{proc.pid}/cmdline").read_text(), 30, "bash never ran sleep")
     yield proc
     proc.kill()
     proc.wait(timeout=10)
@@ -95,6 +96,7 @@ def dead_leftover(ddstage, serve, datasets):
 
 # ---- wait -----------------------------------------------------------------------------------
 
+@pytest.mark.busy
 def test_readme_sequence_serve_wait_load_read_stop(ddstage, datasets, tmp_path):
     """`mpiexec -n 2 ddstage serve --store D &` then `ddstage wait` and load at once: the
     README's sequence, with no polling of the user's own; stop leaves no directory behind."""
@@ -120,19 +122,27 @@ def test_readme_sequence_serve_wait_load_read_stop(ddstage, datasets, tmp_path):
             job.wait(timeout=30)
 
 
+@pytest.mark.busy
 def test_wait_is_not_fooled_by_a_dead_stores_descriptor(ddstage, serve, datasets):
     """A dead store's store.yaml: wait keeps polling and gives up with exit 1 naming the control
-    address; a wait running when a new serve replaces the file returns 0."""
+    address (at its --timeout, or once the request then in flight has had control_timeout); a
+    wait running when a new serve replaces the file returns 0."""
     store = dead_leftover(ddstage, serve, datasets)
+    wait_s = 2
     t0 = time.monotonic()
-    proc = ddstage.run("wait", "--store", store.dir, "--timeout", "2s", env=FAST)
-    assert_runtime_error(proc, f"no live store at {store.dir} after 2s", store.descriptor["control"],
+    proc = ddstage.run("wait", "--store", store.dir, "--timeout", f"{wait_s}s", env=FAST)
+    assert_runtime_error(proc, f"no live store at {store.dir} after {wait_s}s", store.descriptor["control"],
                          "does not answer", "ddstage stop --store")
-    assert time.monotonic() - t0 < 15
-    waiting = subprocess.Popen([ddstage.path, "wait", "--store", store.dir, "--timeout", "60s"],
+    took = time.monotonic() - t0
+    assert took < store.within(wait_s + CONTROL_TIMEOUT_S), f"wait gave up after {took:.1f} s"
+    waiting_s = 60
+    waiting = subprocess.Popen([ddstage.path, "wait", "--store", store.dir, "--timeout", f"{waiting_s}s"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        time.sleep(1)
+        # Polling the dead store's descriptor: asleep between its looks, not ended.
+        wait_until(lambda: waiting.poll() is not None or
+                   Path(f"/proc/{waiting.pid}/wchan").read_text() == "hrtimer_nanosleep",
+                   waiting_s, "wait never waited")
         assert waiting.poll() is None, waiting.communicate()
         again = Store(ddstage, store.dir, 2)
         try:
@@ -148,17 +158,20 @@ def test_wait_is_not_fooled_by_a_dead_stores_descriptor(ddstage, serve, datasets
             waiting.wait()
 
 
+@pytest.mark.busy
 def test_wait_for_a_serve_that_fails_fails_at_once(ddstage, tmp_path):
     """--pid of a launcher whose serve fails (a bad --mem-limit): exit 1 as soon as it exits, not
-    at the timeout."""
+    at the timeout: wait returns within moments of the launcher's end, however long that took."""
     d = tmp_path / "store"
+    wait_s = 120
     job = subprocess.Popen(["mpiexec", "-n", "2", ddstage.path, "serve", "--store", d, "--mem-limit", "lots"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **MPI_ENV})
     t0 = time.monotonic()
-    proc = ddstage.run("wait", "--store", d, "--timeout", "120s", "--pid", job.pid)
+    proc = ddstage.run("wait", "--store", d, "--timeout", f"{wait_s}s", "--pid", job.pid)
+    took = time.monotonic() - t0
     job.wait(timeout=30)
     assert_runtime_error(proc, f"serve (pid {job.pid}) exited before the store at {d} was ready")
-    assert time.monotonic() - t0 < 60
+    assert took < wait_s / 2, f"wait took {took:.1f} s of its {wait_s} s timeout"
 
 
 def test_wait_errors(ddstage, tmp_path):
@@ -170,6 +183,7 @@ def test_wait_errors(ddstage, tmp_path):
 # ---- clean ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("loaded", [False, True], ids=["idle", "after-load"])
+@pytest.mark.busy
 def test_clean_removes_exactly_a_killed_stores_files(ddstage, serve, datasets, loaded):
     """Every rank and mpiexec SIGKILLed: clean removes that store's segments and locks, nothing of
     a live store beside it (whose reads still work); --dry-run removes nothing."""
@@ -204,6 +218,7 @@ def test_clean_with_nothing_to_do_exits_0(ddstage, tmp_path):
     assert proc.stderr == ""
 
 
+@pytest.mark.busy
 def test_clean_store_removes_the_descriptor_only_of_a_store_gone_from_this_host(ddstage, serve, datasets):
     """--store DIR: store.yaml and the then empty DIR go when rank 0 ran here and is gone; a
     descriptor naming another host is kept."""
@@ -223,6 +238,7 @@ def test_clean_store_removes_the_descriptor_only_of_a_store_gone_from_this_host(
 
 # ---- stop -----------------------------------------------------------------------------------
 
+@pytest.mark.busy
 def test_stop_with_a_stopped_rank_0_ends_the_store(ddstage, serve, datasets):
     """Rank 0 SIGSTOPped: stop gives up on it after control_timeout, ends the ranks their locks
     prove to be this store's, and leaves no process, segment, lock, descriptor or directory."""
@@ -233,7 +249,8 @@ def test_stop_with_a_stopped_rank_0_ends_the_store(ddstage, serve, datasets):
     try:
         t0 = time.monotonic()
         proc = ddstage.run("stop", "--store", store.dir, env=FAST)
-        assert time.monotonic() - t0 < 3 + 10
+        took = time.monotonic() - t0
+        assert took < store.within(CONTROL_TIMEOUT_S), f"stop took {took:.1f} s:\n{proc.stderr}"
     finally:
         if pid_alive(pids[0]):
             os.kill(pids[0], signal.SIGCONT)
@@ -246,6 +263,7 @@ def test_stop_with_a_stopped_rank_0_ends_the_store(ddstage, serve, datasets):
     assert not store.dir.exists()
 
 
+@pytest.mark.busy
 def test_a_load_outlasting_control_timeout_from_a_job_script_succeeds(ddstage, gen, serve, tmp_path):
     """Rank 1 paused once it has begun loading its shard: rank 0, done with its own, waits for
     it for longer than control_timeout. The load, run as a job script runs it (stderr a pipe: no
@@ -276,32 +294,46 @@ def test_a_load_outlasting_control_timeout_from_a_job_script_succeeds(ddstage, g
     store.stop()
 
 
+def last_heard(ddstage, store, rank):
+    """Seconds since rank 0 last heard from `rank`, as `status --json` says (exit 1: lost)."""
+    return json.loads(ddstage.run("status", "--store", store.dir, "--json").stdout)["ranks"][rank]["last_heard"]
+
+
+@pytest.mark.busy
 def test_status_shows_a_silent_rank_lost(ddstage, serve):
     """Rank 0 answers, but has not heard from rank 1 for longer than the peer_timeout status is
     given: status marks it lost, says so, and exits 1."""
+    status_peer_timeout_s = 1
     store = serve(2, env={"DDSTAGE_PEER_TIMEOUT": "20s"})
     pids = store.pids()
     os.kill(pids[1], signal.SIGSTOP)
     try:
-        time.sleep(3)
-        proc = ddstage.run("status", "--store", store.dir, "--json", env={"DDSTAGE_PEER_TIMEOUT": "1s"})
+        wait_until(lambda: last_heard(ddstage, store, 1) > status_peer_timeout_s,
+                   store.within(status_peer_timeout_s), "rank 1 still heard from")
+        proc = ddstage.run("status", "--store", store.dir, "--json",
+                           env={"DDSTAGE_PEER_TIMEOUT": f"{status_peer_timeout_s}s"})
     finally:
         os.kill(pids[1], signal.SIGCONT)
     assert_runtime_error(proc, "is not healthy", "rank 0 has not heard from rank 1")
     ranks = json.loads(proc.stdout)["ranks"]
-    assert [r["state"] for r in ranks] == ["up", "lost"] and ranks[1]["last_heard"] > 1, ranks
+    assert [r["state"] for r in ranks] == ["up", "lost"] and ranks[1]["last_heard"] > status_peer_timeout_s, ranks
     store.stop()
 
 
+@pytest.mark.busy
 def test_stop_reports_a_rank_it_cannot_reach(ddstage, serve, datasets):
     """Rank 1 paused: rank 0 answers stop without it, and stop names it, says what to do, and
-    exits 1; once it runs again it ends itself, and clean finds nothing of the store left."""
-    store = serve(2, env={"DDSTAGE_PEER_TIMEOUT": "10s"})
+    exits 1; once it runs again it ends itself (or mpiexec, seeing rank 0 end so, ends it), and
+    clean finds nothing of the store left."""
+    peer_timeout_s = 10
+    store = serve(2, env={"DDSTAGE_PEER_TIMEOUT": f"{peer_timeout_s}s"})
     ddstage.ok("load", "--store", store.dir, datasets["files"], "--name", "f")
     pids = store.pids()
     os.kill(pids[1], signal.SIGSTOP)
     try:
-        time.sleep(4)  # past three heartbeat intervals (1 s), short of peer_timeout
+        # Past three heartbeat intervals, when stop leaves a rank out; short of peer_timeout.
+        patience = 3 * heartbeat_interval(peer_timeout_s)
+        wait_until(lambda: last_heard(ddstage, store, 1) > patience, store.within(patience), "rank 1 still heard from")
         proc = ddstage.run("stop", "--store", store.dir, env=FAST)
     finally:
         os.kill(pids[1], signal.SIGCONT)
@@ -311,12 +343,13 @@ def test_stop_reports_a_rank_it_cannot_reach(ddstage, serve, datasets):
     assert f"if it was killed, run `ddstage clean` on {host}" in proc.stdout
     assert "stopped rank 0 of the store at" in proc.stdout
     assert not (store.dir / "store.yaml").exists()
-    assert wait_dead(pids, timeout=20)
+    assert wait_dead(pids, timeout=store.within(LAUNCHER_TEARDOWN_S))
     store.proc.wait(timeout=30)
     ddstage.ok("clean")
     assert store_files(store.descriptor["id"]) == []
 
 
+@pytest.mark.busy
 def test_stale_descriptor_naming_a_live_imposter_is_never_signalled(ddstage, serve, datasets, imposter):
     """store.yaml of a dead store whose rank-0 pid now belongs to an unrelated process with
     "ddstage" in its command line: neither stop nor a new serve signals it."""
@@ -342,6 +375,7 @@ def test_stale_descriptor_naming_a_live_imposter_is_never_signalled(ddstage, ser
     assert imposter.poll() is None and pid_alive(imposter.pid)
 
 
+@pytest.mark.busy
 def test_stop_never_removes_the_descriptor_of_a_rank_0_on_another_host(ddstage, serve, datasets):
     store = dead_leftover(ddstage, serve, datasets)
     rewrite(store.dir / "store.yaml", rank0_host="node-elsewhere")

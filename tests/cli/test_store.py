@@ -17,9 +17,11 @@ import yaml
 from conftest import (assert_runtime_error, assert_usage_error, flatten, random_spec, read_bytes)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: shared helpers
+from deadlines import STARTUPS, timed  # noqa: E402
 from local_mpi import MPI_ENV, pid_alive  # noqa: E402
 
 START_TIMEOUT_S = 60
+READ_TIMEOUT_S = 10
 
 
 class Store:
@@ -34,12 +36,15 @@ class Store:
         self.log = open(self.dir.parent / f"{self.dir.name}.log", "w+")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
                                      env={**os.environ, **MPI_ENV, **(env or {})}, start_new_session=True)
-        deadline = time.monotonic() + START_TIMEOUT_S
+        started = time.monotonic()
         while not (self.dir / "store.yaml").exists():
             if self.proc.poll() is not None:
                 raise AssertionError(f"serve exited {self.proc.returncode}:\n{self.output()}")
-            assert time.monotonic() < deadline, "serve did not write store.yaml in time:\n" + self.output()
+            assert time.monotonic() < started + START_TIMEOUT_S, \
+                "serve did not write store.yaml in time:\n" + self.output()
             time.sleep(0.05)
+        # The baseline a test's deadlines scale with: how fast this machine starts a job now.
+        self.start_s = time.monotonic() - started
         self.descriptor = yaml.safe_load((self.dir / "store.yaml").read_text())
         self.prefix = "ddstage-" + self.descriptor["id"]
 
@@ -57,6 +62,11 @@ class Store:
 
     def segments(self):
         return sorted(p.name for p in Path("/dev/shm").glob(self.prefix + "-*"))
+
+    def within(self, configured_s=0.0):
+        """A deadline: a configured wait (timeouts, OpenMPI's kill sequence) plus what ending and
+        reaping processes costs this machine now, scaled by this job's start-up."""
+        return configured_s + STARTUPS * self.start_s
 
     def pids(self):
         return [r["pid"] for r in yaml.safe_load((self.dir / "store.yaml").read_text())["ranks"]]
@@ -265,19 +275,22 @@ def test_bad_reads(ddstage, serve, datasets):
 
 
 def test_killed_rank_fails_reads_quickly_and_stop_cleans_up(ddstage, serve, datasets):
-    """SIGKILL one rank: reads of its rows fail (naming a rank or the dead store) within the
-    timeout instead of hanging; `stop` then removes every process, segment and the descriptor."""
+    """SIGKILL one rank: reads of its rows fail (naming a rank or the dead store) within
+    read_timeout and a few times what the same read took before, instead of hanging; `stop`
+    then removes every process, segment and the descriptor."""
     store = serve(4)
     ddstage.ok("load", "--store", store.dir, datasets["files"], "--name", "f")
     st = status(ddstage, store.dir)
     owned = st["datasets"][0]["samples_per_rank"]
     first_of_rank2 = owned[0] + owned[1]
     pids = store.pids()
+    read = ["read", "--store", store.dir, "--dataset", "f", "--ids", str(first_of_rank2)]
+    env = {"DDSTAGE_READ_TIMEOUT": f"{READ_TIMEOUT_S}s"}
+    _, read_s = timed(ddstage.ok, *read, binary=True, env=env)
     os.kill(pids[2], signal.SIGKILL)
-    time.sleep(0.5)
-    t0 = time.monotonic()
-    proc = ddstage.run("read", "--store", store.dir, "--dataset", "f", "--ids", str(first_of_rank2))
-    assert time.monotonic() - t0 < 20
+    assert wait_dead([pids[2]])
+    proc, took = timed(ddstage.run, *read, env=env)
+    assert took < READ_TIMEOUT_S + STARTUPS * read_s, f"the read took {took:.1f} s, {read_s:.2f} s before the kill"
     assert proc.returncode == 1 or proc.returncode == 2, proc.stderr
     # MPI takes the other ranks down too; a read that lands while they remove their segments
     # (slow builds get there) finds a segment gone.
@@ -490,19 +503,22 @@ def test_fabric_store_reads_equal_origin(ddstage, serve, datasets, progress):
 
 @pytest.mark.parametrize("progress", ["adaptive", "sleep", "spin"])
 def test_fabric_hung_rank_times_out(ddstage, serve, datasets, progress):
-    """A server rank that stops answering (SIGSTOP) fails a fabric read within read_timeout,
-    naming the rank, instead of hanging, in every fabric.progress mode; once it runs again the
-    store stops cleanly."""
+    """A server rank that stops answering (SIGSTOP) fails a fabric read within read_timeout
+    (and a few times what the same read took before: a read opens its endpoint, and opens it
+    again after a time-out), naming the rank, instead of hanging, in every fabric.progress
+    mode; once it runs again the store stops cleanly."""
     store = serve(2, args=["--transport", "fabric"], env={**FABRIC_ENV, "DDSTAGE_FABRIC_PROGRESS": progress})
     ddstage.ok("load", "--store", store.dir, datasets["files"], "--name", "f")
     owned = status(ddstage, store.dir)["datasets"][0]["samples_per_rank"]
     pids = store.pids()
+    read_timeout_s = 1
+    read = ["read", "--store", store.dir, "--dataset", "f", "--ids", f"0,{owned[0]}"]
+    env = {**READ_FABRIC, "DDSTAGE_READ_TIMEOUT": f"{read_timeout_s}s"}
+    _, read_s = timed(ddstage.ok, *read, binary=True, env=env)
     os.kill(pids[1], signal.SIGSTOP)
     try:
-        t0 = time.monotonic()
-        proc = ddstage.run("read", "--store", store.dir, "--dataset", "f", "--ids", f"0,{owned[0]}",
-                           env={**READ_FABRIC, "DDSTAGE_READ_TIMEOUT": "1s"})
-        assert time.monotonic() - t0 < 15
+        proc, took = timed(ddstage.run, *read, env=env)
+        assert took < read_timeout_s + STARTUPS * read_s, f"the read took {took:.1f} s, {read_s:.2f} s before"
         assert_runtime_error(proc, "rank 1")
     finally:
         os.kill(pids[1], signal.SIGCONT)

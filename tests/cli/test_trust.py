@@ -22,6 +22,7 @@ from conftest import (NOBODY, assert_runtime_error, assert_usage_error, flatten,
 from test_store import READ_FABRIC, FABRIC_ENV, datasets, serve, status, wait_dead  # noqa: F401 (fixtures)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: shared helpers
+from deadlines import STARTUPS, timed, wait_until  # noqa: E402
 from local_mpi import MPI_ENV  # noqa: E402
 
 NOBODY_UID = 65534
@@ -267,21 +268,26 @@ def test_open_waits_for_a_replace_to_publish(ddstage, serve, datasets):
     fails with exit 1 saying the dataset is being replaced; never 'cannot open' as usage."""
     store = serve(2)
     ddstage.ok("load", "--store", store.dir, datasets["files"], "--name", "f")
+    read = ["read", "--store", store.dir, "--dataset", "f", "--ids", "0-299"]
+    read_timeout_s = 1
+    _, read_s = timed(ddstage.ok, *read, binary=True, env={"DDSTAGE_READ_TIMEOUT": f"{read_timeout_s}s"})
     descriptor = store.dir / "store.yaml"
     real = descriptor.read_text()
     gone = real.replace("-r1", "-r1-gone")
     assert gone != real
     rewrite_descriptor(descriptor, gone)
-    t0 = time.monotonic()
-    proc = ddstage.run("read", "--store", store.dir, "--dataset", "f", "--ids", "0-299",
-                       env={"DDSTAGE_READ_TIMEOUT": "1s"})
-    assert time.monotonic() - t0 < 30
+    proc, took = timed(ddstage.run, *read, env={"DDSTAGE_READ_TIMEOUT": f"{read_timeout_s}s"})
+    assert took < read_timeout_s + STARTUPS * read_s, f"the read took {took:.1f} s, {read_s:.2f} s before"
     assert_runtime_error(proc, "dataset 'f' is being replaced", "-r1-gone", "open it again")
-    # Published while the open waits: it reads the new names and succeeds.
-    reader = subprocess.Popen([ddstage.path, "read", "--store", store.dir, "--dataset", "f", "--ids", "0-299"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ,
-                                                                                 "DDSTAGE_READ_TIMEOUT": "60s"})
-    time.sleep(1.0)
+    # Published while the open waits (asleep between its looks at store.yaml): it reads the new
+    # names and succeeds.
+    waiting_s = 60
+    reader = subprocess.Popen([ddstage.path, *map(str, read)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              env={**os.environ, "DDSTAGE_READ_TIMEOUT": f"{waiting_s}s"})
+    wait_until(lambda: reader.poll() is not None or
+               Path(f"/proc/{reader.pid}/wchan").read_text() == "hrtimer_nanosleep",
+               waiting_s, "the reader never waited")
+    assert reader.poll() is None, reader.communicate()
     rewrite_descriptor(descriptor, real)
     out, err = reader.communicate(timeout=60)
     assert reader.returncode == 0, err

@@ -34,6 +34,13 @@ FABRIC_ENV = {"DDSTAGE_FABRIC_PROVIDER": "tcp", "DDSTAGE_FABRIC_DOMAIN": "lo", "
 FABRIC_SETTINGS = {"fabric.provider": "tcp", "fabric.domain": "lo"}
 
 
+def pytest_configure(config):
+    # ctest -L busy runs these with a CPU hog on every core (issue 31): failure detection,
+    # failover and a store's life cycle, whose deadlines scale with what each test measures.
+    config.addinivalue_line("markers", "busy: a failure-detection, failover or life-cycle test that must hold "
+                                       "with every core busy")
+
+
 def run(*args, env=None):
     proc = subprocess.run([str(a) for a in args], capture_output=True, timeout=TIMEOUT_S,
                           env={**os.environ, **(env or {})})
