@@ -16,11 +16,6 @@ import numpy as np
 import pytest
 
 
-def pytest_configure(config):
-    # The busy tier (ctest label busy) runs the cases marked so again beside a CPU hog.
-    config.addinivalue_line("markers", "busy: failure and life-cycle cases the busy tier runs under load")
-
-
 TIMEOUT_S = 120
 
 # Run by hand, DDSTAGE_BIN=build/cli/ddstage is relative: every test that changes directory

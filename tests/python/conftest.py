@@ -20,11 +20,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: shared h
 from local_mpi import MPI_ENV, pid_alive  # noqa: E402
 
 
-def pytest_configure(config):
-    # The busy tier (ctest label busy) runs the cases marked so again beside a CPU hog.
-    config.addinivalue_line("markers", "busy: failure and life-cycle cases the busy tier runs under load")
-
-
 BIN = os.environ.get("DDSTAGE_BIN", "ddstage")
 GEN = os.environ.get("DDSTAGE_GEN", "ddstage-gen")
 TIMEOUT_S = 120
