@@ -32,10 +32,9 @@ GEN = os.environ.get("DDSTAGE_GEN", "ddstage-gen")
 MODULE_CMAKE_ARGS = "-DCMAKE_BUILD_TYPE=None"
 # From source, only what this test needs (a client reading over shared memory) is built, in the
 # fewest translation units, without MPI, HDF5 or GPU runtimes (libfabric stays, as in a plain
-# `pip install .`); precompiled standard headers and a unity build (scripts/build's) cut the
-# CPU it takes.
+# `pip install .`); precompiled standard headers cut the CPU it takes.
 SOURCE_CMAKE_ARGS = ("-DDDSTAGE_WITH_MPI=OFF -DDDSTAGE_WITH_HDF5=OFF -DDDSTAGE_WITH_CUDA=OFF "
-                     "-DDDSTAGE_WITH_HIP=OFF -DCMAKE_BUILD_TYPE=None -DDDSTAGE_PCH=ON -DDDSTAGE_UNITY=ON")
+                     "-DDDSTAGE_WITH_HIP=OFF -DCMAKE_BUILD_TYPE=None -DDDSTAGE_PCH=ON")
 # Under ctest's TIMEOUTs, so that pytest says which step hung. From source, the build runs niced
 # beside other work (scripts/test), off the critical path: it gets the room to be slow.
 MODULE_BUILD_TIMEOUT_S = 240
