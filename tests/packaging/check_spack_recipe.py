@@ -60,6 +60,9 @@ NOT_FEATURES = {
     "DDSTAGE_FUZZ": "libFuzzer targets, developers only",
     "DDSTAGE_FUZZ_SECONDS": "how long ctest fuzzes",
     "DDSTAGE_PCH": "precompiled headers: build speed only",
+    "DDSTAGE_UNITY": "unity build: build speed only",
+    "DDSTAGE_UNITY_BATCH": "unity build's batch size: build speed only",
+    "DDSTAGE_PYTHON_LIBDDSTAGE": "internal: which installed libddstage the module alone links (setup.py's word)",
     "DDSTAGE_INSTALL_CMAKEDIR": "install layout: the default suits a Spack prefix",
     "DDSTAGE_INSTALL_PYTHONDIR": "install layout: lib/pythonX.Y/site-packages under the prefix, as Spack's python",
 }
