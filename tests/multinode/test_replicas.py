@@ -144,7 +144,9 @@ def run_case(cluster, store, datasets, origin_rows, how, lost, lost_rank):
         reader.kill()
     assert reader.returncode == 0, (out, err, store.output())
     seen = json.loads(out.splitlines()[-1])
-    assert seen["batches"] > 2 * STRIDE, seen
+    # The pass the loss fell in, then at least one whole pass after status said it (the harness
+    # may see the loss before the reader ends that pass, or after).
+    assert seen["batches"] >= 2 * STRIDE, seen
     slowest_allowed = bound(warm_batch, FAILOVER_TIMEOUT_S, READ_TIMEOUT_S) + reconnect_s
     assert seen["slowest_s"] < slowest_allowed, (seen, slowest_allowed)
     assert noticed < bound(store.pace, PEER_TIMEOUT_S), noticed
