@@ -54,7 +54,7 @@ constexpr std::array<SettingDef, 21> table{{
      "a read batch fails when its peers make no progress for this long (500ms, 10s, 2m)"},
     {"failover_timeout", SettingType::duration, "2s",
      "with replicas (load --replicas): a reader gives up a rank whose reads made no progress for "
-     "this long and reads its samples from another copy, within the batch's read_timeout"},
+     "this long and reads its samples from another copy in the same call"},
     {"store", SettingType::string, "",
      "the store directory (holds store.yaml) for commands that take --store; a job script exports "
      "DDSTAGE_STORE once"},

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import BIN, ServedStore, origin_bytes, store_files, wait_no_ddstage
+from conftest import BIN, ServedStore, bound, origin_bytes, store_files, wait_no_ddstage
 
 NODES = 4
 RANKS = 3
@@ -30,7 +30,7 @@ def store(cluster, work, datasets):
         served.stop()
     finally:
         served.kill()
-    assert wait_no_ddstage(cluster.nodes, 10) == {}
+    assert wait_no_ddstage(cluster.nodes, bound(served.pace)) == {}
     assert {n.name: store_files(n) for n in cluster.nodes} == {n.name: [] for n in cluster.nodes}
 
 

@@ -3,8 +3,10 @@
 // through a test transport of our own (the reader's side of "in flight by construction": the
 // transports' own tests inject failures into the real backends).
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
+#include <thread>
 
 #include "ddstage/error.hpp"
 #include "ddstage/tool/shard_layout.hpp"
@@ -34,6 +36,7 @@ class TestTransport final : public Transport {
     pending.insert(pending.end(), reads.begin(), reads.end());
   }
   void wait() override {
+    std::this_thread::sleep_for(progressing_for);
     if (fail_wait) throw TransportError("read failed halfway", {.rank = 1}, false);
     land();
   }
@@ -49,19 +52,23 @@ class TestTransport final : public Transport {
 
   std::vector<ReadOp> pending, posted;
   bool fail_wait = false;
+  std::chrono::milliseconds progressing_for{0};  // how long wait() takes before it ends
   int quiesced = 0;
 
  private:
   std::span<const std::byte> m_region;
 };
 
-/// Records what the reader asks of the watch; refuses batches of rank `refuse`.
+/// Records what the reader asks of the watch; refuses batches of rank `refuse` (gone) and of
+/// rank `stalled` (alive, but failing this reader's batches).
 class TestWatch final : public RouteWatch {
  public:
   void check(std::span<const int> owners) override {
     for (int r : owners) {
       if (r == refuse)
         throw Error(ErrorKind::runtime, "rank " + std::to_string(r) + " is gone", {.rank = r});
+      if (r == stalled)
+        throw Error(ErrorKind::runtime, "rank " + std::to_string(r) + " stalls", {.rank = r});
     }
   }
   void explain(const Error& error, std::chrono::steady_clock::time_point) override {
@@ -74,6 +81,7 @@ class TestWatch final : public RouteWatch {
   }
 
   int refuse = -1;
+  int stalled = -1;
   bool refuse_stage = false;
   std::string explained;
   std::vector<std::pair<uint32_t, std::vector<uint64_t>>> staged;
@@ -319,4 +327,31 @@ TEST_CASE("batch reader: a copy given up on after a stall serves again when the 
   g_remote->posted.clear();
   CHECK(f.read({a + 1}) == expected({a + 1}));
   CHECK(g_remote->posted.size() == 1);
+}
+
+TEST_CASE("batch reader: reads that progressed for longer than read_timeout still fail over",
+          "[batch_reader]") {
+  Fixture f(/*rank1_reachable=*/true, /*replica=*/true);
+  const uint64_t a = f.ranks->plan.range(1).first;
+  f.ranks->table.settings =
+      Settings::resolve({}, {{"DDSTAGE_READ_TIMEOUT", "100ms"}}, std::nullopt, false);
+  // Slow but moving (a loaded node), then rank 1 fails: its samples still have rank 2's copy.
+  g_remote->progressing_for = std::chrono::milliseconds(300);
+  g_remote->fail_wait = true;
+  CHECK(f.read({0, a, a + 1}) == expected({0, a, a + 1}));
+  CHECK(g_remote->quiesced == 1);
+}
+
+TEST_CASE("batch reader: copies that all fail one batch are each given up once, then it fails",
+          "[batch_reader]") {
+  Fixture f(/*rank1_reachable=*/true, /*replica=*/true);
+  const uint64_t a = f.ranks->plan.range(1).first;
+  g_remote->fail_wait = true;        // rank 1, the nearer copy
+  f.ranks->last_watch->stalled = 2;  // rank 2 alive, but failing too
+  CHECK_THROWS_WITH(f.read({a}), Contains("rank 2 stalls"));
+  // Not the two taking turns for ever: rank 1 was tried once.
+  CHECK(g_remote->quiesced == 1);
+  // A later batch may go back to rank 1 once rank 2 fails it.
+  g_remote->fail_wait = false;
+  CHECK(f.read({a + 1}) == expected({a + 1}));
 }

@@ -186,8 +186,9 @@ bool BatchReader::has_other_copy(std::size_t s, int rank, bool given_up_too) con
   const auto holders = m_table.placement->holders(s);
   return std::any_of(holders.begin(), holders.end(), [&](uint32_t g) {
     const int r = m_table.routes[g].rank;
+    const uint8_t state = m_given_up[static_cast<std::size_t>(r)];
     return r != rank && m_lane_of[g] != no_lane &&
-           (given_up_too || !m_given_up[static_cast<std::size_t>(r)]) &&
+           (given_up_too ? state != given_up_in_batch : state == in_use) &&
            (!m_watch || m_watch->alive(r));
   });
 }
@@ -198,50 +199,55 @@ bool BatchReader::give_up_on(const Error& error) {
       *rank >= m_table.ranks)
     return false;
   // Only when every stretch the batch read from that rank has another copy to go to: a live one
-  // not given up, or else one given up earlier (a stall then), which gets another chance.
+  // not given up, or else one an earlier batch gave up (a stall then), which gets another chance.
+  // One given up during this batch gets none: two stalled copies would take turns for ever.
   std::vector<int> revived;
   for (std::size_t s : m_stretches) {
     if (m_table.routes[m_choice[s]].rank != *rank || has_other_copy(s, *rank, false)) continue;
     if (!has_other_copy(s, *rank, true)) return false;
     for (uint32_t g : m_table.placement->holders(s)) {
       const int r = m_table.routes[g].rank;
-      if (r != *rank && m_lane_of[g] != no_lane && m_given_up[static_cast<std::size_t>(r)])
+      if (r != *rank && m_lane_of[g] != no_lane &&
+          m_given_up[static_cast<std::size_t>(r)] == given_up_before)
         revived.push_back(r);
     }
   }
-  m_given_up[static_cast<std::size_t>(*rank)] = 1;
-  for (int r : revived) m_given_up[static_cast<std::size_t>(r)] = 0;
+  m_given_up[static_cast<std::size_t>(*rank)] = given_up_in_batch;
+  m_given_up_in_batch.push_back(*rank);
+  for (int r : revived) m_given_up[static_cast<std::size_t>(r)] = in_use;
   std::fill(m_choice.begin(), m_choice.end(), no_choice);
   return true;
 }
 
 void BatchReader::limit_silence() {
   if (!m_replicated) return;  // the transports' own read_timeout, as opened
-  const auto now = std::chrono::steady_clock::now();
-  const auto left =
-      std::max(std::chrono::milliseconds(1),
-               std::chrono::duration_cast<std::chrono::milliseconds>(m_deadline - now));
   // A rank that stalls costs failover_timeout only while the batch has somewhere else to go.
   const bool elsewhere = std::all_of(m_stretches.begin(), m_stretches.end(), [&](std::size_t s) {
     return has_other_copy(s, m_table.routes[m_choice[s]].rank, true);
   });
   const auto failover = m_table.settings.get_duration("failover_timeout");
-  const bool sooner = elsewhere && failover < left;
+  const auto read_timeout = m_table.settings.get_duration("read_timeout");
+  const bool sooner = elsewhere && failover < read_timeout;
   for (std::size_t l = 0; l < m_lane_count; ++l) {
     if (m_lanes[l].copies) continue;
-    m_lanes[l].transport->limit_silence(sooner ? failover : left,
+    m_lanes[l].transport->limit_silence(sooner ? failover : read_timeout,
                                         sooner ? "failover_timeout" : "read_timeout");
   }
 }
 
 void BatchReader::with_failover(const std::function<void()>& attempt) {
-  m_deadline = std::chrono::steady_clock::now() + m_table.settings.get_duration("read_timeout");
+  // Not a deadline since the batch's start: reads that progress, however slowly (a loaded node,
+  // a large batch), must not use up a stalled rank's way to its other copy. Each attempt is bounded
+  // by its transports' silence limit, and each failover gives up a rank for the rest of the
+  // batch.
+  for (int r : m_given_up_in_batch) m_given_up[static_cast<std::size_t>(r)] = given_up_before;
+  m_given_up_in_batch.clear();
   for (;;) {
     try {
       attempt();
       return;
     } catch (const Error& error) {
-      if (std::chrono::steady_clock::now() >= m_deadline || !give_up_on(error)) throw;
+      if (!give_up_on(error)) throw;
       spdlog::warn("{}: reading its samples from other copies from now on", error.what());
     }
   }
@@ -292,7 +298,7 @@ FetchRows BatchReader::fetch_rows(BatchTimer& timer) {
     if (m_watch && !m_watch->alive(m_table.routes[region].rank) &&
         has_other_copy(s, m_table.routes[region].rank, true)) {
       // Its process exited since it was chosen: another copy, not origin, gives the block.
-      m_given_up[static_cast<std::size_t>(m_table.routes[region].rank)] = 1;
+      m_given_up[static_cast<std::size_t>(m_table.routes[region].rank)] = given_up_before;
       std::fill(m_choice.begin(), m_choice.end(), no_choice);
       region = choose(s);
     }

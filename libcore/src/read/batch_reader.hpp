@@ -61,6 +61,11 @@ class BatchReader {
   static constexpr std::size_t max_lanes = 3;  // one per TransportId
   static constexpr uint8_t no_lane = 0xff;
   static constexpr uint32_t no_choice = 0xffffffff;
+  // m_given_up: a rank read from, or given up on by an earlier batch (it may serve again when
+  // its samples' other copy fails), or by the batch being read (not again in that batch).
+  static constexpr uint8_t in_use = 0;
+  static constexpr uint8_t given_up_before = 1;
+  static constexpr uint8_t given_up_in_batch = 2;
 
   void open_lanes(OpenTransport open);
   /// The region to read stretch s from: the nearest live, reachable copy, readers spread over
@@ -75,16 +80,16 @@ class BatchReader {
   /// nothing: check_owners comes next.
   void plan_reads(uint32_t field, std::span<const uint64_t> ids, std::byte* dest);
   /// Runs one attempt at a batch (plan, check, move) until it succeeds; when it fails naming a
-  /// rank whose every touched stretch has another live copy, gives that rank up and tries
-  /// again, until read_timeout since the first attempt. Rethrows anything else.
+  /// rank whose every touched stretch has another live copy, gives that rank up for the rest of
+  /// the batch and tries again. Rethrows anything else.
   void with_failover(const std::function<void()>& attempt);
   /// Has the owners of the batch's lazy regions stage what it reads there (m_staging).
   void stage_lazy();
-  /// Whether stretch s has a live copy a transport reaches on a rank other than `rank` (one
-  /// given up on counting only with given_up_too).
+  /// Whether stretch s has a live copy a transport reaches on a rank other than `rank` (one an
+  /// earlier batch gave up on counting only with given_up_too; one this batch gave up, never).
   bool has_other_copy(std::size_t s, int rank, bool given_up_too) const;
   /// Before a replicated batch moves: network reads may stall failover_timeout when every
-  /// stretch has another copy to go to, else what is left of read_timeout (m_deadline).
+  /// stretch has another copy to go to, else read_timeout.
   void limit_silence();
   /// Whether `error` names a rank this reader can do without: then that rank is given up.
   bool give_up_on(const Error& error);
@@ -116,11 +121,11 @@ class BatchReader {
   std::vector<int> m_owners;              // ranks the current batch touches
   std::vector<std::size_t> m_stretches;   // stretches the current batch touches, in order met
   std::vector<uint32_t> m_choice;         // per stretch: the chosen region, or no_choice
-  std::vector<uint8_t> m_given_up;        // per rank: failed this reader, and had other copies
+  std::vector<uint8_t> m_given_up;        // per rank: in_use, given_up_before or _in_batch
+  std::vector<int> m_given_up_in_batch;   // ranks given up by the batch being read
   std::size_t m_spread;                   // this reader's pick among equally near copies
   bool m_replicated = false;              // some stretch has several regions
-  std::chrono::steady_clock::time_point m_deadline;  // of the batch being read (with_failover)
-  bool m_lazy = false;                               // some region is filled on first touch
+  bool m_lazy = false;                    // some region is filled on first touch
   /// Per lazy region the batch touches: the ids it reads there (m_stage_slot: its entry + 1).
   std::vector<std::pair<uint32_t, std::vector<uint64_t>>> m_staging;
   std::size_t m_staging_used = 0;

@@ -22,8 +22,11 @@ ServerRank::ServerRank(const ServeOptions& options, std::optional<TransportId> t
 
 void ServerRank::run() {
   const auto startup = start();
-  start_watching(startup);
   learn_hosts();
+  // Before any heartbeat goes to rank 0's control address: were it one only rank 0's host
+  // reaches, a rank on another host would count rank 0 lost while the refusal is on its way.
+  refuse_loopback(is_root() ? m_control->address() : "", "");
+  start_watching(startup);
   prepare_serving(startup);
   const auto fabric = start_transports();
   const auto ranks = gather(

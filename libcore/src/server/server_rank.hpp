@@ -123,7 +123,8 @@ class ServerRank {
   Startup start();
   /// Rank 0: no live store in DIR, the control socket binds; the store id.
   std::string start_rank0();
-  /// Right after start(): a rank lost during the other start-up collectives ends the store too.
+  /// Once rank 0's control address is known to reach every host: a rank lost during the other
+  /// start-up collectives ends the store too.
   void start_watching(const Startup& startup);
   /// Collective: every rank's host into m_hosts, and this rank's memory limit.
   void learn_hosts();
@@ -137,9 +138,10 @@ class ServerRank {
   std::optional<PublishedEndpoint> start_transports();
   /// Collective: opens this rank's fabric endpoint when the transport and hosts ask for one.
   std::optional<PublishedEndpoint> start_fabric(bool several_hosts);
-  /// Collective: UsageError on every rank when the ranks span hosts but an address a rank
-  /// publishes (control socket, fabric endpoint) reaches only its own host.
-  void refuse_loopback(std::size_t host_count, const std::string& fabric_ip);
+  /// Collective once learn_hosts ran: UsageError on every rank when the ranks span hosts but an
+  /// address a rank publishes (`control`, its control socket; `fabric_ip`, its fabric endpoint;
+  /// empty: not checked here) reaches only its own host.
+  void refuse_loopback(const std::string& control, const std::string& fabric_ip);
 
   // store.yaml (rank 0; m_descriptor_mutex guards it: the watch thread marks ranks lost).
   void describe(const std::vector<RankStartup>& ranks);

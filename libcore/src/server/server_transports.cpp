@@ -50,11 +50,12 @@ std::optional<PublishedEndpoint> ServerRank::start_fabric(bool several_hosts) {
 #endif
 }
 
-void ServerRank::refuse_loopback(std::size_t host_count, const std::string& fabric_ip) {
+void ServerRank::refuse_loopback(const std::string& control, const std::string& fabric_ip) {
+  const std::size_t host_count = std::set<std::string>(m_hosts.begin(), m_hosts.end()).size();
+  if (host_count < 2) return;  // every rank has the same m_hosts: all skip the collective alike
   const auto failure = caught([&] {
-    // Every rank's: rank 0 sends the others their parts.
-    const auto& control = m_control->address();
-    if (const auto lo = loopback_address_of(host_of(control)); !lo.empty()) {
+    const auto lo = control.empty() ? std::string() : loopback_address_of(host_of(control));
+    if (!lo.empty()) {
       throw UsageError(fmt::format(
           "rank {}'s control address {} is loopback ({}) but the ranks span {} hosts: {}",
           m_mpi.rank(), control, lo, host_count,
@@ -81,13 +82,14 @@ void ServerRank::refuse_loopback(std::size_t host_count, const std::string& fabr
 std::optional<PublishedEndpoint> ServerRank::start_transports() {
   const std::set<std::string> distinct(m_hosts.begin(), m_hosts.end());
   const auto fabric = start_fabric(distinct.size() > 1);
-  if (distinct.size() > 1) {
+  // The other ranks' control sockets too: rank 0 sends them their parts. Its own was checked
+  // before the heartbeats started (run).
+  const std::string control = is_root() ? "" : m_control->address();
 #if DDSTAGE_HAVE_FABRIC
-    refuse_loopback(distinct.size(), m_fabric ? m_fabric->ip_address() : "");
+  refuse_loopback(control, m_fabric ? m_fabric->ip_address() : "");
 #else
-    refuse_loopback(distinct.size(), "");
+  refuse_loopback(control, "");
 #endif
-  }
   return fabric;
 }
 
