@@ -424,6 +424,11 @@ TEST_CASE("fabric: a reader in another process reads a server's region", "[fabri
 TEST_CASE("fabric: a stopped server fails the batch within read_timeout in every progress mode",
           "[fabric]") {
   for (const Provider& p : providers) {
+    // Not shm: its reader takes a spin lock the server shares, and a server stopped while its
+    // progress thread held it (1 in 6 beside a CPU hog) keeps the reader spinning inside
+    // fi_readmsg until it resumes, beyond any timeout of ours (ddstage-fabric(7), SHARED
+    // MEMORY). A killed shm server is covered below.
+    if (std::string_view(p.name) == "shm") continue;
     SECTION(p.name) {
       if (!present(p)) continue;
       for (const auto& [progress, mode] : progress_modes) {
@@ -436,17 +441,9 @@ TEST_CASE("fabric: a stopped server fails the batch within read_timeout in every
         const auto ops = reads_into(dest, 16, 0);
         post_and_wait(t, ops);
         child.stop();
-        std::fill(dest.begin(), dest.end(), canary);
         const auto start = Clock::now();
-        if (std::string_view(p.name) == "shm") {
-          // shm reads a single-segment region itself (process_vm_readv) without the target's
-          // progress: a stopped target is still read, and correctly.
-          post_and_wait(t, ops);
-          CHECK(std::memcmp(dest.data(), pattern(1 << 20, 14).data(), dest.size()) == 0);
-        } else {
-          CHECK_THROWS_WITH(post_and_wait(t, ops),
-                            Catch::Contains("rank 0 on child") && Catch::Contains("read_timeout"));
-        }
+        CHECK_THROWS_WITH(post_and_wait(t, ops),
+                          Catch::Contains("rank 0 on child") && Catch::Contains("read_timeout"));
         CHECK(Clock::now() - start < std::chrono::seconds(4));
         child.resume();
       }
