@@ -339,17 +339,26 @@ void BenchReport::print() const {
   for (const auto& [k, v] : m_description) fmt::print("{}: {}\n", k, v);
   const auto dims = dim_names();
   const auto extras = extra_names();
+  // A bench that times no calls and moves no bytes (bench control) shows its own figures only.
+  const bool timed = std::any_of(m_cells.begin(), m_cells.end(), [](const BenchCell& c) {
+    return c.ns_per_row.count() > 0 || c.bytes > 0;
+  });
   std::vector<std::string> header(dims);
-  for (const char* h : {"rows", "GB/s", "mean_us", "p50_us", "p99_us", "p99.9_us", "max_us"})
-    header.emplace_back(h);
+  header.emplace_back("rows");
+  if (timed) {
+    for (const char* h : {"GB/s", "mean_us", "p50_us", "p99_us", "p99.9_us", "max_us"})
+      header.emplace_back(h);
+  }
   header.insert(header.end(), extras.begin(), extras.end());
   std::vector<std::vector<std::string>> rows{header};
   for (const auto& c : m_cells) {
     auto& row = rows.emplace_back();
     for (const auto& d : dims) row.push_back(c.dim(d) ? dim_text(*c.dim(d)) : "-");
     row.push_back(std::to_string(c.rows));
-    row.push_back(fmt::format("{:.3f}", c.gb_per_s()));
-    for (const auto& f : latency_figures(c)) row.push_back(fmt::format("{:.3f}", f.second));
+    if (timed) {
+      row.push_back(fmt::format("{:.3f}", c.gb_per_s()));
+      for (const auto& f : latency_figures(c)) row.push_back(fmt::format("{:.3f}", f.second));
+    }
     for (const auto& e : extras)
       row.push_back(c.extra(e) ? fmt::format("{:.3f}", *c.extra(e)) : "-");
   }
@@ -357,7 +366,7 @@ void BenchReport::print() const {
   for (const auto& row : rows) {
     for (std::size_t i = 0; i < row.size(); ++i) width[i] = std::max(width[i], row[i].size());
   }
-  fmt::print("latencies in µs per {} (each call's time / its {}s)\n", m_unit, m_unit);
+  if (timed) fmt::print("latencies in µs per {} (each call's time / its {}s)\n", m_unit, m_unit);
   for (const auto& row : rows) {
     std::string line;
     for (std::size_t i = 0; i < row.size(); ++i) {

@@ -1,5 +1,6 @@
 #include "commands/bench_cmd.hpp"
 
+#include "bench/bench_control.hpp"
 #include "bench/bench_fabric_raw.hpp"
 #include "bench/bench_failover.hpp"
 #include "bench/bench_flatten.hpp"
@@ -20,6 +21,7 @@ void setup_bench(CLI::App& app, CliContext& ctx) {
   setup_bench_origin(*bench, ctx);
   setup_bench_store(*bench, ctx);
   setup_bench_fabric_raw(*bench, ctx);
+  setup_bench_control(*bench, ctx);
   setup_bench_failover(*bench, ctx);
   setup_bench_flatten(*bench, ctx);
   setup_bench_index(*bench, ctx);

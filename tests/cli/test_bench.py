@@ -585,3 +585,49 @@ def test_bench_store_profile(ddstage, tmp_path):
     assert on["x_off_min"] > 0 and on["x_off_mean"] > 0
     # A shared window is all memcpy: the stage table shows copies and names the shm path.
     assert "profile overhead" in proc.stdout and "\ncopy " in proc.stdout and "paths: shm" in proc.stdout
+
+
+# ---- bench control --------------------------------------------------------------------------
+
+def test_bench_control_simulates_tree_and_flat(ddstage, tmp_path):
+    """--simulate: each scenario under the leader tree and under today's flat protocol, in
+    simulated time; the tree's figures meet the scaling targets, the flat model shows today's
+    faults (EMFILE deaths on a status, one loss marked per check), and today's store.yaml is
+    measured for the attach baseline."""
+    proc = ddstage.ok("bench", "control", "--simulate", 1000, "--json", tmp_path / "c.json")
+    result = json.loads((tmp_path / "c.json").read_text())
+    assert result["schema"] == SCHEMA and result["bench"] == "control"
+    cells = {(c["dims"]["protocol"], c["dims"]["scenario"]): c for c in result["cells"]}
+    tree = {s: c for (p, s), c in cells.items() if p == "tree"}
+    flat = {s: c for (p, s), c in cells.items() if p == "flat"}
+    assert len(tree) == 5 and set(tree) <= set(flat)
+    assert all(c["false_deaths"] == 0 for c in tree.values())
+    assert tree["status x3"]["command_ms"] < 1000
+    assert tree["4 processes end"]["detect_process_s"] <= 1
+    assert tree["node 1 dies (a tree leader)"]["detect_node_p99_s"] <= 5
+    assert tree["62 nodes die at once"]["detect_node_p99_s"] <= 5
+    # 999 ranks to reach, 960 descriptors to reach them with.
+    assert flat["status x3"]["false_deaths"] == 39
+    assert flat["62 nodes die at once"]["descriptor_updates"] == 62 * 4
+    attach = cells[("flat", "attach (today's store.yaml)")]
+    assert attach["descriptor_bytes"] > 1000 * 200 and attach["attach_ms"] > 0
+    assert "GB/s" not in proc.stdout and "detect_node_p99_s" in proc.stdout
+
+
+@pytest.mark.parametrize("args,words", [
+    ([], ["--simulate", "--store"]),
+    (["--simulate", 4], ["--simulate 4", "two nodes"]),
+    (["--simulate", 100, "--store", "/nonexistent"], ["one of them"]),
+])
+def test_bench_control_bad_input(ddstage, args, words):
+    assert_usage_error(ddstage.run("bench", "control", *args), *words)
+
+
+def test_bench_control_measures_the_store_in_hand(ddstage, serve, tmp_path):
+    """--store: descriptor size, attach and a status round trip, on a real store."""
+    store = serve(ranks=2)
+    ddstage.ok("bench", "control", "--store", store.dir, "--json", tmp_path / "s.json")
+    [cell] = json.loads((tmp_path / "s.json").read_text())["cells"]
+    assert cell["rows"] == 2
+    assert cell["descriptor_bytes"] == (Path(store.dir) / "store.yaml").stat().st_size
+    assert cell["attach_ms"] > 0 and cell["command_ms"] > 0
