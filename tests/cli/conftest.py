@@ -9,11 +9,15 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: shared helpers
+import busy_tier  # noqa: E402
 
 
 TIMEOUT_S = 120
@@ -29,10 +33,11 @@ NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 
 
 def pytest_configure(config):
-    # ctest -L busy runs these with a CPU hog on every core (issue 31): failure detection,
-    # failover and a store's life cycle, whose deadlines scale with what each test measures.
-    config.addinivalue_line("markers", "busy: a failure-detection, failover or life-cycle test that must hold "
-                                       "with every core busy")
+    busy_tier.configure(config)
+
+
+def pytest_collection_modifyitems(items):
+    busy_tier.skip_busy_cases(items)
 
 
 class Tool:

@@ -16,7 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cluster import Cluster, require_namespaces
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: shared helpers
+import busy_tier  # noqa: E402
+from cluster import Cluster, require_namespaces  # noqa: E402
 
 SKIP_RETURN_CODE = 77
 BIN = os.environ.get("DDSTAGE_BIN", "ddstage")
@@ -40,8 +42,11 @@ RECOVERY_GRACE_S = 2
 def pytest_configure(config):
     config.addinivalue_line("markers", "needs_issue12: needs a fix of issue 12 from another branch (fails before "
                                        "the merge)")
-    config.addinivalue_line("markers", "busy: failure detection, failover and a store's life cycle: time-outs and "
-                                       "bounds that must hold with every core busy (`pytest -m busy`)")
+    busy_tier.configure(config)
+
+
+def pytest_collection_modifyitems(items):
+    busy_tier.skip_busy_cases(items)
 
 
 _ran = []

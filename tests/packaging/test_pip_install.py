@@ -31,10 +31,11 @@ GEN = os.environ.get("DDSTAGE_GEN", "ddstage-gen")
 # has the last word.
 MODULE_CMAKE_ARGS = "-DCMAKE_BUILD_TYPE=None"
 # From source, only what this test needs (a client reading over shared memory) is built, in the
-# fewest translation units, without MPI, HDF5 or GPU runtimes (libfabric stays, as in a plain
-# `pip install .`); precompiled standard headers cut the CPU it takes.
+# fewest translation units (unity batches, as scripts/build does), without MPI, HDF5 or GPU
+# runtimes (libfabric stays, as in a plain `pip install .`); precompiled standard headers cut the
+# CPU it takes.
 SOURCE_CMAKE_ARGS = ("-DDDSTAGE_WITH_MPI=OFF -DDDSTAGE_WITH_HDF5=OFF -DDDSTAGE_WITH_CUDA=OFF "
-                     "-DDDSTAGE_WITH_HIP=OFF -DCMAKE_BUILD_TYPE=None -DDDSTAGE_PCH=ON")
+                     "-DDDSTAGE_WITH_HIP=OFF -DCMAKE_BUILD_TYPE=None -DDDSTAGE_PCH=ON -DDDSTAGE_UNITY=ON")
 # Under ctest's TIMEOUTs, so that pytest says which step hung. From source, the build runs niced
 # beside other work (scripts/test), off the critical path: it gets the room to be slow. The module
 # alone takes about a minute of CPU, but more than 240 s of wall time on 2 cores at load 13-15

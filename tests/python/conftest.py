@@ -18,6 +18,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: shared helpers
 from local_mpi import MPI_ENV, pid_alive  # noqa: E402
+import busy_tier  # noqa: E402
 
 
 BIN = os.environ.get("DDSTAGE_BIN", "ddstage")
@@ -30,10 +31,11 @@ FABRIC_SETTINGS = {"fabric.provider": "tcp", "fabric.domain": "lo"}
 
 
 def pytest_configure(config):
-    # ctest -L busy runs these with a CPU hog on every core (issue 31): failure detection,
-    # failover and a store's life cycle, whose deadlines scale with what each test measures.
-    config.addinivalue_line("markers", "busy: a failure-detection, failover or life-cycle test that must hold "
-                                       "with every core busy")
+    busy_tier.configure(config)
+
+
+def pytest_collection_modifyitems(items):
+    busy_tier.skip_busy_cases(items)
 
 
 def run(*args, env=None):
