@@ -114,4 +114,20 @@ std::size_t open_file_limit() noexcept {
   return static_cast<std::size_t>(limit.rlim_cur);
 }
 
+std::size_t raise_open_file_limit() noexcept {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+    const auto before = limit.rlim_cur;
+    limit.rlim_cur = limit.rlim_max;
+    if (::setrlimit(RLIMIT_NOFILE, &limit) != 0)
+      spdlog::warn("could not raise the open-file limit from {} to {}: errno {}", before,
+                   limit.rlim_max, errno);
+  }
+  return open_file_limit();
+}
+
+bool local_resource_error(int err) noexcept {
+  return err == EMFILE || err == ENFILE || err == ENOMEM || err == ENOBUFS;
+}
+
 }  // namespace ddstage

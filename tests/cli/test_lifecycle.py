@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from conftest import assert_runtime_error, assert_usage_error, flatten, read_bytes
-from test_store import Store, datasets, read_store, serve, wait_dead  # noqa: F401 (fixtures)
+from test_store import Store, datasets, read_store, serve, status, wait_dead  # noqa: F401 (fixtures)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: shared helpers
 from deadlines import LAUNCHER_TEARDOWN_S, heartbeat_interval, wait_until  # noqa: E402
@@ -317,6 +317,38 @@ def test_status_shows_a_silent_rank_lost(ddstage, serve):
     assert_runtime_error(proc, "is not healthy", "rank 0 has not heard from rank 1")
     ranks = json.loads(proc.stdout)["ranks"]
     assert [r["state"] for r in ranks] == ["up", "lost"] and ranks[1]["last_heard"] > status_peer_timeout_s, ranks
+    store.stop()
+
+
+def open_files_limit(pid):
+    """(soft, hard) of a process's RLIMIT_NOFILE, from /proc."""
+    line = next(line for line in Path(f"/proc/{pid}/limits").read_text().splitlines()
+                if line.startswith("Max open files"))
+    soft, hard = line.split()[3:5]
+    return int(soft), int(hard)
+
+
+def test_rank_0_out_of_descriptors_fails_the_command_and_loses_no_rank(ddstage, serve, datasets):
+    """serve raises every rank's soft open-file limit to the hard one. A rank 0 that still runs
+    out (its soft limit cut with prlimit to what it holds, plus one for the client's request)
+    fails a load as its own error, and marks no rank lost: its own resource is no peer's death
+    (before, each rank it could not open a socket to was marked lost). With the limit back, the
+    same load succeeds beside the dataset loaded before."""
+    store = serve(3)
+    ddstage.ok("load", "--store", store.dir, datasets["files"], "--name", "f")
+    rank0 = store.pids()[0]
+    soft, hard = open_files_limit(rank0)
+    assert soft == hard
+    held = len(os.listdir(f"/proc/{rank0}/fd"))
+    subprocess.run(["prlimit", f"--pid={rank0}", f"--nofile={held + 1}:{hard}"], check=True)
+    try:
+        proc = ddstage.run("load", "--store", store.dir, datasets["files"], "--name", "g")
+    finally:
+        subprocess.run(["prlimit", f"--pid={rank0}", f"--nofile={hard}:{hard}"], check=True)
+    assert_runtime_error(proc, "rank 0 on ", "Too many open files")
+    assert [r["state"] for r in status(ddstage, store.dir)["ranks"]] == ["up"] * 3
+    ddstage.ok("load", "--store", store.dir, datasets["files"], "--name", "g")
+    assert read_store(ddstage, store.dir, "g", "0-299") == read_store(ddstage, store.dir, "f", "0-299")
     store.stop()
 
 

@@ -26,7 +26,6 @@ void CoordinatorCore::suspect_one(ClusterTime now, int subject, const ClusterVie
       m_suspects.contains(subject) ||
       std::find(m_verdicts.begin(), m_verdicts.end(), subject) != m_verdicts.end())
     return;
-  ++m_suspicions;
   Suspicion& s = m_suspects[subject];
   s.deadline = now + m_timings.suspicion;
   s.first_seq = m_next_seq;
@@ -54,7 +53,6 @@ void CoordinatorCore::answered(int subject, uint64_t seq) {
   const auto it = m_suspects.find(subject);
   if (it == m_suspects.end() || seq < it->second.first_seq || seq > it->second.seq) return;
   m_suspects.erase(it);
-  ++m_refuted;
 }
 
 void CoordinatorCore::rank_exited(int rank, const ClusterView& view) {

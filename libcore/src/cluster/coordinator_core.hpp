@@ -32,9 +32,6 @@ class CoordinatorCore {
   /// Probes again, reaches verdicts; returns the next view when one is due.
   std::optional<ClusterMessage> tick(ClusterTime now, const ClusterView& view, Outbox& out);
 
-  uint64_t suspicions() const { return m_suspicions; }
-  uint64_t refuted() const { return m_refuted; }
-
  private:
   struct Suspicion {
     uint64_t first_seq = 0;  ///< an answer to any probe since the suspicion began clears it
@@ -54,8 +51,6 @@ class CoordinatorCore {
   std::map<int, Suspicion> m_suspects;
   std::vector<int> m_verdicts;  ///< nodes found dead, not yet in a view
   std::vector<int> m_exited;    ///< ranks that ended, not yet in a view
-  uint64_t m_suspicions = 0;
-  uint64_t m_refuted = 0;
 };
 
 }  // namespace ddstage::detail

@@ -36,12 +36,6 @@ class NodeLeaderCore {
   /// a command_done event. Returns its id.
   uint64_t start_command(ClusterTime now, Outbox& out);
 
-  int node() const { return m_node; }
-  const ClusterView& view() const { return m_view; }
-  /// False once a view names this node dead: it sends nothing more.
-  bool alive() const { return !m_lost; }
-  const CoordinatorCore* coordinator() const { return m_coordinator.get(); }
-
  private:
   struct Link {
     ClusterTime heard{};
@@ -74,7 +68,7 @@ class NodeLeaderCore {
   LeaderTree m_tree;
   SplitMix m_random;
   ClusterView m_view;
-  bool m_lost = false;
+  bool m_lost = false;  ///< a view named this node dead: it sends nothing more (self_lost)
   std::optional<ClusterTime> m_last_tick;
   std::map<int, Link> m_links;  ///< parent and children under the current view
   std::vector<int> m_exited;    ///< own ranks that ended, reported until a view has them

@@ -7,15 +7,19 @@
 #include <spdlog/spdlog.h>
 
 #include "control/control_channel.hpp"
+#include "ddstage/error.hpp"
+#include "ddstage/tool/file_descriptor.hpp"
 #include "server/server_rank.hpp"
 
 namespace ddstage::detail {
 namespace {
 
-/// One rank's answer, or why none came.
+/// One rank's answer, or why none came: the rank did not answer (unreachable), or rank 0 ran out
+/// of its own descriptors or memory reaching it (local), which says nothing of the rank.
 struct Answer {
   std::optional<Message> reply;
   std::string unreachable;
+  std::string local;
 };
 
 double fraction_of(const Message& interim) {
@@ -83,6 +87,8 @@ PartsOutcome ServerRank::on_ranks(const std::map<int, PartCommand>& parts,
                                          [&](const Message& interim) {
                                            if (progress) progress(rank, fraction_of(interim));
                                          });
+        } catch (const IoError& e) {
+          (local_resource_error(e.native_code()) ? answer.local : answer.unreachable) = e.what();
         } catch (const std::exception& e) {
           answer.unreachable = e.what();
         }
@@ -98,7 +104,13 @@ PartsOutcome ServerRank::on_ranks(const std::map<int, PartCommand>& parts,
   PartsOutcome outcome;
   for (auto& [rank, answer] : answers) {
     std::optional<ErrorRecord> failure;
-    if (!answer.reply) {
+    if (!answer.local.empty()) {
+      // Never a reason to mark the rank lost: the command fails as rank 0's own.
+      failure = ErrorRecord{
+          .text = fmt::format("could not reach rank {} for the {}: {} (rank 0's own limit, not "
+                              "the rank's loss: raise `ulimit -n` or free memory)",
+                              rank, parts.at(rank).op, answer.local)};
+    } else if (!answer.reply) {
       mark_lost(rank, "no answer to rank 0: " + answer.unreachable);
       failure = ErrorRecord{
           .text = fmt::format("lost during the {}: {}", parts.at(rank).op, answer.unreachable)};
@@ -113,7 +125,8 @@ PartsOutcome ServerRank::on_ranks(const std::map<int, PartCommand>& parts,
         failure = ErrorRecord::of(e);
       }
     }
-    if (failure && !outcome.failure) outcome.failure.emplace(rank, std::move(*failure));
+    if (failure && !outcome.failure)
+      outcome.failure.emplace(answer.local.empty() ? rank : 0, std::move(*failure));
   }
   return outcome;
 }

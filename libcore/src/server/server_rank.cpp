@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include "ddstage/tool/file_descriptor.hpp"
 #include "mpi/mpi_agree.hpp"
 #include "mpi/mpi_exchange.hpp"
 #include "process.hpp"
@@ -21,6 +22,9 @@ ServerRank::ServerRank(const ServeOptions& options, std::optional<TransportId> t
       m_host(host_name()) {}
 
 void ServerRank::run() {
+  // Rank 0 opens a connection per rank for each command: at the common soft limit of 1,024
+  // descriptors a store of a thousand ranks would run out, so take what the hard limit allows.
+  spdlog::debug("rank {}: open-file limit {}", m_mpi.rank(), raise_open_file_limit());
   const auto startup = start();
   learn_hosts();
   // Before any heartbeat goes to rank 0's control address: were it one only rank 0's host

@@ -53,4 +53,13 @@ Error unexpected_end(const std::filesystem::path& path, uint64_t at);
 /// The process's soft limit on open files (RLIMIT_NOFILE), for sizing fd caches.
 std::size_t open_file_limit() noexcept;
 
+/// Raises the soft limit on open files to the hard one (what `ulimit -n` allows without
+/// privileges) and returns the soft limit in force after: a serve rank talks to many peers, and
+/// the common soft limit of 1,024 is far below what a node allows.
+std::size_t raise_open_file_limit() noexcept;
+
+/// errno values that mean this process (or host) ran out of something (descriptors, memory,
+/// buffers), not that the peer it was reaching is gone.
+bool local_resource_error(int err) noexcept;
+
 }  // namespace ddstage
