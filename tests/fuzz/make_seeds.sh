@@ -26,7 +26,8 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_
 export OMPI_MCA_btl=self,vader OMPI_MCA_oob_tcp_if_include=lo OMPI_MCA_pml=ob1
 
 # Generated seeds are rewritten; inputs the fuzzers found (found-*, crash-*) stay.
-for t in index_bin manifest npy_header zip_directory tar_reader store_yaml control_frame id_spec config settings; do
+for t in index_bin manifest npy_header zip_directory tar_reader store_yaml control_frame id_spec config settings \
+    cluster_message; do
   mkdir -p "$corpus/$t"
   find "$corpus/$t" -type f ! -name 'found-*' ! -name 'crash-*' -delete
 done
@@ -138,6 +139,28 @@ cp "$work/store/store.yaml" "$corpus/store_yaml/loaded"
 "$ddstage" stop --store "$work/store" >/dev/null
 wait "$serve_pid" || true
 serve_pid=
+
+# Control-plane messages as cluster_wire.cpp writes them (op, from, subject, seq, answered, dead
+# nodes, dead ranks, a command's time left), for the 40-node layout fuzz_cluster_message.cpp uses.
+/usr/bin/python3 - "$corpus/cluster_message" <<'PY'
+import struct, sys
+from pathlib import Path
+
+def message(op, frm, subject=-1, seq=0, answered=0, nodes=(), ranks=(), time_left_ns=0):
+    out = struct.pack("<Biiqq", op, frm, subject, seq, answered)
+    for items in (nodes, ranks):
+        out += struct.pack("<Q", len(items)) + b"".join(struct.pack("<i", i) for i in items)
+    return out + struct.pack("<q", time_left_ns)
+
+seeds = {"keepalive": message(0, 1, seq=3), "suspect": message(1, 1, 17, seq=2),
+         "rank_exited": message(2, 2, 9), "probe_request": message(3, 0, 5, seq=7),
+         "ping": message(4, 0, 5, seq=7), "ack": message(5, 5, 5, seq=7),
+         "probe_ack": message(6, 3, 5, seq=7), "view": message(7, 0, seq=4, nodes=(5, 17), ranks=(9,)),
+         "command": message(8, 0, seq=1, time_left_ns=3_750_000_000),
+         "reply": message(9, 1, seq=1, answered=60, ranks=(9, 20, 21))}
+for name, data in seeds.items():
+    Path(sys.argv[1], name).write_bytes(data)
+PY
 
 # Control frames as ddstage's client sends them (control_frame.hpp): magic, version 2, the
 # token fuzz_control_frame.cpp expects, the body length, then the YAML map.

@@ -8,7 +8,8 @@
 
 namespace ddstage::detail {
 
-/// Medians over `rounds` of each; a few hundred take well under a second.
+/// The fastest of `rounds` of each (see message_costs.cpp); a few hundred take well under a
+/// second.
 SimCosts measure_message_costs(int rounds = 200);
 
 }  // namespace ddstage::detail
