@@ -9,9 +9,8 @@
 # ccache does not cache files built with a precompiled header unless told to. Two files of one
 # target must not define the same name at namespace scope, anonymous namespaces included (the
 # formats' detect/flatten carry the format's name for that); CMake compiles a file with compile
-# definitions of its own alone (fabric_library.cpp). The unit tests are the exception: their files
-# each keep helpers of the same names (n, samples, read_text, ...) in anonymous namespaces, so they
-# compile a file at a time.
+# definitions of its own alone (fabric_library.cpp). The unit tests' helpers shared by several files
+# live in tests/unit/test_support.hpp, not in a copy per file.
 # Only standard headers are precompiled: third-party ones depend on definitions that differ by target.
 set(DDSTAGE_PCH_HEADERS
     <algorithm> <chrono> <cstdint> <cstring> <filesystem> <functional> <map> <memory> <mutex>
@@ -28,7 +27,7 @@ function(ddstage_fast_build dir)
       if(DDSTAGE_PCH)
         target_precompile_headers(${target} PRIVATE ${DDSTAGE_PCH_HEADERS})
       endif()
-      if(DDSTAGE_UNITY AND NOT target STREQUAL "ddstage_unit_tests")
+      if(DDSTAGE_UNITY)
         set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE ${DDSTAGE_UNITY_BATCH})
         # GCC takes a .cpp included into the batch's file for a header, and warns of each class
         # there with a member of an anonymous-namespace type, as it would in a real header.

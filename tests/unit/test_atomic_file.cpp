@@ -21,11 +21,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  return {std::istreambuf_iterator<char>(in), {}};
-}
-
 void write_text(const fs::path& path, const std::string& text) {
   std::ofstream(path) << text;
 }
@@ -79,11 +74,11 @@ TEST_CASE("atomic file: commit replaces the target whole and leaves nothing besi
   {
     AtomicFile file(target);
     file.write("new content");
-    CHECK(read_text(target) == "old");  // not visible before commit
+    CHECK(test::read_text(target) == "old");  // not visible before commit
     CHECK(fs::exists(file.temp_path()));
     file.commit();
   }
-  CHECK(read_text(target) == "new content");
+  CHECK(test::read_text(target) == "new content");
   CHECK(mode_of(target) == 0640);  // a replaced file keeps its permission bits
   CHECK(leftovers(dir.path(), "out.txt").empty());
 
@@ -101,7 +96,7 @@ TEST_CASE("atomic file: a second commit is a logic error and leaves the committe
   file.write("first");
   const FileDescriptor kept = file.commit();
   CHECK_THROWS_AS(file.commit(), std::logic_error);
-  CHECK(read_text(target) == "first");
+  CHECK(test::read_text(target) == "first");
   CHECK(leftovers(dir.path(), "once.txt").empty());
 }
 
@@ -115,14 +110,14 @@ TEST_CASE("atomic file: a failed write leaves the old content and no temporary f
     const FileSizeLimit limit(16);
     CHECK_THROWS_AS(file.write(std::string(100, 'x')), IoError);
   }
-  CHECK(read_text(target) == "precious");
+  CHECK(test::read_text(target) == "precious");
   CHECK(leftovers(dir.path(), "out.bin").empty());
 
   {
     AtomicFile dropped(target);
     dropped.write("never committed");
   }
-  CHECK(read_text(target) == "precious");
+  CHECK(test::read_text(target) == "precious");
   CHECK(leftovers(dir.path(), "out.bin").empty());
 }
 

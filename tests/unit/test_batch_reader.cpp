@@ -20,7 +20,7 @@ using Catch::Contains;
 
 namespace {
 
-constexpr uint64_t samples = 40;
+constexpr uint64_t batch_samples = 40;
 
 uint64_t size_of(uint64_t i) {
   return (i * 37) % 300 + 1;
@@ -131,7 +131,7 @@ struct TwoRanks final : RouteSource {
   }
 
   static Index make_index(const test::TempDir& dir) {
-    for (uint64_t i = 0; i < samples; ++i) {
+    for (uint64_t i = 0; i < batch_samples; ++i) {
       test::write_file(dir / "src" / (std::to_string(1000 + i) + ".bin"),
                        test::pattern_bytes(size_of(i), i));
     }

@@ -3,7 +3,6 @@
 // description no reader could size safely is refused at flatten time.
 #include <catch2/catch.hpp>
 #include <fstream>
-#include <sstream>
 
 #include "ddstage/error.hpp"
 #include "ddstage/index.hpp"
@@ -50,15 +49,8 @@ fs::path write_typed_index(const test::TempDir& dir) {
   return dir / "t.ddx";
 }
 
-std::string read_text(const fs::path& p) {
-  std::ifstream in(p);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 void replace_once(const fs::path& p, const std::string& from, const std::string& to) {
-  auto text = read_text(p);
+  auto text = test::read_text(p);
   const auto at = text.find(from);
   REQUIRE(at != std::string::npos);
   text.replace(at, from.size(), to);

@@ -40,16 +40,12 @@ constexpr uint64_t b_bytes = 64;  // 3 rows per block: with a's, units of 15 sam
 /// them reads rows outside the range.
 constexpr ShardRange range{101, 457};
 
-uint64_t g_bytes(uint64_t i) {
-  return i % 5 == 2 ? 0 : (i * 53) % 700 + 1;  // neighbours differ: every row a run of its own
-}
-
 /// "a" and "b" fixed, each one contiguous array in its own file, checksummed in blocks of 5
 /// and 3 rows; "g" variable (some rows empty), every row its own block.
 Index write_dataset(const test::TempDir& dir) {
   const auto a = test::pattern_bytes(n * a_bytes, 1);
   const auto b = test::pattern_bytes(n * b_bytes, 2);
-  const auto g = test::variable_rows(n, g_bytes);
+  const auto g = test::variable_rows(n, test::varied_row_bytes);
   test::write_file(dir / "src/a.bin", a);
   test::write_file(dir / "src/b.bin", b);
   test::write_file(dir / "src/g.bin", g.bytes);
@@ -65,7 +61,8 @@ Index write_dataset(const test::TempDir& dir) {
   w.put_rows_in_place(0, 0, n, a_file, 0, a_bytes, a_bytes, a);
   w.put_rows_in_place(1, 0, n, b_file, 0, b_bytes, b_bytes, b);
   for (uint64_t i = 0; i < n; ++i)
-    w.put_in_place(i, 2, g_file, g.at[i], std::span(g.bytes).subspan(g.at[i], g_bytes(i)));
+    w.put_in_place(i, 2, g_file, g.at[i],
+                   std::span(g.bytes).subspan(g.at[i], test::varied_row_bytes(i)));
   w.commit();
   return Index::open(dir / "d.ddx");
 }

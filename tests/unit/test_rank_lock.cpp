@@ -20,7 +20,7 @@ using ddstage::test::ShmNamespaceRank;
 
 namespace {
 
-std::string test_id() {
+std::string rank_lock_id() {
   return test::unused_store_id("f0");
 }
 
@@ -34,7 +34,7 @@ bool listed(const std::string& id, int rank, bool is_lock) {
 }  // namespace
 
 TEST_CASE("a rank lock is live while held, absent once released") {
-  const auto id = test_id();
+  const auto id = rank_lock_id();
   {
     RankLock lock(id, 3);
     CHECK(rank_presence(id, 3) == RankPresence::live);
@@ -47,7 +47,7 @@ TEST_CASE("a rank lock is live while held, absent once released") {
 }
 
 TEST_CASE("a killed rank's lock is gone, its segments listed, its pid recorded") {
-  const auto id = test_id();
+  const auto id = rank_lock_id();
   const std::string segment = test::ForkedRank::segment_name(id, 2);
   test::ForkedRank rank(id, 2);
   const pid_t child = rank.pid();
@@ -68,7 +68,7 @@ TEST_CASE("a killed rank's lock is gone, its segments listed, its pid recorded")
 
 TEST_CASE(
     "a rank in another mount namespace here is not gone, one with no lock and a dead pid is") {
-  const auto id = test_id();
+  const auto id = rank_lock_id();
   ShmNamespaceRank rank(id, 5);
   if (!rank.started()) {
     WARN("cannot unshare a mount namespace here: not tested");

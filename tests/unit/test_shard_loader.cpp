@@ -19,8 +19,8 @@ using Catch::Contains;
 
 namespace {
 
-constexpr uint64_t n = 600;
-constexpr uint64_t x_bytes = 40;
+constexpr uint64_t dataset_samples = 600;
+constexpr uint64_t x_row_bytes = 40;
 constexpr uint64_t x_files = 3;
 constexpr uint64_t p_bytes = 16;
 /// Chunks this small give every stream many turns, so their reads interleave.
@@ -29,26 +29,22 @@ constexpr uint64_t small_chunks = 1000;
 /// written through a segment's file), and chunk boundaries still fall inside pages.
 constexpr uint64_t page_run_chunks = 20000;
 
-uint64_t g_bytes(uint64_t i) {
-  return i % 5 == 2 ? 0 : (i * 53) % 700 + 1;
-}
-
 /// Three fields over six files: "x" fixed, its rows dealt round-robin over x0..x2.bin (only
 /// every third sample is adjacent in a file); "g" variable, some rows empty, first half of the
 /// samples in g0.bin and the rest in g1.bin; "p" fixed and packed into several pack files.
-Index write_dataset(const test::TempDir& dir) {
+Index write_sharded_dataset(const test::TempDir& dir) {
   std::vector<std::vector<std::byte>> x(x_files), g(2);
   std::vector<std::vector<std::byte>> x_rows, g_rows;
-  for (uint64_t i = 0; i < n; ++i) {
-    x_rows.push_back(test::pattern_bytes(x_bytes, 7 * i + 1));
-    g_rows.push_back(test::pattern_bytes(g_bytes(i), 7 * i + 2));
+  for (uint64_t i = 0; i < dataset_samples; ++i) {
+    x_rows.push_back(test::pattern_bytes(x_row_bytes, 7 * i + 1));
+    g_rows.push_back(test::pattern_bytes(test::varied_row_bytes(i), 7 * i + 2));
   }
-  std::vector<uint64_t> x_at(n), g_at(n);
-  for (uint64_t i = 0; i < n; ++i) {
+  std::vector<uint64_t> x_at(dataset_samples), g_at(dataset_samples);
+  for (uint64_t i = 0; i < dataset_samples; ++i) {
     auto& xf = x[i % x_files];
     x_at[i] = xf.size();
     xf.insert(xf.end(), x_rows[i].begin(), x_rows[i].end());
-    auto& gf = g[i < n / 2 ? 0 : 1];
+    auto& gf = g[i < dataset_samples / 2 ? 0 : 1];
     g_at[i] = gf.size();
     gf.insert(gf.end(), g_rows[i].begin(), g_rows[i].end());
   }
@@ -58,18 +54,18 @@ Index write_dataset(const test::TempDir& dir) {
 
   IndexWriter w({.out = dir / "d.ddx", .pack_bytes = 4096});
   w.set_format("test");
-  w.define({{"x", DType::uint8, {x_bytes}, false, x_bytes, "x"},
+  w.define({{"x", DType::uint8, {x_row_bytes}, false, x_row_bytes, "x"},
             {"g", DType::uint8, {}, true, 0, "g"},
             {"p", DType::uint8, {p_bytes}, false, p_bytes, "p"}},
-           n);
+           dataset_samples);
   std::vector<uint32_t> x_ids, g_ids;
   for (uint64_t f = 0; f < x_files; ++f)
     x_ids.push_back(w.add_source(dir / ("src/x" + std::to_string(f) + ".bin")));
   for (int f = 0; f < 2; ++f)
     g_ids.push_back(w.add_source(dir / ("src/g" + std::to_string(f) + ".bin")));
-  for (uint64_t i = 0; i < n; ++i) {
+  for (uint64_t i = 0; i < dataset_samples; ++i) {
     w.put_in_place(i, 0, x_ids[i % x_files], x_at[i], x_rows[i]);
-    w.put_in_place(i, 1, g_ids[i < n / 2 ? 0 : 1], g_at[i], g_rows[i]);
+    w.put_in_place(i, 1, g_ids[i < dataset_samples / 2 ? 0 : 1], g_at[i], g_rows[i]);
     w.put_packed(i, 2, test::pattern_bytes(p_bytes, 7 * i + 3));
   }
   w.commit();
@@ -103,14 +99,14 @@ void flip_byte_keep_mtime(const fs::path& path, std::streamoff at) {
 
 TEST_CASE("several streams fill a shard byte for byte like one", "[shard][load]") {
   test::TempDir dir;
-  const auto index = write_dataset(dir);
+  const auto index = write_sharded_dataset(dir);
   const auto plan = ShardPlan::balance(index, 2);
   for (int rank = 0; rank < 2; ++rank) {
     const auto one = fill(index, plan.range(rank), {.verify = true, .streams = 1});
     ShardView view(one, 3, plan.range(rank));
     const uint64_t s = plan.range(rank).first + 5;
     const auto x = view.row(s, 0);
-    const auto expect = test::pattern_bytes(x_bytes, 7 * s + 1);
+    const auto expect = test::pattern_bytes(x_row_bytes, 7 * s + 1);
     REQUIRE(std::equal(x.begin(), x.end(), expect.begin(), expect.end()));
     for (unsigned streams : {2u, 3u, 8u}) {
       std::vector<uint64_t> seen;
@@ -134,7 +130,7 @@ TEST_CASE("a shard loaded into shared memory holds the bytes of one filled in me
   // the rest ("x" from the scratch buffer, short runs) through its mapping; several streams
   // share pages between the two ways.
   test::TempDir dir;
-  const auto index = write_dataset(dir);
+  const auto index = write_sharded_dataset(dir);
   const auto plan = ShardPlan::balance(index, 2);
   const auto name = segment_name("shm");
   for (int rank = 0; rank < 2; ++rank) {
@@ -168,8 +164,8 @@ TEST_CASE("a shard loaded into a tier file holds the same bytes, and leaves no p
   fs::create_directory(tier);
   const auto name = (tier / ("ddstage-test-" + std::to_string(::getpid()) + "-tier")).string();
   SECTION("every way of writing rows, verified") {
-    const auto index = write_dataset(dir);
-    const ShardRange all{0, n};
+    const auto index = write_sharded_dataset(dir);
+    const ShardRange all{0, dataset_samples};
     const auto expect = fill(index, all, {.verify = true, .streams = 1});
     const auto file = load_shard(index, all, name,
                                  {.verify = true, .streams = 3, .chunk_bytes = page_run_chunks});
@@ -212,8 +208,8 @@ TEST_CASE("a shard loaded into a tier file holds the same bytes, and leaves no p
 TEST_CASE("a failing stream stops the load, names the file, and leaves no segment",
           "[shard][load]") {
   test::TempDir dir;
-  const auto index = write_dataset(dir);
-  const ShardRange all{0, n};
+  const auto index = write_sharded_dataset(dir);
+  const ShardRange all{0, dataset_samples};
   const auto name = segment_name("loader");
   const ShardLoadOptions options{.verify = true, .streams = 4, .chunk_bytes = small_chunks};
 
@@ -227,7 +223,7 @@ TEST_CASE("a failing stream stops the load, names the file, and leaves no segmen
     CHECK_THROWS_WITH(load_shard(index, all, name, options), Contains("g1.bin"));
   }
   SECTION("a checksum mismatch, with verify") {
-    flip_byte_keep_mtime(dir / "src/x2.bin", 3 * x_bytes + 1);  // sample 11's row
+    flip_byte_keep_mtime(dir / "src/x2.bin", 3 * x_row_bytes + 1);  // sample 11's row
     CHECK_THROWS_AS(load_shard(index, all, name, options), ChecksumError);
     CHECK_THROWS_WITH(load_shard(index, all, name, options), Contains("x2.bin"));
     auto unverified = options;
@@ -239,9 +235,9 @@ TEST_CASE("a failing stream stops the load, names the file, and leaves no segmen
 
 TEST_CASE("a streams count out of range is a usage error", "[shard][load]") {
   test::TempDir dir;
-  const auto index = write_dataset(dir);
+  const auto index = write_sharded_dataset(dir);
   for (unsigned streams : {0u, max_load_streams + 1}) {
-    CHECK_THROWS_AS(fill(index, {0, n}, {.streams = streams}), UsageError);
+    CHECK_THROWS_AS(fill(index, {0, dataset_samples}, {.streams = streams}), UsageError);
   }
   CHECK_NOTHROW(check_load_streams(max_load_streams));
 }

@@ -80,8 +80,6 @@ TEST_CASE("a splice copy fills a shared-memory segment byte for byte", "[splice]
 
 namespace {
 
-constexpr int nobody = 65534;
-
 unsigned long pipe_user_pages_soft() {
   unsigned long pages = 0;
   std::ifstream("/proc/sys/fs/pipe-user-pages-soft") >> pages;
@@ -135,8 +133,9 @@ int copy_under(Limit limit, SpliceCopier& copier, const FileDescriptor& from,
 /// As an unprivileged user (nobody, when the tests run as root), the user's pipe pages filled
 /// past the soft limit with 1 MiB pipes; they stay open until the child exits.
 bool past_pipe_limit() {
-  if (::geteuid() == 0 && (::setgroups(0, nullptr) != 0 || ::setresgid(nobody, nobody, nobody) ||
-                           ::setresuid(nobody, nobody, nobody) != 0)) {
+  if (::geteuid() == 0 &&
+      (::setgroups(0, nullptr) != 0 || ::setresgid(test::nobody, test::nobody, test::nobody) ||
+       ::setresuid(test::nobody, test::nobody, test::nobody) != 0)) {
     return false;
   }
   for (int i = 0; i < 1 << 16; ++i) {

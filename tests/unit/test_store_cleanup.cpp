@@ -27,7 +27,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string test_id() {
+std::string cleanup_store_id() {
   return test::unused_store_id("f1");
 }
 
@@ -72,7 +72,7 @@ StoreDescriptor descriptor_for(const std::string& id, const std::string& host) {
 TEST_CASE(
     "clean removes a dead rank's files, keeps a live rank's, and a lockless segment unless forced",
     "[cleanup]") {
-  const auto id = test_id();
+  const auto id = cleanup_store_id();
   RankLock live(id, 0);
   auto live_segment = ShmSegment::create("/ddstage-" + id + "-train-g1-r0", 4096);
   const auto dead = killed_rank(id, 2);
@@ -115,7 +115,7 @@ TEST_CASE(
 
 TEST_CASE("clean removes a dead rank's tier files and its record, and nothing else there",
           "[cleanup][tier]") {
-  const auto id = test_id();
+  const auto id = cleanup_store_id();
   test::TempDir dir;
   const auto tier = dir / "nvme";
   // A live rank 0 with a tier file in the same directory, and a dead rank 2 that used it.
@@ -153,7 +153,7 @@ TEST_CASE("a descriptor is removed only while it names the store asked for", "[c
   StoreDescriptor::prepare_directory(dir);
   descriptor_for("0123456789ab", host_name()).write(dir);
   std::error_code ec;
-  CHECK_FALSE(remove_descriptor_of(dir, test_id(), ec));
+  CHECK_FALSE(remove_descriptor_of(dir, cleanup_store_id(), ec));
   CHECK_FALSE(ec);
   CHECK(fs::exists(StoreDescriptor::path_in(dir)));
   CHECK(remove_descriptor_of(dir, "0123456789ab", ec));
@@ -163,7 +163,7 @@ TEST_CASE("a descriptor is removed only while it names the store asked for", "[c
 }
 
 TEST_CASE("a descriptor whose rank 0 lives in another mount namespace here is kept", "[cleanup]") {
-  const auto id = test_id();
+  const auto id = cleanup_store_id();
   test::TempDir scratch;
   const auto dir = scratch / "store";
   StoreDescriptor::prepare_directory(dir);
@@ -183,7 +183,7 @@ TEST_CASE("a descriptor whose rank 0 lives in another mount namespace here is ke
 }
 
 TEST_CASE("a descriptor goes only when its rank 0 ran on this host and is gone", "[cleanup]") {
-  const auto id = test_id();
+  const auto id = cleanup_store_id();
   test::TempDir scratch;
   const auto dir = scratch / "store";
   StoreDescriptor::prepare_directory(dir);
@@ -220,7 +220,7 @@ TEST_CASE("wait gives up on a leftover descriptor, and at once when the launcher
     CHECK(e.kind() == ErrorKind::runtime);
     CHECK_THAT(e.what(), Catch::Contains("after 300ms: there is no store.yaml"));
   }
-  descriptor_for(test_id(), host_name()).write(dir);
+  descriptor_for(cleanup_store_id(), host_name()).write(dir);
   try {
     wait_for_store({dir, std::chrono::milliseconds(500), std::chrono::milliseconds(200)});
     FAIL("wait returned for a store whose control does not answer");

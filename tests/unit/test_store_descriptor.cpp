@@ -249,8 +249,6 @@ TEST_CASE("tokens are 32 hex digits and differ every time", "[descriptor]") {
 
 namespace {
 
-constexpr uid_t nobody = 65534;
-
 /// The UsageError reading DIR's descriptor gives, which must name `path` and `what`.
 void require_refused(const fs::path& dir, const fs::path& path, const std::string& what) {
   try {
@@ -294,11 +292,11 @@ TEST_CASE("a store directory or descriptor owned by another user is refused, als
   test::TempDir dir;
   sample_descriptor().write(dir.path());
   const auto file = StoreDescriptor::path_in(dir.path());
-  REQUIRE(::chown(file.c_str(), nobody, nobody) == 0);
+  REQUIRE(::chown(file.c_str(), test::nobody, test::nobody) == 0);
   require_refused(dir.path(), file,
                   "is owned by uid 65534, not you (uid " + std::to_string(::geteuid()) + ")");
   REQUIRE(::chown(file.c_str(), ::geteuid(), ::getegid()) == 0);
-  REQUIRE(::chown(dir.path().c_str(), nobody, nobody) == 0);
+  REQUIRE(::chown(dir.path().c_str(), test::nobody, test::nobody) == 0);
   require_refused(dir.path(), dir.path(), "is owned by uid 65534");
   REQUIRE_THROWS_WITH(StoreDescriptor::prepare_directory(dir.path()),
                       Catch::Contains("is owned by uid 65534"));

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -59,6 +60,20 @@ inline std::vector<std::byte> pattern_bytes(std::size_t n, uint64_t seed) {
     out[i] = static_cast<std::byte>((x >> (8 * (i % 8))) & 0xff);
   }
   return out;
+}
+
+/// The "nobody" user and group, as which tests that run as root act unprivileged.
+constexpr uid_t nobody = 65534;
+
+/// A variable field's row sizes: neighbours differ (every row a run of its own), every fifth
+/// row empty.
+inline uint64_t varied_row_bytes(uint64_t i) {
+  return i % 5 == 2 ? 0 : (i * 53) % 700 + 1;
+}
+
+inline std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  return {std::istreambuf_iterator<char>(in), {}};
 }
 
 inline void write_file(const std::filesystem::path& path, const std::vector<std::byte>& bytes) {
