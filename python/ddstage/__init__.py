@@ -5,6 +5,10 @@
                                                               # (Client() alone: $DDSTAGE_STORE)
     x = train.get_batch("x", [5, 99, 1000])                   # array (3, *shape of x)
 
+Before there is a store (a notebook, a first run), ddstage.open("train.ddx") reads the same
+dataset straight from its origin files through the index, with the same Dataset API: moving to
+a store changes only that line. Every such read goes to the file system the sources are on.
+
 Fixed-size fields come back as one array of shape (len(ids), *field shape) in the field's
 dtype, read straight into it by libcore with the GIL released. Variable-length fields come
 back as (data, offsets): data of shape (total, *element shape), offsets int64 of
@@ -44,9 +48,15 @@ from ._ddstage import profile_enable, profile_report, profile_reset, profile_sna
 
 HAVE_MPI = _ddstage.HAVE_MPI
 
-__all__ = ["Client", "Dataset", "Store", "Error", "UsageError", "ChecksumError", "FieldInfo",
+# open() is left out: `from ddstage import *` must not shadow the builtin open.
+__all__ = ["Client", "Dataset", "OriginDataset", "Store", "Error", "UsageError", "ChecksumError", "FieldInfo",
            "split_rows", "HAVE_MPI", "__version__", "profile_enable", "profile_report", "profile_reset",
            "profile_snapshot"]
+
+
+def _setting_texts(settings):
+    """Settings as libcore reads them: text, a Python bool as true/false."""
+    return {k: (str(v).lower() if isinstance(v, bool) else str(v)) for k, v in (settings or {}).items()}
 
 
 def split_rows(data, offsets):
@@ -55,7 +65,8 @@ def split_rows(data, offsets):
 
 
 class Dataset:
-    """A loaded dataset, from Client.open() or Store.dataset(): its fields and batched reads.
+    """A dataset, from Client.open(), Store.dataset() or ddstage.open(): its fields and batched
+    reads.
 
     get_batch/row_sizes/batch_bytes use a reader of the calling thread, created on first use;
     reader() gives a thread one of its own to keep."""
@@ -166,7 +177,7 @@ class Client:
 
     def __init__(self, store=None, settings=None):
         self._client = _ddstage.Client(None if store is None else os.fspath(store),
-                                       {k: str(v) for k, v in (settings or {}).items()})
+                                       _setting_texts(settings))
 
     def open(self, name):
         """A loaded dataset by name (UsageError listing the loaded ones when there is none).
@@ -174,6 +185,36 @@ class Client:
         raises ddstage.Error "dataset 'X' is being replaced"."""
         ds = self._client.open(name)
         return Dataset(ds.name, ds.samples, ds.fields, ds.reader)
+
+
+class OriginDataset(Dataset):
+    """A flattened dataset (DATASET.ddx) read straight from its origin files, no store: each
+    batch one sorted run of preads through the index, adjacent rows coalesced. ddstage.open()
+    makes one. It pickles as (path, settings) and opens the index again where it is unpickled,
+    so it goes to DataLoader workers of any start method (ddstage.torch.Dataset(it)).
+
+    settings: setting key -> value, as for Client: origin.allow_stale (read sources whose size
+    or time changed since flattening, otherwise an Error naming the file), gpu.path (device
+    memory is always staged through pinned host memory here). An index that is not one, or is
+    damaged, is a UsageError or Error naming it, at once."""
+
+    def __init__(self, path, settings=None):
+        self.path = os.fspath(path)
+        self.settings = _setting_texts(settings)
+        ds = _ddstage.OriginDataset(self.path, self.settings)
+        super().__init__(ds.name, ds.samples, ds.fields, ds.reader)
+
+    def __reduce__(self):
+        return OriginDataset, (self.path, self.settings)
+
+    def __repr__(self):
+        return f"ddstage.OriginDataset({self.path!r}, samples={self.samples}, fields={list(self.fields)})"
+
+
+def open(path, settings=None):
+    """The dataset flattened at path (DATASET.ddx), read from its origin files: an
+    OriginDataset, with get_batch, row_sizes, batch_bytes and reader() as a store's Dataset."""
+    return OriginDataset(path, settings)
 
 
 class EmbeddedDataset(Dataset):
@@ -212,7 +253,7 @@ class Store:
             comm = MPI.COMM_WORLD
         handle = comm if isinstance(comm, int) else comm.py2f()
         if "settings" in options:
-            options["settings"] = {k: str(v) for k, v in (options["settings"] or {}).items()}
+            options["settings"] = _setting_texts(options["settings"])
         self._store = _ddstage.Store(handle, **options)
         _close_at_exit(self)
 

@@ -11,6 +11,7 @@
 #include "ddstage/client.hpp"
 #include "ddstage/config.hpp"
 #include "ddstage/error.hpp"
+#include "ddstage/origin_dataset.hpp"
 #include "ddstage/profile.hpp"
 #include "settings_of.hpp"
 #include "store_binding.hpp"
@@ -109,6 +110,20 @@ void bind_client(py::module_& m) {
       .def_property_readonly("fields", [](const Dataset& d) { return fields_of(d.index()); })
       .def("reader",
            [](const Dataset& d) { return std::make_unique<PyReader>(d.reader(), d.index()); });
+
+  py::class_<OriginDataset>(m, "OriginDataset",
+                            "A flattened dataset read from its origin files, without a store.")
+      .def(py::init([](const std::filesystem::path& path,
+                       const std::map<std::string, std::string>& settings) {
+             return OriginDataset(path, settings_of(settings));
+           }),
+           py::arg("path"), py::arg("settings") = std::map<std::string, std::string>{})
+      .def_property_readonly("name", &OriginDataset::name)
+      .def_property_readonly("samples", [](const OriginDataset& d) { return d.index().samples(); })
+      .def_property_readonly("fields", [](const OriginDataset& d) { return fields_of(d.index()); })
+      .def("reader", [](const OriginDataset& d) {
+        return std::make_unique<PyReader>(d.reader(), d.index());
+      });
 
   py::class_<Client>(m, "Client", "A client of a store started by `ddstage serve`; needs no MPI.")
       .def(py::init([](const std::optional<std::filesystem::path>& store,

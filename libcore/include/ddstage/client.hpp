@@ -17,16 +17,17 @@
 namespace ddstage {
 
 class Dataset;
+class OriginDataset;
 class Store;
 namespace detail {
-class BatchReader;
+class ReaderBackend;
 struct ServedDataset;
 }  // namespace detail
 
-/// Per-thread reader of one dataset, of a served store (Dataset::reader) or an embedded one
-/// (Store::reader): owns its transport state, shares no lock with other readers. get_batch
-/// groups ids by owner rank, coalesces adjacent rows and copies them into the caller's buffer
-/// in the caller's order.
+/// Per-thread reader of one dataset, of a served store (Dataset::reader), an embedded one
+/// (Store::reader) or its origin files (OriginDataset::reader): owns its transport state, shares no
+/// lock with other readers. get_batch groups ids by owner rank, coalesces adjacent rows and copies
+/// them into the caller's buffer in the caller's order.
 class Reader {
  public:
   Reader(Reader&&) noexcept;
@@ -67,9 +68,10 @@ class Reader {
 
  private:
   friend class Dataset;
+  friend class OriginDataset;
   friend class Store;
-  explicit Reader(std::unique_ptr<detail::BatchReader> reader);
-  std::unique_ptr<detail::BatchReader> m;
+  explicit Reader(std::unique_ptr<detail::ReaderBackend> reader);
+  std::unique_ptr<detail::ReaderBackend> m;
 };
 
 /// A dataset of a running store: its index and the mapped shard regions of every rank.

@@ -1,5 +1,6 @@
 // The front door: what an app needs to read staged datasets, in one include.
-//   #include <ddstage/ddstage.hpp>   // Client, Reader, Store, Settings, Index, errors, profile
+//   #include <ddstage/ddstage.hpp>   // Client, OriginDataset, Reader, Store, Settings, Index,
+//                                    // errors, profile
 //   #include <ddstage/mpi.hpp>       // only for make_store(MPI_Comm): it includes <mpi.h>
 #pragma once
 
@@ -9,6 +10,7 @@
 #include "ddstage/dtype.hpp"
 #include "ddstage/error.hpp"
 #include "ddstage/index.hpp"
+#include "ddstage/origin_dataset.hpp"
 #include "ddstage/profile.hpp"
 #include "ddstage/settings.hpp"
 #if DDSTAGE_HAVE_MPI

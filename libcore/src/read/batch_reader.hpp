@@ -18,6 +18,7 @@
 #include "ddstage/tool/origin_reader.hpp"
 #include "gpu/gpu_destination.hpp"
 #include "read/read_batch.hpp"
+#include "read/reader_backend.hpp"
 #include "read/route_table.hpp"
 #include "transport/transport.hpp"
 
@@ -29,26 +30,26 @@ using OpenTransport = std::unique_ptr<Transport> (*)(TransportId, const Transpor
 
 /// One per thread. Opens one transport per kind the routes use; scratch vectors are reused
 /// across batches, so a warm reader allocates nothing per call.
-class BatchReader {
+class BatchReader final : public ReaderBackend {
  public:
   explicit BatchReader(std::shared_ptr<const RouteSource> source,
                        OpenTransport open = open_transport);
   BatchReader(const BatchReader&) = delete;
   BatchReader& operator=(const BatchReader&) = delete;
-  ~BatchReader();
+  ~BatchReader() override;
 
   /// Total bytes of `field` for ids; UsageError for an unknown field or id.
-  uint64_t batch_bytes(const std::string& field, std::span<const uint64_t> ids) const;
+  uint64_t batch_bytes(const std::string& field, std::span<const uint64_t> ids) const override;
   void row_sizes(const std::string& field, std::span<const uint64_t> ids,
-                 std::span<uint64_t> sizes) const;
+                 std::span<uint64_t> sizes) const override;
   /// The rows of ids into dest (sized batch_bytes) in the order asked; with verify checked
   /// against the index's checksums.
   void get_batch(const std::string& field, std::span<const uint64_t> ids, std::span<std::byte> dest,
-                 bool verify);
+                 bool verify) override;
   /// The same into device memory, staged through a pinned buffer or copied straight from the
   /// mapped regions, by gpu.path.
   void get_batch(const std::string& field, std::span<const uint64_t> ids, const DeviceBuffer& dest,
-                 bool verify);
+                 bool verify) override;
 
  private:
   /// One transport and the reads planned for it this batch.

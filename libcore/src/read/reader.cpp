@@ -1,10 +1,10 @@
-// The public Reader: one BatchReader, whichever store its routes come from.
+// The public Reader: a store's BatchReader or an OriginBatchReader, behind one interface.
 #include "ddstage/client.hpp"
-#include "read/batch_reader.hpp"
+#include "read/reader_backend.hpp"
 
 namespace ddstage {
 
-Reader::Reader(std::unique_ptr<detail::BatchReader> reader) : m(std::move(reader)) {}
+Reader::Reader(std::unique_ptr<detail::ReaderBackend> reader) : m(std::move(reader)) {}
 Reader::Reader(Reader&&) noexcept = default;
 Reader& Reader::operator=(Reader&&) noexcept = default;
 Reader::~Reader() = default;

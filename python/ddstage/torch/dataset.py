@@ -9,7 +9,7 @@ import numpy as np
 import torch.utils.data
 from torch.utils.data._utils.collate import collate, default_collate_fn_map
 
-from .. import Client, UsageError, _inherited
+from .. import Client, OriginDataset, UsageError, _inherited, _setting_texts
 from ._tensors import _batch_tensors, _checked_fields, _tensor
 
 
@@ -90,10 +90,12 @@ class Dataset(_Rows):
     sample, {field: tensor of the field's row shape} (a variable-length field: its row, the
     length of the first axis varying); DataLoader reads whole batches (__getitems__, Samples).
 
-    It holds the open dataset and cannot be pickled (UsageError): it goes to DataLoader
-    workers only when they are forked (multiprocessing_context "fork", Linux's default), and
-    then reads through readers of each worker's own. For spawn or forkserver workers, and for fabric providers
-    that want the Client opened after the fork (cxi, verbs), use StoreDataset."""
+    Over a store's dataset it holds the open dataset and cannot be pickled (UsageError): it
+    goes to DataLoader workers only when they are forked (multiprocessing_context "fork",
+    Linux's default), and then reads through readers of each worker's own. For spawn or
+    forkserver workers, and for fabric providers that want the Client opened after the fork
+    (cxi, verbs), use StoreDataset. Over ddstage.open()'s OriginDataset it pickles (the index is
+    opened again in each worker), so workers of every start method take it."""
 
     def __init__(self, dataset, fields=None, verify=False):
         self.dataset = dataset
@@ -104,8 +106,13 @@ class Dataset(_Rows):
         return self.dataset, self.fields
 
     def __getstate__(self):
+        if isinstance(self.dataset, OriginDataset):
+            return {"dataset": self.dataset, "fields": list(self.fields), "verify": self.verify}
         raise UsageError("ddstage.torch.Dataset holds an open dataset and cannot be pickled (as for spawn "
                          "or forkserver DataLoader workers): use ddstage.torch.StoreDataset(store, name)")
+
+    def __setstate__(self, state):
+        self.__init__(**state)
 
 
 class StoreDataset(_Rows):
@@ -129,7 +136,7 @@ class StoreDataset(_Rows):
     def __init__(self, store, dataset, fields=None, settings=None, verify=False):
         self.store = None if store is None else os.fspath(store)
         self.name = dataset
-        self.settings = {k: str(v) for k, v in (settings or {}).items()}
+        self.settings = _setting_texts(settings)
         self.verify = bool(verify)
         self.fields = None if fields is None else tuple(fields)
         self._pid = self._client = self._opened = None
