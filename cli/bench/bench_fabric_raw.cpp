@@ -13,6 +13,7 @@
 #include "mpi/mpi_agree.hpp"
 #include "mpi/mpi_comm.hpp"
 #include "mpi/mpi_session.hpp"
+#include "support/error_line.hpp"
 #endif
 
 namespace ddstage::cli {
@@ -70,7 +71,16 @@ void run_bench_fabric_raw(const BenchFabricRawOptions& opts, const CliContext& c
   std::string provider;
 #if DDSTAGE_HAVE_MPI
   const detail::MpiSession job(ctx.argc, ctx.argv, MPI_THREAD_FUNNELED);
-  const auto points = measure_floor(opts, settings, &job, sizes, *cap, provider);
+  std::vector<FloorPoint> points;
+  try {
+    points = measure_floor(opts, settings, &job, sizes, *cap, provider);
+  } catch (...) {
+    // The line goes out before MPI_Finalize (job's destructor): past it the failed rank exits,
+    // and mpiexec kills the ranks that have not printed theirs yet (rank 0's "rank 1: ..." was
+    // lost that way on a busy machine). main's report of the same exception prints nothing new.
+    report_exception(std::current_exception());
+    throw;
+  }
   if (job.rank() != 0) return;
   const int ranks = job.size();
 #else
