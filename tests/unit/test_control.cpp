@@ -333,6 +333,23 @@ TEST_CASE("idle, slow and piling-up peers do not keep a client from being heard"
   for (auto& fd : idle) REQUIRE(receive_all(fd).empty());
 }
 
+TEST_CASE("a client slow between connect and its request is not pushed out by newer peers",
+          "[control]") {
+  const ControlServerLimits limits{
+      .max_pending = 8, .header_timeout = 3000ms, .eviction_grace = 2000ms};
+  auto server = make_server(limits);
+  auto client = raw_connect(server);  // descheduled before its first write, as on a loaded node
+  std::vector<FileDescriptor> newcomers;
+  for (int i = 0; i < 40; ++i) newcomers.push_back(raw_connect(server));  // 5 times the limit
+  std::this_thread::sleep_for(200ms);  // the server accepts them all before the request comes
+  EchoServer echo(server, 1);
+  send_raw(client, status_frame(token));
+  const Message reply = reply_in(receive_all(client));
+  REQUIRE(reply["ok"].as<bool>());
+  REQUIRE(reply["echo"]["op"].as<std::string>() == "status");
+  REQUIRE(echo.finish().empty());
+}
+
 TEST_CASE("while a request runs, others get the busy answer at once", "[control]") {
   auto server = make_server();
   std::jthread first_client([&] {

@@ -167,13 +167,18 @@ class FrontDesk {
         continue;
       }
       if (m_pending.size() > m_limits.max_pending) {
-        // The oldest peer that has not shown the token goes. When every one has (token holders
-        // whose bodies are still on the way), the newest goes: the bound holds either way.
-        auto oldest = std::find_if(m_pending.begin(), m_pending.end(),
-                                   [](const Pending& p) { return !p.authenticated; });
+        // The oldest peer that has not shown the token in its grace goes: idle and slowloris
+        // peers age out first. When none is that old (a flood of newcomers, or token holders
+        // whose bodies are still on the way), the newest goes, which is the one just accepted
+        // with nothing to read yet: the bound holds either way, and a client descheduled
+        // between connect() and its request is not pushed out by the peers behind it.
+        const auto ripe = Clock::now() - m_limits.eviction_grace;
+        auto oldest = std::find_if(m_pending.begin(), m_pending.end(), [ripe](const Pending& p) {
+          return !p.authenticated && p.accepted <= ripe;
+        });
         if (oldest == m_pending.end()) oldest = std::prev(m_pending.end());
         m_log.note(oldest->connection.peer(),
-                   Error(ErrorKind::runtime, "too many connections waiting; dropped the oldest"));
+                   Error(ErrorKind::runtime, "too many connections waiting; dropped one"));
         m_pending.erase(oldest);
       }
     }
