@@ -340,7 +340,7 @@ TEST_CASE("a client slow between connect and its request is not pushed out by ne
   auto server = make_server(limits);
   auto client = raw_connect(server);  // descheduled before its first write, as on a loaded node
   std::vector<FileDescriptor> newcomers;
-  for (int i = 0; i < 40; ++i) newcomers.push_back(raw_connect(server));  // 5 times the limit
+  for (int i = 0; i < 24; ++i) newcomers.push_back(raw_connect(server));  // 3 times max_pending
   std::this_thread::sleep_for(200ms);  // the server accepts them all before the request comes
   EchoServer echo(server, 1);
   send_raw(client, status_frame(token));

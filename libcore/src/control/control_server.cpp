@@ -166,22 +166,29 @@ class FrontDesk {
         m_pending.pop_back();
         continue;
       }
-      if (m_pending.size() > m_limits.max_pending) {
-        // The oldest peer that has not shown the token in its grace goes: idle and slowloris
-        // peers age out first. When none is that old (a flood of newcomers, or token holders
-        // whose bodies are still on the way), the newest goes, which is the one just accepted
-        // with nothing to read yet: the bound holds either way, and a client descheduled
-        // between connect() and its request is not pushed out by the peers behind it.
-        const auto ripe = Clock::now() - m_limits.eviction_grace;
-        auto oldest = std::find_if(m_pending.begin(), m_pending.end(), [ripe](const Pending& p) {
-          return !p.authenticated && p.accepted <= ripe;
-        });
-        if (oldest == m_pending.end()) oldest = std::prev(m_pending.end());
-        m_log.note(oldest->connection.peer(),
-                   Error(ErrorKind::runtime, "too many connections waiting; dropped one"));
-        m_pending.erase(oldest);
-      }
+      if (m_pending.size() > m_limits.max_pending) drop_one();
     }
+  }
+
+  /// Past max_pending, the oldest peer that has not shown the token within eviction_grace goes:
+  /// idle and slowloris peers age out first. Younger peers are kept up to 4 x max_pending, as a
+  /// real client descheduled between connect() and its request (a loaded node) is young too,
+  /// and a flood of newcomers must not push it out within the few ms it takes to write; past
+  /// that the oldest unproven peer goes whatever its age, else the newest (token holders whose
+  /// bodies are on the way): the bound holds either way.
+  void drop_one() {
+    const auto now = Clock::now();
+    const bool full = m_pending.size() > 4 * m_limits.max_pending;
+    auto victim = std::find_if(m_pending.begin(), m_pending.end(), [&](const Pending& p) {
+      return !p.authenticated && (full || now - p.accepted >= m_limits.eviction_grace);
+    });
+    if (victim == m_pending.end()) {
+      if (!full) return;
+      victim = std::prev(m_pending.end());
+    }
+    m_log.note(victim->connection.peer(),
+               Error(ErrorKind::runtime, "too many connections waiting; dropped the oldest"));
+    m_pending.erase(victim);
   }
 
   int poll_timeout_ms() const {

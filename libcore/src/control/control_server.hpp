@@ -26,17 +26,17 @@ struct ControlRequest {
 /// How much the front desk gives peers that have not sent a complete request yet.
 struct ControlServerLimits {
   /// Connections being read at once; when a new one comes and this many wait, the oldest that
-  /// has not proved it holds the token, and has waited eviction_grace, is dropped (a peer that
-  /// has proved it cannot be pushed out); when every such peer is younger, the newest goes.
+  /// has not proved it holds the token within eviction_grace is dropped (a peer that has proved
+  /// it cannot be pushed out). Younger peers are kept up to 4 x max_pending.
   std::size_t max_pending = 32;
   /// From accept to a complete header (token included): what an idle or one-byte-a-second
   /// peer gets. A real client sends its whole request right after connecting.
   std::chrono::milliseconds header_timeout{3000};
   /// From accept to a complete request, for a peer whose token was right.
   std::chrono::milliseconds request_timeout{10000};
-  /// How long a peer may take from connect to its token before newer peers can push it out: a
-  /// real client sends its request at once, but a loaded machine can deschedule it between
-  /// connect() and its first write, while a flood of newcomers fills the list.
+  /// How long a peer may take from connect to its token before newer peers can push it out
+  /// (below 4 x max_pending): a real client sends its request at once, but a loaded machine can
+  /// deschedule it between connect() and its first write while a flood of newcomers arrives.
   std::chrono::milliseconds eviction_grace{1000};
 };
 
