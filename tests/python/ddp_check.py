@@ -1,5 +1,6 @@
 """One rank of test_ddp.py: a small DDP model (torch.distributed, gloo on loopback) trained
-over ddstage.torch.Loader reading a served store.
+over ddstage.torch.Loader reading a served store, or with no store the index DATASET.ddx
+itself (ddstage.open) when STORE is "-".
 
 argv: STORE DATASET RANK WORLD PORT BATCH EPOCHS DROP_LAST(0/1) OUT.JSON. Writes, per epoch,
 the steps this rank ran and the sample ids it read, and whether the model's weights ended
@@ -25,7 +26,8 @@ def main(store, dataset, rank, world, port, batch, epochs, drop_last, out):
     torch.manual_seed(0)
     model = nn.parallel.DistributedDataParallel(nn.Linear(8, 1))
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-4)
-    loader = ddstage.torch.Loader(ddstage.Client(store).open(dataset), fields=["id", "v"], batch_size=batch,
+    opened = ddstage.open(dataset) if store == "-" else ddstage.Client(store).open(dataset)
+    loader = ddstage.torch.Loader(opened, fields=["id", "v"], batch_size=batch,
                                   seed=3, rank=rank, world_size=world, drop_last=drop_last == "1")
     result = {"steps": [], "ids": []}
     for epoch in range(epochs):
