@@ -8,7 +8,8 @@
 # killed. Exit: COMMAND's; 77 (skipped, which ctest reports) without stress-ng.
 # DDSTAGE_CPU_HOG_PID: the pid of a hog already spinning on every core (scripts/test starts one
 # for the whole tier, so that its tests share it rather than each adding nproc spinners to the
-# machine); used only while it is a live stress-ng, else this script starts its own.
+# machine, and niced below a build that keeps every core busy in its place while it lasts); used
+# only while it is a live stress-ng, else this script starts its own.
 set -euo pipefail
 seconds=$1
 shift
