@@ -69,13 +69,13 @@ class CMakeBuild(build_ext):
         common = [f"-DPython3_EXECUTABLE={sys.executable}", "-DCMAKE_BUILD_TYPE=Release",
                   "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON", *shlex.split(os.environ.get("CMAKE_ARGS", ""))]
         if os.environ.get("DDSTAGE_PIP_FROM_SOURCE", "0") not in ("", "0"):
-            say("DDSTAGE_PIP_FROM_SOURCE is set: building libcore too (many minutes)")
+            say("DDSTAGE_PIP_FROM_SOURCE is set: building libcore too (minutes)")
             build = self.configure_project(common)
         else:
             build = self.configure_module(common)
             if build is None:
                 say(f"no installed libddstage {cmake_version()} or compatible found (CMAKE_PREFIX_PATH, "
-                    "ddstage_DIR): building libcore too (many minutes)")
+                    "ddstage_DIR): building libcore too (minutes)")
                 build = self.configure_project(common)
         jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL") or str(os.cpu_count() or 1)
         subprocess.run(["cmake", "--build", str(build), "--target", "ddstage_python", "--parallel", jobs],
@@ -106,8 +106,11 @@ class CMakeBuild(build_ext):
 
     def configure_project(self, common):
         build = SCRATCH / "project"
+        # Precompiled headers and unity batches, as scripts/build: a third of the CPU time of a
+        # file-by-file build (cmake/ddstage_fast_build.cmake).
         subprocess.run(["cmake", "-S", str(ROOT), "-B", str(build), "-DDDSTAGE_WITH_PYTHON=ON",
-                        "-DDDSTAGE_BUILD_TESTS=OFF", "-DDDSTAGE_SHARED=OFF", *common], check=True)
+                        "-DDDSTAGE_BUILD_TESTS=OFF", "-DDDSTAGE_SHARED=OFF", "-DDDSTAGE_PCH=ON",
+                        "-DDDSTAGE_UNITY=ON", *common], check=True)
         return build
 
 

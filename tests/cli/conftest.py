@@ -32,12 +32,25 @@ for _key in ("DDSTAGE_BIN", "DDSTAGE_GEN"):
 NOBODY = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
 
 
+# The ASan pass (scripts/test) runs a file's cases that reach C++ its other cases and the fuzz
+# targets do not; a case marked release_pass runs in the Release pass only, and the ASan pass,
+# where ctest sets DDSTAGE_SANITIZED_PASS=1, skips it visibly. `pytest` by hand runs everything.
+RELEASE_PASS_HELP = ("release_pass: runs in the Release pass only: under the sanitizers it would check C++ that "
+                     "the file's other cases or the fuzz targets already do, at several times the CPU")
+
+
 def pytest_configure(config):
     busy_tier.configure(config)
+    config.addinivalue_line("markers", RELEASE_PASS_HELP)
 
 
 def pytest_collection_modifyitems(items):
     busy_tier.skip_busy_cases(items)
+    if os.environ.get("DDSTAGE_SANITIZED_PASS") == "1":
+        skip = pytest.mark.skip(reason="runs in the Release pass only (marked release_pass)")
+        for item in items:
+            if item.get_closest_marker("release_pass"):
+                item.add_marker(skip)
 
 
 class Tool:

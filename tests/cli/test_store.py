@@ -172,6 +172,7 @@ def test_serve_load_read_status_stop(ddstage, serve, datasets):
     assert store.segments() == []
 
 
+@pytest.mark.release_pass
 def test_single_rank_without_mpiexec(ddstage, serve, datasets):
     """Plain `ddstage serve` is a one-rank store."""
     store = serve(ranks=0)
@@ -181,6 +182,7 @@ def test_single_rank_without_mpiexec(ddstage, serve, datasets):
     store.stop()
 
 
+@pytest.mark.release_pass
 def test_profile_printed_at_exit(ddstage, serve, datasets, tmp_path):
     """DDSTAGE_PROFILE=1 prints the read profile on stderr at exit; a file name (with %p) gets it
     instead; off, nothing is printed and the output bytes are the same."""
@@ -229,6 +231,7 @@ def test_store_dir_errors(ddstage, tmp_path):
     assert_runtime_error(ddstage.run("status", "--store", empty), "newer")
 
 
+@pytest.mark.release_pass
 def test_second_serve_is_refused(ddstage, serve):
     store = serve(ranks=0)
     proc = subprocess.run([ddstage.path, "serve", "--store", store.dir, "--listen", "127.0.0.1:0"],
