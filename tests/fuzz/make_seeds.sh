@@ -119,6 +119,10 @@ seeds = {
     "ustar": archive(tarfile.USTAR_FORMAT),
     "gnu": archive(tarfile.GNU_FORMAT),
     "pax": archive(tarfile.PAX_FORMAT, pax={"comment": "global"}, member_pax={"size": "1"}),
+    # Many global keys before several members (issue 28: this was quadratic), one cancelled by a
+    # member's own empty record.
+    "pax-global-keys": archive(tarfile.PAX_FORMAT, pax={f"x.k{i:03d}": "v" for i in range(200)},
+                               member_pax={"x.k000": ""}, more=[(f"m{i}", b"x") for i in range(8)]),
 }
 for name, data in seeds.items():
     open(f"{out}/{name}", "wb").write(data)
