@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cstring>
 #include <ctime>
 #include <functional>
@@ -14,6 +15,7 @@
 #include <optional>
 #include <unordered_map>
 
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <xxhash.h>
 
@@ -55,6 +57,47 @@ fs::path common_root(const std::vector<fs::path>& paths) {
     }
   }
   return root;
+}
+
+/// A flatten's temporary directory beside its output: ".NAME.tmp-HOST-PID-XXXXXX". The writer's
+/// host and pid are in the name from the moment it exists, so that the next flatten there can
+/// tell the leftovers of a killed one from a live one's work without a race.
+std::string temp_dir_template(const fs::path& out) {
+  auto name = fmt::format(".{}.tmp-{}-{}-XXXXXX", out.filename().string(), host_name(), ::getpid());
+  if (name.size() > NAME_MAX) name = "." + out.filename().string() + ".tmp-XXXXXX";  // never swept
+  return (out.parent_path() / name).string();
+}
+
+/// Removes the temporary directories in `dir` that a flatten on this host left when it was
+/// killed (its pid is gone); another host's, or one named otherwise, is not this flatten's to
+/// judge. A killed flatten of a large dataset left hundreds of MB nothing removed (issue 28).
+void remove_leftovers(const fs::path& dir) {
+  const std::string host = "-" + host_name() + "-";
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const auto tmp = name.rfind(".tmp-");
+    constexpr std::size_t suffix = 7;  // "-XXXXXX"
+    if (!name.starts_with('.') || tmp == std::string::npos || name.size() < tmp + 5 + suffix)
+      continue;
+    const std::string owner = "-" + name.substr(tmp + 5, name.size() - suffix - (tmp + 5));
+    const auto dash = owner.rfind('-');
+    if (dash == std::string::npos || owner.substr(0, dash + 1) != host) continue;
+    const std::string pid = owner.substr(dash + 1);
+    if (pid.empty() || pid.size() > 9 ||
+        !std::all_of(pid.begin(), pid.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      continue;
+    if (detail::process_alive(std::stoll(pid)) || !entry.is_directory(ec)) continue;
+    std::error_code removed;
+    fs::remove_all(entry.path(), removed);
+    if (removed) {
+      spdlog::warn("could not remove {}, left by a killed flatten: {}", entry.path().string(),
+                   removed.message());
+    } else {
+      spdlog::info("removed {}, left by a flatten (pid {}) that was killed", entry.path().string(),
+                   pid);
+    }
+  }
 }
 
 void sync_directory(const fs::path& dir) {
@@ -185,9 +228,9 @@ IndexWriter::IndexWriter(IndexWriterOptions options) : m(std::make_unique<State>
     throw UsageError("output directory " + out.parent_path().string() + " does not exist");
   }
   if (m->options.name.empty()) m->options.name = out.stem().string();
+  remove_leftovers(out.parent_path());
   // A sibling, so the final rename stays on one file system and is atomic.
-  std::string templ =
-      (out.parent_path() / ("." + out.filename().string() + ".tmp-XXXXXX")).string();
+  std::string templ = temp_dir_template(out);
   if (!::mkdtemp(templ.data()))
     throw IoError("cannot create a temporary directory next to " + out.string(), errno);
   m->tmp = templ;

@@ -1,15 +1,18 @@
 """End to end: .npy arrays and trees of plain files flattened by ddstage and read back, compared
 byte for byte with numpy's and plain reads of the same sources."""
 import os
+import socket
 import stat
+import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 from numpy.lib import format as npy_format
 
-from conftest import (flatten, info_json, le_bytes, pack_files, random_spec, read_bytes,
-                      read_bytes_to_file, rows_bytes)
+from conftest import (flatten, info_json, pack_files, random_spec, read_bytes,
+                      read_bytes_to_file, rows_bytes, temp_dirs_beside)
 
 # ---- npy -----------------------------------------------------------------------------------
 
@@ -183,3 +186,47 @@ def test_output_inside_source_tree_is_not_indexed(ddstage, tmp_path):
     assert info.returncode == 0, info.stderr
     assert info_json(ddstage, out)["samples"] == len(files)
     assert read_bytes(ddstage, out, f"0-{len(files) - 1}") == b"".join(f.read_bytes() for f in files)
+
+
+def dead_pid():
+    """The pid of a process that has exited (and been reaped)."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_killed_flatten_leaves_nothing_the_next_one_keeps(ddstage, tmp_path):
+    """A flatten killed mid-way leaves its temporary directory; the next flatten in that
+    directory removes it, and only what a flatten on this host that is gone left: a live
+    writer's (this test's pid), another host's and a foreign directory stay."""
+    big = tmp_path / "big"
+    big.mkdir()
+    with open(big / "sparse.bin", "wb") as f:
+        f.truncate(4 << 30)  # hashed at page-cache speed: seconds, so the flatten can be caught
+    proc = subprocess.Popen([ddstage.path, "flatten", big, "-o", tmp_path / "big.ddx"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(20_000):
+            if temp_dirs_beside(tmp_path / "big.ddx") or proc.poll() is not None:
+                break
+            time.sleep(0.001)
+    finally:
+        proc.kill()
+        proc.wait()
+    left = temp_dirs_beside(tmp_path / "big.ddx")
+    assert len(left) == 1, f"the killed flatten left {left} (exit {proc.returncode})"
+    host = socket.gethostname()
+    assert left[0].startswith(f".big.ddx.tmp-{host}-{proc.pid}-"), left
+    kept = [f".live.ddx.tmp-{host}-{os.getpid()}-abcdef", f".far.ddx.tmp-otherhost-{dead_pid()}-abcdef",
+            ".mine.tmp-notes", f".old.ddx.tmp-{dead_pid()}-abcdef"]
+    gone = f".dead.ddx.tmp-{host}-{dead_pid()}-abcdef"
+    for name in [*kept, gone]:
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "index.bin").write_bytes(b"x")
+    root = tmp_path / "small"
+    files = make_tree(root)
+    flatten(ddstage, tmp_path / "small.ddx", root)
+    assert temp_dirs_beside(tmp_path / "big.ddx") == [] and not (tmp_path / gone).exists()
+    assert all((tmp_path / name / "index.bin").exists() for name in kept)
+    assert read_bytes(ddstage, tmp_path / "small.ddx", f"0-{len(files) - 1}") == \
+        b"".join(f.read_bytes() for f in files)
