@@ -233,13 +233,18 @@ void fill_shard(const Index& index, const ShardLayout& layout, std::span<std::by
 
 ShmSegment load_shard(const Index& index, ShardRange range, const std::string& segment,
                       const ShardLoadOptions& options) {
+  return load_shard(index, range,
+                    ShmSegment::create(segment, ShardLayout(index, range).total_bytes()), options);
+}
+
+ShmSegment load_shard(const Index& index, ShardRange range, ShmSegment created,
+                      const ShardLoadOptions& options) {
   ShardLayout layout(index, range);
-  auto shm = ShmSegment::create(segment, layout.total_bytes());
   // Through the segment's file, not its mapping: a copy into the mapping would fault in, and
   // zero-fill, every 4 KiB page first, which costs more than the copy itself.
-  fill_region(index, layout, shm.writable(), {&shm.file(), shm.bytes().data()},
-              ShmSegment::is_file(segment) ? &shm : nullptr, options);
-  return shm;
+  fill_region(index, layout, created.writable(), {&created.file(), created.bytes().data()},
+              ShmSegment::is_file(created.name()) ? &created : nullptr, options);
+  return created;
 }
 
 }  // namespace ddstage

@@ -161,7 +161,6 @@ uint64_t TierSet::free_on(std::size_t i, uint64_t ignored, uint64_t mem_limit) c
 
 TierSet::Reservation TierSet::allocate(std::string_view base, uint64_t bytes,
                                        const Request& request) {
-  if (base.starts_with('/')) base.remove_prefix(1);
   const auto* replacing = request.replacing;
   const uint64_t mem_limit = request.mem_limit ? request.mem_limit : m_mem_limit;
   std::lock_guard lock(m_mutex);
@@ -175,9 +174,7 @@ TierSet::Reservation TierSet::allocate(std::string_view base, uint64_t bytes,
       r.m_set = this;
       r.m_tier = i;
       r.m_bytes = bytes;
-      const auto& t = m_tiers[i];
-      r.m_segment = t.kind == TierSpec::Kind::memory ? "/" + std::string(base)
-                                                     : (t.dir / std::string(base)).string();
+      r.rename(base);
       return r;
     }
     const auto& t = m_tiers[i];
@@ -188,6 +185,13 @@ TierSet::Reservation TierSet::allocate(std::string_view base, uint64_t bytes,
   }
   throw UsageError(fmt::format("{} does not fit: it needs {} ({} bytes); {} (--mem-limit, --tier)",
                                request.what, human_bytes(static_cast<double>(bytes)), bytes, free));
+}
+
+void TierSet::Reservation::rename(std::string_view base) {
+  if (base.starts_with('/')) base.remove_prefix(1);
+  const auto& t = m_set->m_tiers[m_tier];
+  m_segment = t.kind == TierSpec::Kind::memory ? "/" + std::string(base)
+                                               : (t.dir / std::string(base)).string();
 }
 
 void TierSet::release(std::size_t tier, uint64_t bytes) noexcept {

@@ -221,7 +221,7 @@ def test_sigterm_during_a_load_frees_the_segment_being_filled(ddstage, serve, bi
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 60
-        while not any(f.endswith("-g1-r1") for f in store_files(store)):
+        while not any(re.search(r"-g1-[0-9a-f]{12}-r1$", f) for f in store_files(store)):
             assert time.monotonic() < deadline and load.poll() is None, "the load never started"
             time.sleep(0.005)
         os.kill(pids[1], signal.SIGTERM)

@@ -5,6 +5,7 @@ readers that meet `load --replace` fail, if they fail, with a clear run-time err
 Other users are real: files are given to uid 65534 (nobody) and a store is served as nobody
 with setpriv. Every store started here is stopped or killed, by pid."""
 import os
+import re
 import shutil
 import signal
 import stat
@@ -361,4 +362,38 @@ def test_reader_that_outlived_a_replace_says_so(ddstage, serve, datasets, transp
         assert not isinstance(e.value, dd.UsageError)
     data, _ = client.open("f").get_batch("data", list(range(300)))
     assert data.tobytes() == expected
+    store.stop()
+
+
+# ---- other users on the node ----------------------------------------------------------------
+
+def test_segment_names_cannot_be_taken_first_by_another_user(ddstage, serve, datasets):
+    """Another local user who creates, in /dev/shm, the names a store's next loads would take
+    when they were predictable ("ddstage-ID-DATASET-gN-rR") blocks nothing: every region's name
+    carries a random part, new each time (issue 28). The planted files stay theirs."""
+    if os.geteuid() != 0:
+        pytest.skip("files of another user (nobody) are made with setpriv, as root")
+    require_setpriv()
+    store = serve(2)
+    ddstage.ok("load", "--store", store.dir, datasets["files"], "--name", "f")
+    store_id = store.descriptor["id"]
+    named = re.compile(rf"^ddstage-{store_id}-[fg]-g\d+-[0-9a-f]{{12}}-r[01]$")
+    first = [s for s in store.segments() if not s.endswith(".lock")]
+    assert len(first) == 2 and all(named.match(s) for s in first), first
+    planted = [Path("/dev/shm") / f"ddstage-{store_id}-{name}-g{g}-r{r}"
+               for name in ("f", "g") for g in range(1, 9) for r in range(2)]
+    subprocess.run([*NOBODY, "touch", *planted], check=True, timeout=30)
+    try:
+        ddstage.ok("load", "--store", store.dir, datasets["files"], "--name", "g")
+        ddstage.ok("load", "--store", store.dir, datasets["files"], "--name", "f", "--replace")
+        ours = [s for s in store.segments() if named.match(s)]
+        assert len(ours) == len(first) * 2 and not set(ours) & set(first), (first, ours)
+        expected = read_bytes(ddstage, datasets["files"], "0-299")
+        for name in ("f", "g"):
+            assert ddstage.ok("read", "--store", store.dir, "--dataset", name, "--ids", "0-299",
+                              binary=True).stdout == expected
+        assert all(p.stat().st_uid == NOBODY_UID for p in planted)
+    finally:
+        for p in planted:
+            p.unlink(missing_ok=True)
     store.stop()

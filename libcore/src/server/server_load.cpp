@@ -84,14 +84,35 @@ std::vector<TierSet::Reservation> ServerRank::reserve(const PartCommand& command
   for (std::size_t k = 0; k < command.regions.size(); ++k) {
     // The generation makes each region's name new on this rank; the rank ends it, for `clean`.
     const uint64_t generation = name_new ? ++m_generation : m_generation + 1 + k;
-    const auto base = fmt::format("ddstage-{}-{}-g{}-r{}", m_store_id,
-                                  segment_safe(command.dataset), generation, m_mpi.rank());
-    out.push_back(m_tiers->allocate(base, region_bytes(index, command.regions[k]),
+    out.push_back(m_tiers->allocate(segment_base(command.dataset, generation),
+                                    region_bytes(index, command.regions[k]),
                                     {.what = what,
                                      .replacing = k < old.size() ? old[k] : nullptr,
                                      .mem_limit = command.load.mem_limit}));
   }
   return out;
+}
+
+std::string ServerRank::segment_base(const std::string& dataset, uint64_t generation) const {
+  return fmt::format("ddstage-{}-{}-g{}-{}-r{}", m_store_id, segment_safe(dataset), generation,
+                     random_token().substr(0, 12), m_mpi.rank());
+}
+
+std::pair<RankExit::Tracked, ShmSegment> ServerRank::create_segment(
+    TierSet::Reservation& reservation, const std::string& dataset, uint64_t bytes) {
+  constexpr int attempts = 4;
+  for (int attempt = 1;; ++attempt) {
+    // Tracked before it exists: a signal during the load frees it too.
+    auto tracked = m_exit.track(reservation.segment());
+    try {
+      return {std::move(tracked), ShmSegment::create(reservation.segment(), bytes)};
+    } catch (const IoError& e) {
+      if (e.native_code() != EEXIST || attempt == attempts) throw;
+      spdlog::warn("rank {}: {} exists, and not as this store's: taking another name", m_mpi.rank(),
+                   reservation.segment());
+      reservation.rename(segment_base(dataset, m_generation));
+    }
+  }
 }
 
 std::optional<PublishedFabric> ServerRank::register_fabric([[maybe_unused]] LoadedShard& shard) {
@@ -117,10 +138,9 @@ std::vector<PublishedRegion> ServerRank::fill_regions(
   for (std::size_t k = 0; k < command.regions.size(); ++k) {
     const auto& span = command.regions[k];
     const uint64_t need = region_bytes(index, span);
+    auto [tracked, created] = create_segment(reservations[k], command.dataset, need);
     const std::string segment = reservations[k].segment();
     const std::string tier(reservations[k].label());
-    // Tracked before it exists: a signal during the load frees it too.
-    auto tracked = m_exit.track(segment);
     ShardLoadOptions options{.verify = command.load.verify,
                              .allow_stale = command.load.allow_stale,
                              .streams = command.load.streams};
@@ -132,11 +152,11 @@ std::vector<PublishedRegion> ServerRank::fill_regions(
     // A lazy region is laid out empty: its rows come from origin as readers ask for them.
     LoadedShard shard{
         std::move(tracked), range, std::move(reservations[k]),
-        command.load.lazy ? ShmSegment() : load_shard(index, range, segment, options)};
+        command.load.lazy ? ShmSegment() : load_shard(index, range, std::move(created), options)};
     if (command.load.lazy) {
       shard.lazy = LazyRegions::Entry(
-          m_lazy, command.dataset, ShmSegment::create(segment, need),
-          open_as_rank0_saw(command, m_mpi.rank()), ShardLayout(index, range),
+          m_lazy, command.dataset, std::move(created), open_as_rank0_saw(command, m_mpi.rank()),
+          ShardLayout(index, range),
           {.allow_stale = command.load.allow_stale, .verify = command.load.verify});
     }
     published.push_back({span, need, segment, tier, register_fabric(shard), command.load.lazy});

@@ -204,6 +204,15 @@ class ServerRank {
   /// name_new: names the fill's regions (a check's trial takes no new names).
   std::vector<TierSet::Reservation> reserve(const PartCommand& command, const Index& index,
                                             bool name_new);
+  /// A region's segment name: "ddstage-ID-DATASET-gGENERATION-RANDOM-rRANK". The random part
+  /// (48 bits, new each time) keeps another local user from creating the next name first in
+  /// /dev/shm, which made the load fail (issue 28); the descriptor records the name.
+  std::string segment_base(const std::string& dataset, uint64_t generation) const;
+  /// Creates the reservation's segment, tracked from before it exists; a name taken all the
+  /// same (EEXIST) gets a fresh random part, a few times over.
+  std::pair<RankExit::Tracked, ShmSegment> create_segment(TierSet::Reservation& reservation,
+                                                          const std::string& dataset,
+                                                          uint64_t bytes);
   /// This rank's registration of a loaded region, when the ranks serve over libfabric.
   std::optional<PublishedFabric> register_fabric(LoadedShard& shard);
   Message unload(const std::string& name);

@@ -66,5 +66,9 @@ void verify_shard_rows(const Index& index, const ShardLayout& layout, const std:
 /// streams x chunk_bytes mapped at a time).
 ShmSegment load_shard(const Index& index, ShardRange range, const std::string& segment,
                       const ShardLoadOptions& options = {});
+/// The same into `created`, a segment of the ShardLayout's size just created (its creator chose
+/// the name); removed on failure as above.
+ShmSegment load_shard(const Index& index, ShardRange range, ShmSegment created,
+                      const ShardLoadOptions& options = {});
 
 }  // namespace ddstage

@@ -48,6 +48,8 @@ class TierSet {
 
     /// The ShmSegment name to create: "/BASE" in memory, "DIR/BASE" on an nvme tier.
     const std::string& segment() const noexcept { return m_segment; }
+    /// The same room under another name (BASE as for allocate): when the first was taken.
+    void rename(std::string_view base);
     /// "memory" or "nvme".
     std::string_view label() const noexcept;
     /// The tier's name(): "memory" or "nvme:DIR".
