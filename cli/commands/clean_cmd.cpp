@@ -80,13 +80,27 @@ bool clean_descriptor(const std::string& dir, bool dry_run, const CliContext& ou
   return ok;
 }
 
+/// The id of the store at `dir` (its store.yaml), or empty when there is none to read.
+std::string store_id_in(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(StoreDescriptor::path_in(dir), ec))) return {};
+  return StoreDescriptor::read(dir).id;
+}
+
 void run_clean(const CleanCmdOptions& opts, const CliContext& ctx) {
   const auto settings = ctx.resolve_settings();
   const auto dir = opts.store.empty() ? settings.get_string("store") : opts.store;
-  const auto report = clean_dead_ranks({}, opts.dry_run, opts.force);
   // A dry run's list is what it exists to print: -q keeps it.
   CliContext out = ctx;
   out.quiet = ctx.quiet && !opts.dry_run;
+  // --store on the command line: that store's files only, so that a user cleaning up after
+  // their own job leaves other dead stores to their owners; without it (an epilogue, or the
+  // store setting alone), every dead store on this node. So does --store once the descriptor is
+  // gone: `clean --store` run on every node of a job finds it removed by rank 0's node's.
+  const auto only = opts.store.empty() ? std::string() : store_id_in(opts.store);
+  if (!opts.store.empty() && only.empty())
+    out.note("no store.yaml in {}: cleaning every dead store on this node\n", opts.store);
+  const auto report = clean_dead_ranks(only, opts.dry_run, opts.force);
   for (const auto& f : report.removed) {
     out.note("{} {} {} ({}; store {} rank {})\n", opts.dry_run ? "would remove" : "removed",
              kind_name(f.kind), f.path.string(), human_bytes(static_cast<double>(f.bytes)),
@@ -121,8 +135,8 @@ void setup_clean(CLI::App& app, CliContext& ctx) {
                          "Remove, on this node, the shared memory of stores whose ranks are gone "
                          "(safe in a job epilogue)");
   sub->add_option("--store", opts->store,
-                  "Also remove DIR/store.yaml when its store's rank 0 ran on this node and is gone "
-                  "(default: the "
+                  "Only that store's files, and DIR/store.yaml when its rank 0 ran on this node "
+                  "and is gone (without it: every dead store's files, and the descriptor of the "
                   "setting store, DDSTAGE_STORE, if set)");
   sub->add_flag("--dry-run", opts->dry_run, "Print what would be removed; remove nothing");
   sub->add_flag(

@@ -214,8 +214,27 @@ def test_clean_removes_exactly_a_killed_stores_files(ddstage, serve, datasets, l
 
 def test_clean_with_nothing_to_do_exits_0(ddstage, tmp_path):
     proc = ddstage.ok("clean", "--store", tmp_path / "no-such-store")
-    assert proc.stdout.strip() == "nothing to clean"
+    assert proc.stdout.splitlines() == [
+        f"no store.yaml in {tmp_path / 'no-such-store'}: cleaning every dead store on this node", "nothing to clean"]
     assert proc.stderr == ""
+
+
+def test_clean_store_removes_only_that_stores_files(ddstage, serve, datasets):
+    """--store DIR: only DIR's dead store goes (another dead store, maybe another user's, is
+    left to its owner); `clean` alone, as in an epilogue, sweeps every dead store."""
+    stores = [serve(2, name=name) for name in ("mine", "other")]
+    for store in stores:
+        ddstage.ok("load", "--store", store.dir, datasets["files"], "--name", "f")
+        kill_job(store)
+    mine, other = (store.descriptor["id"] for store in stores)
+    others_files = store_files(other)
+    assert len(store_files(mine)) == len(others_files) == 4  # 2 segments, 2 locks
+    proc = ddstage.ok("clean", "--store", stores[0].dir)
+    assert store_files(mine) == [] and not stores[0].dir.exists()
+    assert store_files(other) == others_files
+    assert "of 1 dead store" in proc.stdout, proc.stdout
+    ddstage.ok("clean")
+    assert store_files(other) == []
 
 
 @pytest.mark.busy
