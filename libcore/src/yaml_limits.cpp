@@ -12,8 +12,15 @@ namespace ddstage::detail {
 namespace {
 
 [[noreturn]] void fail(const YamlLimits& limits, const std::string& message) {
-  if (limits.kind == ErrorKind::usage) throw UsageError(message);
-  throw IndexError(message);
+  switch (limits.source) {
+    case YamlSource::user:
+      throw UsageError(message);
+    case YamlSource::file:
+      throw IndexError(message);
+    case YamlSource::peer:
+      break;
+  }
+  throw Error(ErrorKind::runtime, message);
 }
 
 std::string at_line(const YAML::Mark& mark) {

@@ -15,29 +15,32 @@
 
 namespace ddstage::detail {
 
-/// What one kind of YAML text may contain, and how a violation is reported: a UsageError for
-/// text the user writes (config files, control requests), an IndexError for files ddstage
-/// wrote (a damaged manifest or descriptor).
+/// Where a kind of YAML text comes from, which says what bad text is: the user's own (config
+/// files: a UsageError), a file ddstage wrote (a damaged manifest or descriptor: an
+/// IndexError), or another process's message (a control frame: a run-time Error, not "index").
+enum class YamlSource { user, file, peer };
+
+/// What one kind of YAML text may contain, and where it comes from.
 struct YamlLimits {
   std::size_t max_bytes;
   int max_depth;          ///< nested sequences and maps
   std::size_t max_nodes;  ///< scalars, sequences and maps together
-  ErrorKind kind;
+  YamlSource source;
 };
 
 /// Settings files hold a few dozen keys, two levels deep.
-inline constexpr YamlLimits config_yaml_limits{std::size_t{1} << 20, 16, 10'000, ErrorKind::usage};
+inline constexpr YamlLimits config_yaml_limits{std::size_t{1} << 20, 16, 10'000, YamlSource::user};
 /// manifest.yaml lists at most 1,000 source files (index.bin holds the rest).
 inline constexpr YamlLimits manifest_yaml_limits{std::size_t{16} << 20, 32, 250'000,
-                                                 ErrorKind::runtime};
+                                                 YamlSource::file};
 /// store.yaml has a handful of entries per rank and per (dataset, rank): 10,000 ranks with
 /// several datasets fit.
 inline constexpr YamlLimits descriptor_yaml_limits{std::size_t{16} << 20, 32, 2'000'000,
-                                                   ErrorKind::runtime};
+                                                   YamlSource::file};
 
 /// Control requests and replies are a few keys (a load's options, a status's per-rank table).
 inline constexpr YamlLimits control_yaml_limits{std::size_t{16} << 20, 16, 1'000'000,
-                                                ErrorKind::runtime};
+                                                YamlSource::peer};
 
 /// The first YAML document of text, parsed only after an event scan found it within limits.
 /// Aliases are refused outright (ddstage never writes them, and they are how a small text
