@@ -156,10 +156,7 @@ bool attach_region(ServedDataset& data, uint32_t g, std::optional<TransportId> t
                     rank.rank, rank.host)};
     return true;
   }
-  route.unreachable = {
-      ErrorKind::runtime,
-      fmt::format("rank {} (pid {} on {}) is gone: its process has exited; restart the store at {}",
-                  rank.rank, rank.pid, rank.host, data.store.string())};
+  route.unreachable = {ErrorKind::runtime, rank_gone_message(rank, data.store)};
   if (!served.process && !process_alive(rank.pid)) return true;
   return via_fabric || route_via_shm(data, g);
 }

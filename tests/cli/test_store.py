@@ -297,6 +297,8 @@ def test_killed_rank_fails_reads_quickly_and_stop_cleans_up(ddstage, serve, data
     # MPI takes the other ranks down too; a read that lands while they remove their segments
     # (slow builds get there) finds a segment gone.
     assert any(w in proc.stderr for w in ("rank 2", "not running", "cannot open shared memory")), proc.stderr
+    if "is gone" in proc.stderr:  # and says how its samples come back
+        assert "ddstage load --store" in proc.stderr and "--repair" in proc.stderr, proc.stderr
     # Status names the dead rank while the others still run. When MPI has taken them down and
     # rank 0 removed its descriptor on the way out (slow builds get there first), there is no
     # store left to report on, which status says instead.

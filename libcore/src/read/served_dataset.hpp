@@ -92,4 +92,9 @@ struct ServedDataset final : RouteSource {
 /// store still lists every region the reader opened (a repair only adds some).
 std::string why_withdrawn(const ServedDataset& data);
 
+/// Why a rank whose process has exited cannot be read, and what to do: rank 0's loss ends the
+/// store (restart it); another's samples come back with `load --repair` once the store has
+/// marked it lost.
+std::string rank_gone_message(const RankInfo& rank, const std::filesystem::path& store);
+
 }  // namespace ddstage::detail

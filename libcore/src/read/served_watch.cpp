@@ -122,12 +122,8 @@ void ServedWatch::poll_processes() {
 }
 
 void ServedWatch::throw_gone(int r) const {
-  const RankInfo& info = m_data.ranks[r].info;
-  throw Error(
-      ErrorKind::runtime,
-      fmt::format("rank {} (pid {} on {}) is gone: its process has exited; restart the store at {}",
-                  r, info.pid, info.host, m_data.store.string()),
-      {.rank = r});
+  throw Error(ErrorKind::runtime, rank_gone_message(m_data.ranks[r].info, m_data.store),
+              {.rank = r});
 }
 
 bool ServedWatch::exited(int r) const {
@@ -248,6 +244,17 @@ std::string why_withdrawn(const ServedDataset& data) {
   }
   return fmt::format("dataset '{}' was unloaded from the store at {}", data.name,
                      data.store.string());
+}
+
+std::string rank_gone_message(const RankInfo& rank, const std::filesystem::path& store) {
+  const auto what = fmt::format("rank {} (pid {} on {}) is gone: its process has exited", rank.rank,
+                                rank.pid, rank.host);
+  if (rank.rank == 0)
+    return fmt::format("{}, and the store at {} with it; restart the store", what, store.string());
+  return fmt::format(
+      "{}; once the store marks it lost (peer_timeout), `ddstage load --store {} "
+      "--repair` restages its samples on the live ranks",
+      what, store.string());
 }
 
 }  // namespace ddstage::detail
