@@ -194,8 +194,11 @@ struct IndexWriter::State {
   FieldRuns& runs_of(uint64_t sample, uint32_t field, uint64_t count);
   void put(uint64_t sample, uint32_t field, uint32_t file, uint64_t offset,
            std::span<const std::byte> bytes);
+  FieldRuns& open_row(uint64_t sample, uint32_t field, uint32_t file, uint64_t offset,
+                      uint64_t length);
   void close_run(FieldRuns& f, uint32_t field);
   void hash_rows(FieldRuns& f, std::span<const std::byte> bytes, uint64_t rows);
+  void count_rows(uint64_t rows, uint64_t bytes);
   void walk_field(uint32_t field, const RunSink& sink);
   void merge_field(uint32_t field, const std::function<void(const detail::RunRecord&)>& on_run,
                    const std::function<void(std::span<const uint64_t>)>& on_blocks);
@@ -293,27 +296,33 @@ IndexWriter::State::FieldRuns& IndexWriter::State::runs_of(uint64_t sample, uint
   return field_runs[field];
 }
 
-/// Extends the field's run when (sample, offset) continues it, else starts a new one; then
-/// hashes the row into the run's last block.
+/// Records the row and hashes it into the run's last block.
 void IndexWriter::State::put(uint64_t sample, uint32_t field, uint32_t file, uint64_t offset,
                              std::span<const std::byte> bytes) {
+  hash_rows(open_row(sample, field, file, offset, bytes.size()), bytes, 1);
+}
+
+/// Extends the field's run when (sample, offset) continues it, else starts a new one.
+IndexWriter::State::FieldRuns& IndexWriter::State::open_row(uint64_t sample, uint32_t field,
+                                                            uint32_t file, uint64_t offset,
+                                                            uint64_t length) {
   FieldRuns& f = runs_of(sample, field, 1);
   detail::RunRecord& r = f.current;
   const bool continues = f.open && sample == r.first_sample + r.count && file == r.file &&
-                         bytes.size() == r.length &&
+                         length == r.length &&
                          (r.count == 1 ? offset >= r.base : offset == r.base + r.count * r.stride);
   if (continues) {
     if (r.count == 1) r.stride = offset - r.base;
     ++r.count;
   } else {
     close_run(f, field);
-    r = {sample,       1,
-         offset,       0,
-         bytes.size(), f.blocks.size(),
-         file,         block_rows_for(options.block_bytes, bytes.size())};
+    r = {sample, 1,
+         offset, 0,
+         length, f.blocks.size(),
+         file,   block_rows_for(options.block_bytes, length)};
     f.open = true;
   }
-  hash_rows(f, bytes, 1);
+  return f;
 }
 
 /// Hashes rows (back to back in bytes, the run's last ones, not filling more than its current
@@ -329,8 +338,12 @@ void IndexWriter::State::hash_rows(FieldRuns& f, std::span<const std::byte> byte
       f.block_filled = 0;
     }
   }
+  count_rows(rows, bytes.size());
+}
+
+void IndexWriter::State::count_rows(uint64_t rows, uint64_t bytes) {
   rows_put += rows;
-  total_bytes += bytes.size();
+  total_bytes += bytes;
   report(false);
 }
 
@@ -411,6 +424,40 @@ void IndexWriter::put_packed(uint64_t sample, uint32_t field, std::span<const st
   }
   m->pack_size += bytes.size();
   m->packed_bytes += bytes.size();
+}
+
+void IndexWriter::put_packed_pieces(uint64_t sample, uint32_t field, uint64_t length,
+                                    uint64_t piece_bytes,
+                                    const std::function<void(std::span<std::byte>)>& fill) {
+  const uint64_t piece = std::max<uint64_t>(1, std::min(piece_bytes, length));
+  if (block_rows_for(m->options.block_bytes, length) != 1 || piece == length) {
+    // A row that shares its checksum block with others is small (a block is ~256 KiB): whole.
+    std::vector<std::byte> row(length);
+    for (uint64_t done = 0; done < length; done += piece)
+      fill(std::span(row).subspan(done, std::min(piece, length - done)));
+    return put_packed(sample, field, row);
+  }
+  m->runs_of(sample, field, 1);  // refuses a bad entry before a byte is packed
+  if (m->pack_fd && m->pack_size > 0 && m->pack_size + length > m->options.pack_bytes)
+    m->close_pack();
+  if (!m->pack_fd) m->open_pack();
+  m->flush_pack();  // the pieces go straight to the file, after what is buffered
+  // The row is its own block: its checksum is the streamed hash of its pieces, the value a
+  // one-shot hash of the whole row gives.
+  StreamingChecksum hash;
+  std::vector<std::byte> buffer(piece);
+  for (uint64_t done = 0; done < length;) {
+    const auto bytes = std::span(buffer).first(std::min(piece, length - done));
+    fill(bytes);
+    hash.update(bytes);
+    m->write_pack(bytes);
+    done += bytes.size();
+  }
+  m->open_row(sample, field, m->pack_file, m->pack_size, length)
+      .blocks.push_back(hash.digest_and_reset());
+  m->count_rows(1, length);
+  m->pack_size += length;
+  m->packed_bytes += length;
 }
 
 void IndexWriter::set_format(const std::string& name) {

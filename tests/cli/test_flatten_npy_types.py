@@ -191,6 +191,49 @@ def test_npz_deflated_members_are_inflated_into_packs(ddstage, tmp_path):
     assert pack_files(ddx)
 
 
+# Spawns argv[1:] from an interpreter of a few MB and prints its peak resident memory (KiB). A
+# child forked from pytest itself would report pytest's size at least: the kernel's peak counts
+# the copy of the parent the child was before exec.
+PEAK_RSS = """
+import os, sys
+pid = os.posix_spawn(sys.argv[1], sys.argv[1:], os.environ,
+                     file_actions=[(os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0)])
+_, status, usage = os.wait4(pid, 0)
+print(usage.ru_maxrss)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def peak_memory_of_flatten(ddstage, src, out, *args):
+    """Flattens src; the peak resident memory of that process alone, in bytes."""
+    proc = subprocess.run([sys.executable, "-I", "-c", PEAK_RSS, ddstage.path, "flatten", src, "-o", out,
+                           *map(str, args)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return int(proc.stdout) * 1024
+
+
+def test_a_deflate_bomb_inflates_within_the_memory_bound(ddstage, tmp_path):
+    """One 128 MiB row deflated to a few hundred KB (issue 28: a 4 MB archive can claim 4 GB)
+    flattens with --memory 8M in memory that follows the bound, not the row: its peak is within
+    32 MiB of a one-row archive's; the row reads back exact."""
+    row_bytes = 128 << 20
+    row = np.zeros((1, row_bytes), np.uint8)
+    row[0, ::4099] = np.arange(len(row[0, ::4099])) % 251
+    np.savez_compressed(tmp_path / "bomb.npz", x=row)
+    del row
+    np.savez_compressed(tmp_path / "small.npz", x=np.zeros((1, 4096), np.uint8))
+    assert (tmp_path / "bomb.npz").stat().st_size < row_bytes // 100
+    baseline = peak_memory_of_flatten(ddstage, tmp_path / "small.npz", tmp_path / "small.ddx", "--memory", "8M")
+    peak = peak_memory_of_flatten(ddstage, tmp_path / "bomb.npz", tmp_path / "bomb.ddx", "--memory", "8M")
+    assert peak < baseline + (32 << 20), f"peak {peak >> 20} MiB, {baseline >> 20} MiB for one small row"
+    ddstage.ok("read", tmp_path / "bomb.ddx", "--ids", "0", "-o", tmp_path / "row.bin")
+    back = np.fromfile(tmp_path / "row.bin", np.uint8)
+    marks = np.zeros(row_bytes, bool)
+    marks[::4099] = True
+    assert back.size == row_bytes and not back[~marks].any()
+    assert np.array_equal(back[marks], np.arange(marks.sum()) % 251)
+
+
 def test_npz_zip64_records(ddstage, tmp_path, monkeypatch):
     """An archive with zip64 end records and zip64 sizes and offsets in the directory (what
     numpy writes past 4 GiB), made small by lowering zipfile's limit while writing."""

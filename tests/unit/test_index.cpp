@@ -114,6 +114,60 @@ TEST_CASE("pack files rotate at the configured size", "[index]") {
   CHECK(out == test::pattern_bytes(10, 109));
 }
 
+TEST_CASE("a row packed in pieces is the row packed whole: same runs, checksums and bytes",
+          "[index]") {
+  // Rows of 1 MiB (past a 256 KiB checksum block: a block each) and of 100 bytes (several to a
+  // block: packed whole), put in pieces of 300,000 and 7 bytes, against the same rows put whole.
+  test::TempDir dir;
+  const std::vector<FieldInfo> fields{{"big", DType::uint8, {1u << 20}, false, 1u << 20, "/big"},
+                                      {"small", DType::uint8, {100}, false, 100, "/small"}};
+  auto write = [&](const std::string& name, bool pieces) {
+    IndexWriter w({.out = dir / name});
+    w.set_format("test");
+    w.define(fields, 3);
+    for (uint64_t i = 0; i < 3; ++i) {
+      for (uint32_t f = 0; f < 2; ++f) {
+        const auto row = test::pattern_bytes(fields[f].row_bytes, 10 * f + i);
+        if (!pieces) {
+          w.put_packed(i, f, row);
+          continue;
+        }
+        uint64_t at = 0;
+        std::vector<uint64_t> sizes;
+        w.put_packed_pieces(i, f, row.size(), f == 0 ? 300'000 : 7, [&](std::span<std::byte> out) {
+          std::memcpy(out.data(), row.data() + at, out.size());
+          at += out.size();
+          sizes.push_back(out.size());
+        });
+        CHECK(at == row.size());
+        CHECK(sizes.front() == std::min<uint64_t>(row.size(), f == 0 ? 300'000 : 7));
+      }
+    }
+    w.commit();
+    return Index::open(dir / name);
+  };
+  const auto whole = write("whole.ddx", false);
+  const auto pieces = write("pieces.ddx", true);
+  for (uint32_t f = 0; f < 2; ++f) {
+    CHECK(pieces.runs(f) == whole.runs(f));
+    CHECK(pieces.blocks(f) == whole.blocks(f));
+    for (uint64_t i = 0; i < 3; ++i) {
+      CHECK(pieces.block(i, f).checksum == whole.block(i, f).checksum);
+      CHECK(pieces.entry(i, f).length == fields[f].row_bytes);
+    }
+  }
+  OriginReader reader(pieces, {.verify = true});
+  const std::vector<uint64_t> ids{2, 0, 1};
+  std::vector<std::byte> out(reader.batch_bytes(0, ids));
+  reader.read(0, ids, out);
+  std::vector<std::byte> expect;
+  for (auto id : ids) {
+    const auto b = test::pattern_bytes(1u << 20, id);
+    expect.insert(expect.end(), b.begin(), b.end());
+  }
+  CHECK(out == expect);
+}
+
 TEST_CASE("a truncated index.bin is refused", "[index]") {
   test::TempDir dir;
   auto path = write_small_index(dir);

@@ -79,6 +79,11 @@ class IndexWriter {
                          std::span<const std::byte> rows);
   /// Appends `bytes` to the current pack file and records the entry.
   void put_packed(uint64_t sample, uint32_t field, std::span<const std::byte> bytes);
+  /// The same for a row of `length` bytes that `fill` writes in order into the spans it is
+  /// handed, `piece_bytes` each but the last: a row larger than the memory a format may use
+  /// (a deflated .npz row) is packed one piece at a time.
+  void put_packed_pieces(uint64_t sample, uint32_t field, uint64_t length, uint64_t piece_bytes,
+                         const std::function<void(std::span<std::byte>)>& fill);
   /// The source format's name, recorded in the manifest (formats::flatten sets it).
   void set_format(const std::string& name);
   /// A format-specific fact for the manifest (e.g. the groups pattern).
