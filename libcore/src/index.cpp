@@ -288,7 +288,7 @@ detail::FieldRows check_field_rows(std::span<const std::byte> bytes, const Index
 
 }  // namespace
 
-Index Index::open(const std::filesystem::path& dir) {
+Index Index::open(const std::filesystem::path& dir, Holding holding) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) {
     throw UsageError(dir.string() + " is not a ddstage index (" +
@@ -304,7 +304,9 @@ Index Index::open(const std::filesystem::path& dir) {
   Index index;
   index.m_dir = std::filesystem::absolute(dir).lexically_normal();
   auto manifest = detail::read_manifest(dir / "manifest.yaml");
-  index.m_map = MappedFile(dir / "index.bin", MappedFile::Mode::read_only);
+  index.m_map =
+      MappedFile(dir / "index.bin", holding == Holding::copied ? MappedFile::Mode::copied
+                                                               : MappedFile::Mode::read_only);
   auto bytes = index.m_map.bytes();
   auto header = check_header(bytes, dir / "index.bin");
   check_manifest_matches(manifest, header, dir);

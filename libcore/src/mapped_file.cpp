@@ -18,13 +18,21 @@ MappedFile::MappedFile(const std::filesystem::path& path, Mode mode) : m_path(pa
   auto fd = FileDescriptor::open(path, rw ? O_RDWR : O_RDONLY);
   m_size = fd.size();
   if (m_size == 0) return;
+  const bool copied = mode == Mode::copied;
   void* p =
-      ::mmap(nullptr, m_size, rw ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd.get(), 0);
+      copied ? ::mmap(nullptr, m_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0)
+             : ::mmap(nullptr, m_size, rw ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED,
+                      fd.get(), 0);
   if (p == MAP_FAILED) {
     m_size = 0;
     throw IoError("mmap " + path.string(), errno, {.file = path.string()});
   }
   m_data = static_cast<std::byte*>(p);
+  if (!copied) return;
+  // A file cut short meanwhile ends the read with an error (the destructor unmaps); one that
+  // changed is what the caller's checksums are for.
+  fd.pread_exact({m_data, m_size}, 0);
+  ::mprotect(m_data, m_size, PROT_READ);
 }
 
 MappedFile::MappedFile(MappedFile&& other) noexcept

@@ -198,7 +198,7 @@ detail::EmbeddedDataset& Store::State::find(const std::string& name) const {
 
 std::unique_ptr<detail::EmbeddedDataset> Store::State::prepare(const std::filesystem::path& path,
                                                                std::string name) const {
-  auto index = Index::open(path);
+  auto index = Index::open(path, Index::Holding::copied);  // a training process: never SIGBUS
   if (name.empty()) name = index.manifest().name;
   for (const auto& ds : datasets) {
     if (ds->name == name)

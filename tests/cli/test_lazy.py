@@ -4,12 +4,17 @@ the store; each sample is read from origin at most once per copy; `--prefetch` f
 the background; a source changed after flattening is refused as a stale index is."""
 import json
 import os
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from conftest import assert_runtime_error, flatten, read_bytes
 from test_store import read_store, serve, status  # noqa: F401  (serve: fixture)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: shared helpers
+from local_mpi import pid_alive  # noqa: E402
 
 SAMPLES = 300
 
@@ -86,6 +91,34 @@ def test_lazy_refuses_a_source_changed_after_flattening(ddstage, serve, rows, tm
     assert dataset_status(ddstage, store)["origin_reads"] == before["origin_reads"]
     # What was staged before still reads; so does a sample of an unchanged file.
     assert read_store(ddstage, store.dir, "rows", "0-9,101") == read_bytes(ddstage, rows, "0-9,101")
+    store.stop()
+
+
+def test_lazy_staging_survives_its_index_truncated_in_place(ddstage, serve, rows, tmp_path):
+    """index.bin truncated in place under a lazily loaded dataset (what `cp new/index.bin
+    old/` does): a read either stages on, byte-exact (the staging ranks hold their own copy of
+    the index, so they cannot die of SIGBUS with every dataset they hold, issue 28), or is
+    refused naming the damaged index; every rank lives on and another dataset reads on."""
+    store = serve(2)
+    other = flatten(ddstage, tmp_path / "other.ddx", tmp_path / "tree")
+    ddstage.ok("load", "--store", store.dir, rows, "--name", "rows", "--lazy")
+    ddstage.ok("load", "--store", store.dir, other, "--name", "other")
+    pids = store.pids()
+    assert read_store(ddstage, store.dir, "rows", "0") == read_bytes(ddstage, rows, "0")
+    expected = read_bytes(ddstage, rows, f"0-{SAMPLES - 1}")
+    rest = read_bytes(ddstage, rows, f"1-{SAMPLES - 1}")
+    index_bin = rows / "index.bin"
+    with open(index_bin, "r+b") as f:
+        f.truncate(index_bin.stat().st_size // 2)
+    proc = ddstage.run("read", "--store", store.dir, "--dataset", "rows", "--ids", f"1-{SAMPLES - 1}",
+                       "-o", tmp_path / "out.bin")
+    if proc.returncode == 0:
+        assert (tmp_path / "out.bin").read_bytes() == rest
+    else:
+        assert_runtime_error(proc, str(index_bin.parent))
+    assert all(pid_alive(p) for p in pids), store.output()
+    assert read_store(ddstage, store.dir, "other", f"0-{SAMPLES - 1}") == expected
+    assert dataset_status(ddstage, store)["staged"] >= 1
     store.stop()
 
 

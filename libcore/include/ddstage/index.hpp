@@ -169,7 +169,11 @@ class Index {
   /// fixed rows exactly row_bytes, runs tiling the samples): no size a reader or loader takes
   /// from the result can exceed what the checksummed index says. O(entries + runs + blocks).
   /// Throws IndexError naming the file and the damage, UsageError when dir is not an index.
-  static Index open(const std::filesystem::path& dir);
+  /// index.bin is mapped (shared page cache: a client, whose DataLoader workers all open it) or
+  /// copied into this process's memory (a server rank: index.bin truncated in place under a
+  /// mapping raised SIGBUS, which ended the rank and every dataset it held).
+  enum class Holding { mapped, copied };
+  static Index open(const std::filesystem::path& dir, Holding holding = Holding::mapped);
 
   const std::filesystem::path& dir() const noexcept { return m_dir; }
   const ManifestInfo& manifest() const noexcept { return m_manifest; }

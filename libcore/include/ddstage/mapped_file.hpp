@@ -7,10 +7,14 @@
 
 namespace ddstage {
 
-/// Move-only mmap of a whole file, read-only or shared writable; munmaps on destruction.
+/// Move-only mmap of a whole file, read-only or shared writable, or a read-only copy of it in
+/// anonymous memory; munmaps on destruction.
 class MappedFile {
  public:
-  enum class Mode { read_only, read_write };
+  /// copied: the file's bytes read once into memory of this process's own. A file truncated
+  /// under a mapping makes the next access to the lost pages SIGBUS; a copy cannot be taken
+  /// away (issue 28).
+  enum class Mode { read_only, read_write, copied };
 
   MappedFile() = default;
   /// Maps the whole of path (an empty file maps to an empty span).

@@ -38,7 +38,7 @@ uint64_t region_bytes(const Index& index, const RegionSpan& span) {
 /// The index a part names, as rank 0 saw it: IndexError when this rank sees other bytes (an
 /// index rewritten meanwhile, or another file system view), which would mix two datasets.
 Index open_as_rank0_saw(const PartCommand& command, int rank) {
-  auto index = Index::open(command.load.index);
+  auto index = Index::open(command.load.index, Index::Holding::copied);
   if (index.fingerprint() != command.fingerprint) {
     throw IndexError(
         fmt::format("rank {} sees another index at {} than rank 0 did (it changed "
@@ -260,7 +260,7 @@ Message ServerRank::load(const LoadCommand& args) {
   std::optional<LoadReporter> reporter;
   reporter.emplace(args.progress ? m_client : nullptr, std::chrono::seconds(5), true);
   const auto t0 = std::chrono::steady_clock::now();
-  const auto index = Index::open(args.index);
+  const auto index = Index::open(args.index, Index::Holding::copied);
   const auto& manifest = index.manifest();
   const std::string name = args.name.empty() ? manifest.name : args.name;
   reporter->describe(name, manifest.total_bytes, index.samples());
@@ -299,7 +299,7 @@ Message ServerRank::repair(const ControlCommand& command) {
     std::optional<LoadReporter> reporter;
     reporter.emplace(command.load.progress ? m_client : nullptr, std::chrono::seconds(5), true);
     const auto t0 = std::chrono::steady_clock::now();
-    const auto index = Index::open(d.index);
+    const auto index = Index::open(d.index, Index::Holding::copied);
     if (index.fingerprint() != d.index_fingerprint) {
       throw UsageError(fmt::format(
           "dataset '{}': its index {} changed since it was loaded, so a repair would mix two "
