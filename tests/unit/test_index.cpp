@@ -51,7 +51,7 @@ fs::path write_small_index(const test::TempDir& dir, const std::string& name = "
 }
 
 /// write_small_index's variable rows of `ids`, back to back.
-std::vector<std::byte> variable_rows(const std::vector<uint64_t>& ids) {
+std::vector<std::byte> small_index_rows(const std::vector<uint64_t>& ids) {
   std::vector<std::byte> rows;
   for (auto id : ids) {
     const auto b = test::pattern_bytes(id + 1, 100 + id);
@@ -98,7 +98,7 @@ TEST_CASE("index round trip: manifest, entries, files, reads", "[index]") {
   std::vector<uint64_t> ids{9, 0, 3, 3};
   std::vector<std::byte> out(reader.batch_bytes(1, ids));
   reader.read(1, ids, out);
-  CHECK(out == variable_rows(ids));
+  CHECK(out == small_index_rows(ids));
   CHECK(index.field_id("y") == 1);
   CHECK_THROWS_WITH(index.field_id("z"),
                     Catch::Contains("no field 'z'") && Catch::Contains("x, y"));
@@ -183,7 +183,7 @@ TEST_CASE("an index held as a copy reads on after index.bin is truncated in plac
   std::vector<uint64_t> ids{9, 0, 5};
   std::vector<std::byte> out(reader.batch_bytes(1, ids));
   reader.read(1, ids, out);
-  CHECK(out == variable_rows(ids));
+  CHECK(out == small_index_rows(ids));
   CHECK(index.entry(3, 0).offset == 48);
   CHECK_THROWS_AS(Index::open(path), IndexError);
 }
